@@ -1,0 +1,1 @@
+//! Symbolic checker for schedules.

@@ -1,0 +1,83 @@
+//! Ranks as threads of one process: frames go straight into the peer's [`Mailbox`].
+//!
+//! The test suite runs every algorithm over this transport; it exercises the same chunking,
+//! matching, timeout and abort paths as the network transports.
+
+use super::{chunk_bytes, for_each_chunk, Envelope, Frame, Mailbox, Transport};
+use crate::error::{Error, Result};
+use std::sync::Arc;
+
+/// One rank's end of an in-process world.
+pub struct InProcess {
+    rank: usize,
+    boxes: Arc<Vec<Mailbox>>,
+}
+
+impl InProcess {
+    /// Create a world of `n` connected ranks; element `i` is rank `i`'s transport.
+    pub fn world(n: usize) -> Vec<Arc<InProcess>> {
+        let boxes: Arc<Vec<Mailbox>> = Arc::new((0..n).map(|_| Mailbox::new()).collect());
+        (0..n)
+            .map(|rank| {
+                Arc::new(InProcess {
+                    rank,
+                    boxes: boxes.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Simulate this rank's death: every peer sees it as lost.
+    pub fn kill(&self) {
+        for (peer, b) in self.boxes.iter().enumerate() {
+            if peer != self.rank {
+                b.peer_lost(self.rank, "in-process rank killed");
+            }
+        }
+    }
+}
+
+impl Transport for InProcess {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.boxes.len()
+    }
+
+    fn name(&self) -> &'static str {
+        "inproc"
+    }
+
+    fn send(&self, peer: usize, env: &Envelope, data: &[u8]) -> Result<()> {
+        let dst = self.boxes.get(peer).ok_or_else(|| {
+            Error::invalid(format!("peer {peer} outside a world of {}", self.size()))
+        })?;
+        if let Some(cause) = self.boxes[self.rank].lost(peer) {
+            return Err(Error::PeerLost { rank: peer, cause });
+        }
+        for_each_chunk(data, chunk_bytes(), |off, bytes| {
+            dst.deliver(
+                self.rank,
+                Frame {
+                    env: *env,
+                    total_len: data.len() as u64,
+                    offset: off as u64,
+                    data: bytes.to_vec(),
+                },
+            );
+            Ok(())
+        })
+    }
+
+    fn mailbox(&self) -> &Mailbox {
+        &self.boxes[self.rank]
+    }
+
+    fn abort(&self, reason: &str) {
+        for b in self.boxes.iter() {
+            b.abort(self.rank, reason);
+        }
+    }
+}

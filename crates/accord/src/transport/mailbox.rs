@@ -1,0 +1,158 @@
+//! The receive side shared by every transport: frames keyed by (source, communicator, sequence),
+//! peer-loss and abort notices, and waiting with a deadline.
+
+use super::Envelope;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Condvar, Mutex};
+use std::time::Instant;
+
+/// One frame of a message: a chunk of `total_len` bytes starting at `offset`.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    /// The sender's label.
+    pub env: Envelope,
+    /// Length of the whole message.
+    pub total_len: u64,
+    /// Where this chunk starts within the message.
+    pub offset: u64,
+    /// The chunk's bytes.
+    pub data: Vec<u8>,
+}
+
+/// Why [`Mailbox::take`] returned without a frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitError {
+    /// The deadline passed. `elsewhere` lists sequence numbers the source has sent frames for on
+    /// the same communicator, a hint that it is at a different call.
+    Timeout {
+        /// Sequence numbers with pending frames from the same source and communicator.
+        elsewhere: Vec<u64>,
+    },
+    /// The source's connection is gone.
+    Lost {
+        /// What the transport observed.
+        cause: String,
+    },
+    /// A peer (or this rank) aborted the world.
+    Aborted {
+        /// The aborting rank.
+        by: usize,
+        /// Its reason.
+        reason: String,
+    },
+}
+
+type Key = (usize, u64, u64);
+
+#[derive(Default)]
+struct State {
+    queues: HashMap<Key, VecDeque<Frame>>,
+    lost: HashMap<usize, String>,
+    aborted: Option<(usize, String)>,
+}
+
+/// Incoming frames of one rank.
+#[derive(Default)]
+pub struct Mailbox {
+    state: Mutex<State>,
+    ready: Condvar,
+}
+
+impl Mailbox {
+    /// An empty mailbox.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A frame from `src` arrived.
+    pub fn deliver(&self, src: usize, frame: Frame) {
+        let mut st = self.state.lock().unwrap();
+        st.queues
+            .entry((src, frame.env.comm, frame.env.seq))
+            .or_default()
+            .push_back(frame);
+        drop(st);
+        self.ready.notify_all();
+    }
+
+    /// `src` is unreachable from now on; waits on it fail with `cause`.
+    pub fn peer_lost(&self, src: usize, cause: impl Into<String>) {
+        let mut st = self.state.lock().unwrap();
+        st.lost.entry(src).or_insert_with(|| cause.into());
+        drop(st);
+        self.ready.notify_all();
+    }
+
+    /// `by` aborted the world; every wait fails from now on. The first abort wins.
+    pub fn abort(&self, by: usize, reason: impl Into<String>) {
+        let mut st = self.state.lock().unwrap();
+        if st.aborted.is_none() {
+            st.aborted = Some((by, reason.into()));
+        }
+        drop(st);
+        self.ready.notify_all();
+    }
+
+    /// The abort notice, if any.
+    pub fn aborted(&self) -> Option<(usize, String)> {
+        self.state.lock().unwrap().aborted.clone()
+    }
+
+    /// Whether `src` was reported lost, and why.
+    pub fn lost(&self, src: usize) -> Option<String> {
+        self.state.lock().unwrap().lost.get(&src).cloned()
+    }
+
+    /// Wait until a frame from `src` for (`comm`, `seq`) is available, then take it.
+    ///
+    /// Frames already delivered are returned even if the source was lost afterwards: a peer that
+    /// sent its last message and exited is not an error.
+    pub fn take(
+        &self,
+        src: usize,
+        comm: u64,
+        seq: u64,
+        deadline: Instant,
+    ) -> Result<Frame, WaitError> {
+        let key = (src, comm, seq);
+        let mut st = self.state.lock().unwrap();
+        loop {
+            if let Some(q) = st.queues.get_mut(&key) {
+                if let Some(f) = q.pop_front() {
+                    if q.is_empty() {
+                        st.queues.remove(&key);
+                    }
+                    return Ok(f);
+                }
+            }
+            if let Some((by, reason)) = &st.aborted {
+                return Err(WaitError::Aborted {
+                    by: *by,
+                    reason: reason.clone(),
+                });
+            }
+            if let Some(cause) = st.lost.get(&src) {
+                return Err(WaitError::Lost {
+                    cause: cause.clone(),
+                });
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let mut elsewhere: Vec<u64> = st
+                    .queues
+                    .keys()
+                    .filter(|(s, c, q)| *s == src && *c == comm && *q != seq)
+                    .map(|k| k.2)
+                    .collect();
+                elsewhere.sort_unstable();
+                return Err(WaitError::Timeout { elsewhere });
+            }
+            st = self.ready.wait_timeout(st, deadline - now).unwrap().0;
+        }
+    }
+
+    /// Drop every frame of communicator `comm` (used when a communicator is destroyed).
+    pub fn forget_comm(&self, comm: u64) {
+        self.state.lock().unwrap().queues.retain(|k, _| k.1 != comm);
+    }
+}

@@ -1,0 +1,101 @@
+//! Transports move bytes between ranks. They know peers, envelopes and byte ranges — never which
+//! collective is running.
+//!
+//! A transport has two halves:
+//! - [`Transport::send`] hands a message to a peer. It may block for flow control but never waits
+//!   for the peer's *application* to post a receive, so schedules cannot deadlock on sends.
+//! - incoming frames land in the transport's [`Mailbox`], keyed by (source, communicator,
+//!   sequence). The executor takes them from there with a deadline.
+//!
+//! Large messages travel as several frames of at most [`chunk_bytes`] so that the receiver can
+//! reduce one chunk while the next is still on the wire.
+//!
+//! Implementations: [`inproc`] (threads in one process, used by most tests) and [`tcp`].
+
+pub mod inproc;
+pub mod mailbox;
+pub mod wire;
+
+pub use mailbox::{Frame, Mailbox, WaitError};
+
+use crate::error::Result;
+use crate::fingerprint::Fingerprint;
+
+/// The label every message carries: which communicator, which call on it, and that call's
+/// fingerprint (checked by the receiver against its own call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Envelope {
+    /// Communicator id (identical on every member, distinct between communicators).
+    pub comm: u64,
+    /// Sequence number of the call on that communicator, or [`P2P_LANE`] | tag for send/recv.
+    pub seq: u64,
+    /// The sender's call.
+    pub fp: Fingerprint,
+}
+
+/// Sequence numbers with this bit set are point-to-point messages; the low bits hold the tag.
+pub const P2P_LANE: u64 = 1 << 63;
+
+/// Default maximum payload of one frame.
+pub const DEFAULT_CHUNK_BYTES: usize = 512 * 1024;
+
+/// Largest frame payload a receiver accepts; bigger headers are malformed.
+pub const MAX_CHUNK_BYTES: usize = 64 * 1024 * 1024;
+
+/// Frame payload size: `ACCORD_CHUNK_BYTES` if set (a multiple of 8, at most
+/// [`MAX_CHUNK_BYTES`]), else [`DEFAULT_CHUNK_BYTES`].
+pub fn chunk_bytes() -> usize {
+    static CHUNK: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CHUNK.get_or_init(|| {
+        std::env::var("ACCORD_CHUNK_BYTES")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .map(|v| (v.clamp(8, MAX_CHUNK_BYTES) / 8) * 8)
+            .unwrap_or(DEFAULT_CHUNK_BYTES)
+    })
+}
+
+/// Moves bytes between the ranks of one world.
+pub trait Transport: Send + Sync + 'static {
+    /// This process's rank in the transport's world.
+    fn rank(&self) -> usize;
+    /// Number of ranks in the transport's world.
+    fn size(&self) -> usize;
+    /// Short name for logs (`inproc`, `tcp`, `shm`).
+    fn name(&self) -> &'static str;
+    /// Send `data` to `peer` (not self) labelled with `env`, as frames of at most
+    /// [`chunk_bytes`]. Returns once the bytes are handed off; the caller's buffer is free again.
+    fn send(&self, peer: usize, env: &Envelope, data: &[u8]) -> Result<()>;
+    /// Where incoming frames for this rank land.
+    fn mailbox(&self) -> &Mailbox;
+    /// Tell every reachable peer that this rank is giving up, with the reason; best effort.
+    fn abort(&self, reason: &str);
+}
+
+/// Split `data` into frames no larger than `chunk` and call `emit(offset, bytes)` for each; a
+/// zero-length message is still one (empty) frame so the receiver sees it.
+pub fn for_each_chunk(
+    data: &[u8],
+    chunk: usize,
+    mut emit: impl FnMut(usize, &[u8]) -> Result<()>,
+) -> Result<()> {
+    if data.is_empty() {
+        return emit(0, data);
+    }
+    let mut off = 0;
+    while off < data.len() {
+        let end = (off + chunk).min(data.len());
+        emit(off, &data[off..end])?;
+        off = end;
+    }
+    Ok(())
+}
+
+/// How a network transport learns its peers' addresses: each rank publishes where it listens and
+/// looks the others up. The rendezvous store implements this; tests may use a map.
+pub trait AddressBook: Send + Sync {
+    /// Publish this rank's listening address (e.g. `10.0.0.5:41234`).
+    fn publish(&self, rank: usize, addr: &str) -> Result<()>;
+    /// The address `rank` published, waiting for it until `deadline`.
+    fn lookup(&self, rank: usize, deadline: std::time::Instant) -> Result<String>;
+}
