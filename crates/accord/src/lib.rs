@@ -13,3 +13,8 @@ pub mod transport;
 
 pub use dtype::{DataType, Element, ReduceOp};
 pub use error::{Error, Result};
+pub mod comm;
+mod exec;
+pub mod testing;
+
+pub use comm::{Communicator, Request};

@@ -1,0 +1,1090 @@
+//! The communicator: every operation, validated, fingerprinted, planned and executed.
+//!
+//! Naming follows one scheme: `op` works in place on one buffer, `op_into` reads one buffer and
+//! writes another, `op_v` takes per-rank counts, `i`-prefixed methods start the operation in the
+//! background and return a [`Request`]. Typed methods take `&[T]` with `T: Element`; each has an
+//! erased twin taking bytes and a [`DataType`] (`*_bytes`), which the Python layer binds.
+
+use crate::dtype::{as_bytes, as_bytes_mut, DataType, Element, ReduceOp};
+use crate::error::{Error, Result};
+use crate::exec::{self, Buffers, Call};
+use crate::fingerprint::{Fingerprint, OpKind};
+use crate::schedule::{algorithms, tuner, Algorithm, Collective, Schedule};
+use crate::transport::{Envelope, Frame, Transport, P2P_LANE};
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{Scope, ScopedJoinHandle};
+use std::time::{Duration, Instant};
+
+/// Default deadline of every blocking call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The deadline from `ACCORD_TIMEOUT` (seconds, may be fractional), else [`DEFAULT_TIMEOUT`].
+pub fn timeout_from_env() -> Duration {
+    std::env::var("ACCORD_TIMEOUT")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(Duration::from_secs_f64)
+        .unwrap_or(DEFAULT_TIMEOUT)
+}
+
+/// A group of ranks that communicate. Cheap to clone (clones share state and sequence numbers).
+///
+/// Every member must call the same collective operations in the same order with compatible
+/// arguments; disagreements are detected and reported as [`Error::Desync`] on the ranks involved.
+/// After any failure the communicator is *poisoned*: later calls return the first error at once.
+#[derive(Clone)]
+pub struct Communicator {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    transport: Arc<dyn Transport>,
+    /// Communicator rank -> transport rank.
+    ranks: Vec<usize>,
+    rank: usize,
+    id: u64,
+    name: String,
+    seq: AtomicU64,
+    splits: AtomicU64,
+    timeout_ns: AtomicU64,
+    poison: Mutex<Option<Error>>,
+    cache: Mutex<HashMap<(Collective, Algorithm), Arc<Schedule>>>,
+    model: tuner::CostModel,
+    /// Things that must live as long as the communicator (store client and server...).
+    _keep: Vec<Arc<dyn Any + Send + Sync>>,
+}
+
+impl Communicator {
+    /// A communicator over all ranks of `transport`.
+    pub fn new(transport: Arc<dyn Transport>) -> Self {
+        Self::with_resources(transport, Vec::new())
+    }
+
+    /// Like [`Communicator::new`], keeping `keep` alive as long as the communicator.
+    pub fn with_resources(
+        transport: Arc<dyn Transport>,
+        keep: Vec<Arc<dyn Any + Send + Sync>>,
+    ) -> Self {
+        let ranks = (0..transport.size()).collect();
+        let rank = transport.rank();
+        let model = match transport.name() {
+            "inproc" => tuner::CostModel::inproc(),
+            "shm" => tuner::CostModel::shm(),
+            _ => tuner::CostModel::tcp(),
+        };
+        Communicator {
+            inner: Arc::new(Inner {
+                transport,
+                ranks,
+                rank,
+                id: 1,
+                name: "world".into(),
+                seq: AtomicU64::new(0),
+                splits: AtomicU64::new(0),
+                timeout_ns: AtomicU64::new(timeout_from_env().as_nanos() as u64),
+                poison: Mutex::new(None),
+                cache: Mutex::new(HashMap::new()),
+                model,
+                _keep: keep,
+            }),
+        }
+    }
+
+    /// This process's rank in the communicator.
+    pub fn rank(&self) -> usize {
+        self.inner.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.inner.ranks.len()
+    }
+
+    /// The communicator's name (`world`, or `world/split1/color3` for groups).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The transport's name (`inproc`, `tcp`, `shm`).
+    pub fn transport_name(&self) -> &'static str {
+        self.inner.transport.name()
+    }
+
+    /// Transport (world) rank of communicator rank `r`.
+    pub fn world_rank(&self, r: usize) -> usize {
+        self.inner.ranks[r]
+    }
+
+    /// The deadline every blocking call gets.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_nanos(self.inner.timeout_ns.load(Ordering::Relaxed))
+    }
+
+    /// Change the deadline of later calls on this communicator.
+    pub fn set_timeout(&self, t: Duration) {
+        self.inner
+            .timeout_ns
+            .store(t.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+
+    /// The first error this communicator hit, if any.
+    pub fn poisoned(&self) -> Option<Error> {
+        self.inner.poison.lock().unwrap().clone()
+    }
+
+    /// Give up on the whole world: peers' pending and later calls fail naming this rank and
+    /// `reason`.
+    pub fn abort(&self, reason: &str) {
+        self.poison_with(Error::Aborted {
+            reason: format!("rank {} aborted: {reason}", self.rank()),
+        });
+        self.inner.transport.abort(reason);
+    }
+
+    /// The algorithm the tuner picks for `coll` with elements of `dtype`, and its cost table.
+    pub fn explain(&self, coll: &Collective, dtype: DataType) -> String {
+        tuner::explain(coll, self.size(), dtype.size(), &self.inner.model)
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Machinery shared by every operation.
+
+    fn check_poison(&self) -> Result<()> {
+        match &*self.inner.poison.lock().unwrap() {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    fn poison_with(&self, e: Error) {
+        let mut p = self.inner.poison.lock().unwrap();
+        if p.is_none() {
+            *p = Some(e);
+        }
+    }
+
+    /// Record a failure: poison this communicator and tell every peer, so nobody waits for us.
+    fn fail(&self, e: Error) -> Error {
+        self.poison_with(e.clone());
+        if !matches!(e, Error::Aborted { .. }) {
+            self.inner.transport.abort(&format!("{e}"));
+        }
+        e
+    }
+
+    fn check_rank(&self, what: &str, r: usize) -> Result<()> {
+        if r >= self.size() {
+            return Err(Error::invalid(format!(
+                "{what} {r} is not a rank of a communicator of size {}",
+                self.size()
+            )));
+        }
+        Ok(())
+    }
+
+    fn schedule(&self, coll: &Collective, dtype: DataType) -> Result<Arc<Schedule>> {
+        let algo = tuner::select(coll, self.size(), dtype.size(), &self.inner.model);
+        let key = (coll.clone(), algo);
+        if let Some(s) = self.inner.cache.lock().unwrap().get(&key) {
+            return Ok(s.clone());
+        }
+        let s = Arc::new(algorithms::build(coll, self.size(), self.rank(), algo)?);
+        let mut cache = self.inner.cache.lock().unwrap();
+        if cache.len() > 4096 {
+            cache.clear(); // bounded: workloads with ever-changing sizes must not grow it forever
+        }
+        cache.insert(key, s.clone());
+        Ok(s)
+    }
+
+    /// The sequence number of the operation about to run: a reserved one (nonblocking
+    /// requests), else the next in order.
+    fn next_seq(&self) -> u64 {
+        let reserved = RESERVED_SEQ.with(|c| match c.get() {
+            Some((id, seq)) if id == self.inner.id => {
+                c.set(None);
+                Some(seq)
+            }
+            _ => None,
+        });
+        reserved.unwrap_or_else(|| self.reserve_seq())
+    }
+
+    /// Plan and run one collective. `input == None` means in place (the output is also the input).
+    fn run(&self, seq: u64, job: &Job, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
+        self.check_poison()?;
+        let sched = self.schedule(&job.coll, job.dtype)?;
+        let bufs = match input {
+            Some(i) => Buffers {
+                input: i.as_ptr(),
+                input_len: i.len(),
+                output: output.as_mut_ptr(),
+                output_len: output.len(),
+            },
+            None => Buffers {
+                input: output.as_ptr(),
+                input_len: output.len(),
+                output: output.as_mut_ptr(),
+                output_len: output.len(),
+            },
+        };
+        let call = self.call(seq, job.fp, job.dtype, job.op.unwrap_or(ReduceOp::Sum));
+        exec::execute(&call, &sched, &bufs).map_err(|e| self.fail(e))
+    }
+
+    fn call(&self, seq: u64, fp: Fingerprint, dtype: DataType, op: ReduceOp) -> Call<'_> {
+        Call {
+            transport: &*self.inner.transport,
+            ranks: &self.inner.ranks,
+            me: self.rank(),
+            comm_id: self.inner.id,
+            comm_name: &self.inner.name,
+            seq,
+            fp,
+            dtype,
+            op,
+            timeout: self.timeout(),
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Point to point.
+
+    /// Send `data` to `peer` with `tag`. Returns once the data is handed to the transport (it
+    /// does not wait for the matching receive).
+    pub fn send<T: Element>(&self, data: &[T], peer: usize, tag: u32) -> Result<()> {
+        self.send_bytes(as_bytes(data), T::DTYPE, peer, tag)
+    }
+
+    /// Receive exactly `buf.len()` elements from `peer` with `tag`.
+    pub fn recv<T: Element>(&self, buf: &mut [T], peer: usize, tag: u32) -> Result<()> {
+        self.recv_bytes(as_bytes_mut(buf), T::DTYPE, peer, tag)
+    }
+
+    /// Send to `dest` and receive from `source` at once (no deadlock between pairs of ranks that
+    /// exchange with each other).
+    pub fn sendrecv<T: Element>(
+        &self,
+        send: &[T],
+        dest: usize,
+        recv: &mut [T],
+        source: usize,
+        tag: u32,
+    ) -> Result<()> {
+        self.send(send, dest, tag)?;
+        self.recv(recv, source, tag)
+    }
+
+    fn p2p_envelope(&self, dtype: DataType, count: usize, tag: u32) -> Envelope {
+        Envelope {
+            comm: self.inner.id,
+            seq: P2P_LANE | tag as u64,
+            fp: Fingerprint::new(OpKind::P2p, dtype, count),
+        }
+    }
+
+    /// Erased [`Communicator::send`].
+    pub fn send_bytes(&self, data: &[u8], dtype: DataType, peer: usize, tag: u32) -> Result<()> {
+        self.check_poison()?;
+        self.check_rank("destination", peer)?;
+        let count = data.len() / dtype.size();
+        let env = self.p2p_envelope(dtype, count, tag);
+        if peer == self.rank() {
+            let me = self.inner.ranks[peer];
+            let mailbox = self.inner.transport.mailbox();
+            return crate::transport::for_each_chunk(
+                data,
+                crate::transport::chunk_bytes(),
+                |off, b| {
+                    mailbox.deliver(
+                        me,
+                        Frame {
+                            env,
+                            total_len: data.len() as u64,
+                            offset: off as u64,
+                            data: b.to_vec(),
+                        },
+                    );
+                    Ok(())
+                },
+            );
+        }
+        self.inner
+            .transport
+            .send(self.inner.ranks[peer], &env, data)
+            .map_err(|e| self.fail(e))
+    }
+
+    /// Erased [`Communicator::recv`].
+    pub fn recv_bytes(&self, buf: &mut [u8], dtype: DataType, peer: usize, tag: u32) -> Result<()> {
+        self.check_poison()?;
+        self.check_rank("source", peer)?;
+        let count = buf.len() / dtype.size();
+        let env = self.p2p_envelope(dtype, count, tag);
+        let mut call = self.call(env.seq, env.fp, dtype, ReduceOp::Sum);
+        call.fp = env.fp;
+        let deadline = Instant::now() + self.timeout();
+        exec::receive(&call, peer, buf.as_mut_ptr(), buf.len(), false, deadline, || vec![peer])
+            .map_err(|e| match e {
+                // A size mismatch on send/recv is an argument error, not a collective desync.
+                Error::Desync { mine, theirs, .. } => Error::invalid(format!(
+                    "recv from rank {peer} (tag {tag}): this rank posted {mine} but the sender sent {theirs}"
+                )),
+                e => self.fail(e),
+            })
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Collectives (typed).
+
+    /// Wait until every rank has entered the barrier.
+    pub fn barrier(&self) -> Result<()> {
+        let job = self.job_barrier();
+        self.run(self.next_seq(), &job, None, &mut [])
+    }
+
+    /// Copy `root`'s `buf` into every rank's `buf`.
+    pub fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        self.broadcast_bytes(as_bytes_mut(buf), T::DTYPE, root)
+    }
+
+    /// Reduce every rank's `buf` with `op`, leaving the result in every `buf`.
+    pub fn all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+        self.all_reduce_bytes(None, as_bytes_mut(buf), T::DTYPE, op)
+    }
+
+    /// Reduce every rank's `send` with `op` into every rank's `recv`.
+    pub fn all_reduce_into<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.all_reduce_bytes(Some(as_bytes(send)), as_bytes_mut(recv), T::DTYPE, op)
+    }
+
+    /// Reduce every rank's `buf` into `root`'s `buf`; other ranks' `buf` is left unchanged.
+    pub fn reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp, root: usize) -> Result<()> {
+        if self.rank() == root {
+            return self.reduce_bytes(None, as_bytes_mut(buf), T::DTYPE, op, root);
+        }
+        let mut out = vec![0u8; std::mem::size_of_val(buf)];
+        self.reduce_bytes(Some(as_bytes(buf)), &mut out, T::DTYPE, op, root)
+    }
+
+    /// Reduce every rank's `send` into `root`'s `recv`. Non-root ranks may pass an empty `recv`.
+    pub fn reduce_into<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()> {
+        self.reduce_bytes(Some(as_bytes(send)), as_bytes_mut(recv), T::DTYPE, op, root)
+    }
+
+    /// Every rank's `send` (equal lengths) lands in block `i` of every rank's `recv`.
+    pub fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        self.all_gather_bytes(as_bytes(send), as_bytes_mut(recv), T::DTYPE)
+    }
+
+    /// Like [`Communicator::all_gather`] with per-rank `counts` (all ranks pass the same vector).
+    pub fn all_gather_v<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+    ) -> Result<()> {
+        self.all_gather_v_bytes(as_bytes(send), as_bytes_mut(recv), counts, T::DTYPE)
+    }
+
+    /// Every rank's `send` lands in block `i` of `root`'s `recv` (non-roots may pass empty `recv`).
+    pub fn gather<T: Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        self.gather_bytes(as_bytes(send), as_bytes_mut(recv), T::DTYPE, root)
+    }
+
+    /// Like [`Communicator::gather`] with per-rank `counts` (all ranks pass the same vector).
+    pub fn gather_v<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        self.gather_v_bytes(as_bytes(send), as_bytes_mut(recv), counts, T::DTYPE, root)
+    }
+
+    /// Block `i` of `root`'s `send` lands in rank `i`'s `recv` (non-roots may pass empty `send`).
+    pub fn scatter<T: Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        self.scatter_bytes(as_bytes(send), as_bytes_mut(recv), T::DTYPE, root)
+    }
+
+    /// Like [`Communicator::scatter`] with per-rank `counts` (all ranks pass the same vector).
+    pub fn scatter_v<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        self.scatter_v_bytes(as_bytes(send), as_bytes_mut(recv), counts, T::DTYPE, root)
+    }
+
+    /// Reduce every rank's `send` (size x `recv.len()`); block `i` of the result lands in rank
+    /// `i`'s `recv`.
+    pub fn reduce_scatter<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.reduce_scatter_bytes(as_bytes(send), as_bytes_mut(recv), T::DTYPE, op)
+    }
+
+    /// Like [`Communicator::reduce_scatter`] with per-rank `counts` (all ranks pass the same
+    /// vector).
+    pub fn reduce_scatter_v<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.reduce_scatter_v_bytes(as_bytes(send), as_bytes_mut(recv), counts, T::DTYPE, op)
+    }
+
+    /// Block `j` of `send` goes to rank `j`; block `j` of `recv` comes from rank `j` (equal blocks).
+    pub fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        self.all_to_all_bytes(as_bytes(send), as_bytes_mut(recv), T::DTYPE)
+    }
+
+    /// All-to-all with this rank's own `send_counts` (to each rank) and `recv_counts` (from each).
+    pub fn all_to_all_v<T: Element>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        recv: &mut [T],
+        recv_counts: &[usize],
+    ) -> Result<()> {
+        self.all_to_all_v_bytes(
+            as_bytes(send),
+            send_counts,
+            as_bytes_mut(recv),
+            recv_counts,
+            T::DTYPE,
+        )
+    }
+}
+
+/// A validated collective call: what to compute, its fingerprint, its element type and operator.
+pub(crate) struct Job {
+    coll: Collective,
+    fp: Fingerprint,
+    dtype: DataType,
+    op: Option<ReduceOp>,
+}
+
+/// Element count of `bytes` bytes of `dtype`, or an error naming the buffer.
+fn elements(what: &str, bytes: usize, dtype: DataType) -> Result<usize> {
+    if bytes % dtype.size() != 0 {
+        return Err(Error::invalid(format!(
+            "{what} has {bytes} bytes, not a whole number of {dtype} elements"
+        )));
+    }
+    Ok(bytes / dtype.size())
+}
+
+fn expect_len(op: OpKind, what: &str, got: usize, want: usize) -> Result<()> {
+    if got != want {
+        return Err(Error::invalid(format!(
+            "{op}: {what} has {got} elements but this call needs {want}"
+        )));
+    }
+    Ok(())
+}
+
+// Erased operations: validate, build a Job, run it. Each typed method above is a thin cast.
+impl Communicator {
+    fn job_barrier(&self) -> Job {
+        let fp = Fingerprint::new(OpKind::Barrier, DataType::U8, 0);
+        Job {
+            coll: Collective::Barrier,
+            fp,
+            dtype: DataType::U8,
+            op: None,
+        }
+    }
+
+    fn check_counts(&self, op: OpKind, counts: &[usize]) -> Result<()> {
+        if counts.len() != self.size() {
+            return Err(Error::invalid(format!(
+                "{op}: counts has {} entries but the communicator has {} ranks",
+                counts.len(),
+                self.size()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Check the buffers of `coll` against this rank's expected sizes.
+    fn check_buffers(
+        &self,
+        coll: &Collective,
+        input: Option<usize>,
+        output: usize,
+        dtype: DataType,
+    ) -> Result<()> {
+        let kind = coll.kind();
+        if let Some(i) = input {
+            expect_len(
+                kind,
+                "send buffer",
+                elements("send buffer", i, dtype)?,
+                coll.in_len(self.rank()),
+            )?;
+        }
+        let out = elements("receive buffer", output, dtype)?;
+        expect_len(kind, "receive buffer", out, coll.out_len(self.rank()))
+    }
+
+    fn run_new(&self, job: Job, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
+        self.check_buffers(&job.coll, input.map(<[u8]>::len), output.len(), job.dtype)?;
+        self.run(self.next_seq(), &job, input, output)
+    }
+
+    /// Erased [`Communicator::broadcast`].
+    pub fn broadcast_bytes(&self, buf: &mut [u8], dtype: DataType, root: usize) -> Result<()> {
+        self.check_rank("root", root)?;
+        let count = elements("buffer", buf.len(), dtype)?;
+        let fp = Fingerprint::new(OpKind::Broadcast, dtype, count).with_root(root);
+        self.run_new(
+            Job {
+                coll: Collective::Broadcast { count, root },
+                fp,
+                dtype,
+                op: None,
+            },
+            None,
+            buf,
+        )
+    }
+
+    /// Erased all-reduce; `send == None` is in place.
+    pub fn all_reduce_bytes(
+        &self,
+        send: Option<&[u8]>,
+        recv: &mut [u8],
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        op.check(dtype)?;
+        let count = elements("receive buffer", recv.len(), dtype)?;
+        let fp = Fingerprint::new(OpKind::AllReduce, dtype, count).with_op(op);
+        self.run_new(
+            Job {
+                coll: Collective::AllReduce { count },
+                fp,
+                dtype,
+                op: Some(op),
+            },
+            send,
+            recv,
+        )
+    }
+
+    /// Erased reduce; `send == None` is in place (root's `recv` holds its contribution). On
+    /// non-root ranks `recv` may be empty.
+    pub fn reduce_bytes(
+        &self,
+        send: Option<&[u8]>,
+        recv: &mut [u8],
+        dtype: DataType,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()> {
+        op.check(dtype)?;
+        self.check_rank("root", root)?;
+        let count = match send {
+            Some(s) => elements("send buffer", s.len(), dtype)?,
+            None => elements("buffer", recv.len(), dtype)?,
+        };
+        let fp = Fingerprint::new(OpKind::Reduce, dtype, count)
+            .with_op(op)
+            .with_root(root);
+        let job = Job {
+            coll: Collective::Reduce { count, root },
+            fp,
+            dtype,
+            op: Some(op),
+        };
+        if self.rank() != root && recv.len() != count * dtype.size() {
+            // Non-roots need scratch of the full size; their `recv` is not written.
+            let mut scratch = vec![0u8; count * dtype.size()];
+            return self.run_new(job, Some(send.unwrap_or(&[])), &mut scratch);
+        }
+        self.run_new(job, send, recv)
+    }
+
+    /// Erased [`Communicator::all_gather`].
+    pub fn all_gather_bytes(&self, send: &[u8], recv: &mut [u8], dtype: DataType) -> Result<()> {
+        let count = elements("send buffer", send.len(), dtype)?;
+        let counts = vec![count; self.size()];
+        let fp = Fingerprint::new(OpKind::AllGather, dtype, count);
+        self.run_new(
+            Job {
+                coll: Collective::AllGather { counts },
+                fp,
+                dtype,
+                op: None,
+            },
+            Some(send),
+            recv,
+        )
+    }
+
+    /// Erased [`Communicator::all_gather_v`].
+    pub fn all_gather_v_bytes(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        counts: &[usize],
+        dtype: DataType,
+    ) -> Result<()> {
+        self.check_counts(OpKind::AllGatherV, counts)?;
+        let fp = Fingerprint::new(OpKind::AllGatherV, dtype, 0).with_counts(counts);
+        let coll = Collective::AllGather {
+            counts: counts.to_vec(),
+        };
+        self.run_new(
+            Job {
+                coll,
+                fp,
+                dtype,
+                op: None,
+            },
+            Some(send),
+            recv,
+        )
+    }
+
+    /// Erased [`Communicator::gather`].
+    pub fn gather_bytes(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        dtype: DataType,
+        root: usize,
+    ) -> Result<()> {
+        self.check_rank("root", root)?;
+        let count = elements("send buffer", send.len(), dtype)?;
+        let counts = vec![count; self.size()];
+        let fp = Fingerprint::new(OpKind::Gather, dtype, count).with_root(root);
+        self.run_rooted(
+            Job {
+                coll: Collective::Gather { counts, root },
+                fp,
+                dtype,
+                op: None,
+            },
+            Some(send),
+            recv,
+        )
+    }
+
+    /// Erased [`Communicator::gather_v`].
+    pub fn gather_v_bytes(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        counts: &[usize],
+        dtype: DataType,
+        root: usize,
+    ) -> Result<()> {
+        self.check_rank("root", root)?;
+        self.check_counts(OpKind::GatherV, counts)?;
+        let fp = Fingerprint::new(OpKind::GatherV, dtype, 0)
+            .with_root(root)
+            .with_counts(counts);
+        let coll = Collective::Gather {
+            counts: counts.to_vec(),
+            root,
+        };
+        self.run_rooted(
+            Job {
+                coll,
+                fp,
+                dtype,
+                op: None,
+            },
+            Some(send),
+            recv,
+        )
+    }
+
+    /// Erased [`Communicator::scatter`].
+    pub fn scatter_bytes(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        dtype: DataType,
+        root: usize,
+    ) -> Result<()> {
+        self.check_rank("root", root)?;
+        let count = elements("receive buffer", recv.len(), dtype)?;
+        let counts = vec![count; self.size()];
+        let fp = Fingerprint::new(OpKind::Scatter, dtype, count).with_root(root);
+        self.run_rooted(
+            Job {
+                coll: Collective::Scatter { counts, root },
+                fp,
+                dtype,
+                op: None,
+            },
+            Some(send),
+            recv,
+        )
+    }
+
+    /// Erased [`Communicator::scatter_v`].
+    pub fn scatter_v_bytes(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        counts: &[usize],
+        dtype: DataType,
+        root: usize,
+    ) -> Result<()> {
+        self.check_rank("root", root)?;
+        self.check_counts(OpKind::ScatterV, counts)?;
+        let fp = Fingerprint::new(OpKind::ScatterV, dtype, 0)
+            .with_root(root)
+            .with_counts(counts);
+        let coll = Collective::Scatter {
+            counts: counts.to_vec(),
+            root,
+        };
+        self.run_rooted(
+            Job {
+                coll,
+                fp,
+                dtype,
+                op: None,
+            },
+            Some(send),
+            recv,
+        )
+    }
+
+    /// Rooted operations: buffers that only matter at the root may be empty elsewhere.
+    fn run_rooted(&self, job: Job, send: Option<&[u8]>, recv: &mut [u8]) -> Result<()> {
+        let me = self.rank();
+        let in_len = job.coll.in_len(me) * job.dtype.size();
+        let out_len = job.coll.out_len(me) * job.dtype.size();
+        // Non-root ranks may pass anything for the root-only buffer: ignore it.
+        let send = match send {
+            Some(s) if in_len == 0 => Some(&s[..0]),
+            s => s,
+        };
+        if out_len == 0 {
+            return self.run_new(job, send, &mut recv[..0]);
+        }
+        self.run_new(job, send, recv)
+    }
+
+    /// Erased [`Communicator::reduce_scatter`].
+    pub fn reduce_scatter_bytes(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        op.check(dtype)?;
+        let count = elements("receive buffer", recv.len(), dtype)?;
+        let counts = vec![count; self.size()];
+        let fp = Fingerprint::new(OpKind::ReduceScatter, dtype, count).with_op(op);
+        self.run_new(
+            Job {
+                coll: Collective::ReduceScatter { counts },
+                fp,
+                dtype,
+                op: Some(op),
+            },
+            Some(send),
+            recv,
+        )
+    }
+
+    /// Erased [`Communicator::reduce_scatter_v`].
+    pub fn reduce_scatter_v_bytes(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        counts: &[usize],
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        op.check(dtype)?;
+        self.check_counts(OpKind::ReduceScatterV, counts)?;
+        let fp = Fingerprint::new(OpKind::ReduceScatterV, dtype, 0)
+            .with_op(op)
+            .with_counts(counts);
+        let coll = Collective::ReduceScatter {
+            counts: counts.to_vec(),
+        };
+        self.run_new(
+            Job {
+                coll,
+                fp,
+                dtype,
+                op: Some(op),
+            },
+            Some(send),
+            recv,
+        )
+    }
+
+    /// Erased [`Communicator::all_to_all`].
+    pub fn all_to_all_bytes(&self, send: &[u8], recv: &mut [u8], dtype: DataType) -> Result<()> {
+        let n = self.size();
+        let total = elements("send buffer", send.len(), dtype)?;
+        if total % n != 0 {
+            return Err(Error::invalid(format!(
+                "alltoall: send buffer has {total} elements, not a multiple of the {n} ranks"
+            )));
+        }
+        let counts = vec![total / n; n];
+        let fp = Fingerprint::new(OpKind::AllToAll, dtype, total / n);
+        let coll = Collective::AllToAll {
+            send_counts: counts.clone(),
+            recv_counts: counts,
+        };
+        self.run_new(
+            Job {
+                coll,
+                fp,
+                dtype,
+                op: None,
+            },
+            Some(send),
+            recv,
+        )
+    }
+
+    /// Erased [`Communicator::all_to_all_v`].
+    pub fn all_to_all_v_bytes(
+        &self,
+        send: &[u8],
+        send_counts: &[usize],
+        recv: &mut [u8],
+        recv_counts: &[usize],
+        dtype: DataType,
+    ) -> Result<()> {
+        self.check_counts(OpKind::AllToAllV, send_counts)?;
+        self.check_counts(OpKind::AllToAllV, recv_counts)?;
+        let fp = Fingerprint::new(OpKind::AllToAllV, dtype, 0);
+        let coll = Collective::AllToAll {
+            send_counts: send_counts.to_vec(),
+            recv_counts: recv_counts.to_vec(),
+        };
+        self.run_new(
+            Job {
+                coll,
+                fp,
+                dtype,
+                op: None,
+            },
+            Some(send),
+            recv,
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Groups.
+
+impl Communicator {
+    /// Split into disjoint communicators: ranks passing the same `color` form one, ordered by
+    /// (`key`, current rank). Ranks passing `None` get `None`. Collective over this communicator.
+    pub fn split(&self, color: Option<u32>, key: i64) -> Result<Option<Communicator>> {
+        let mine = [color.map_or(-1, i64::from), key];
+        let mut all = vec![0i64; 2 * self.size()];
+        self.all_gather(&mine, &mut all)?;
+        let split_no = self.inner.splits.fetch_add(1, Ordering::Relaxed);
+        let Some(color) = color else { return Ok(None) };
+        let mut members: Vec<(i64, usize)> = (0..self.size())
+            .filter(|&r| all[2 * r] == color as i64)
+            .map(|r| (all[2 * r + 1], r))
+            .collect();
+        members.sort();
+        let ranks: Vec<usize> = members.iter().map(|&(_, r)| r).collect();
+        Ok(Some(self.child(
+            &ranks,
+            split_no,
+            &format!("split{split_no}/color{color}"),
+            color as u64,
+        )))
+    }
+
+    /// A communicator of the listed ranks (in that order). Collective over this communicator:
+    /// every rank calls it with the same list; ranks not listed get `None`.
+    pub fn subgroup(&self, ranks: &[usize]) -> Result<Option<Communicator>> {
+        for (i, &r) in ranks.iter().enumerate() {
+            self.check_rank("subgroup member", r)?;
+            if ranks[..i].contains(&r) {
+                return Err(Error::invalid(format!("subgroup lists rank {r} twice")));
+            }
+        }
+        // Agreeing on the list is part of the call's fingerprint: a broadcast of its hash.
+        let mut h = [crate::fingerprint::hash_counts(ranks)];
+        let mine = h[0];
+        self.broadcast(&mut h, 0)?;
+        if h[0] != mine {
+            return Err(self.fail(Error::invalid(format!(
+                "subgroup: rank {} passed a different rank list than rank 0",
+                self.rank()
+            ))));
+        }
+        let split_no = self.inner.splits.fetch_add(1, Ordering::Relaxed);
+        if !ranks.contains(&self.rank()) {
+            return Ok(None);
+        }
+        Ok(Some(self.child(
+            ranks,
+            split_no,
+            &format!("group{split_no}"),
+            mine,
+        )))
+    }
+
+    /// A child over `members` (ranks of this communicator).
+    fn child(&self, members: &[usize], split_no: u64, label: &str, salt: u64) -> Communicator {
+        let p = &self.inner;
+        let ranks: Vec<usize> = members.iter().map(|&r| p.ranks[r]).collect();
+        let rank = members
+            .iter()
+            .position(|&r| r == p.rank)
+            .expect("caller is a member");
+        let mut id =
+            crate::fingerprint::hash_counts(&[p.id as usize, split_no as usize, salt as usize]);
+        if id <= 1 {
+            id = 2; // 1 is the world
+        }
+        Communicator {
+            inner: Arc::new(Inner {
+                transport: p.transport.clone(),
+                ranks,
+                rank,
+                id,
+                name: format!("{}/{label}", p.name),
+                seq: AtomicU64::new(0),
+                splits: AtomicU64::new(0),
+                timeout_ns: AtomicU64::new(p.timeout_ns.load(Ordering::Relaxed)),
+                poison: Mutex::new(None),
+                cache: Mutex::new(HashMap::new()),
+                model: p.model,
+                _keep: p._keep.clone(),
+            }),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Nonblocking requests.
+
+/// An operation running in the background. Dropping it without [`Request::wait`] still waits
+/// for completion when the enclosing [`std::thread::scope`] ends; the buffers stay borrowed until
+/// then.
+#[must_use = "a request must be waited on to see its result"]
+pub struct Request<'scope> {
+    handle: ScopedJoinHandle<'scope, Result<()>>,
+}
+
+impl Request<'_> {
+    /// Block until the operation finishes and return its result.
+    pub fn wait(self) -> Result<()> {
+        self.handle.join().unwrap_or_else(|_| {
+            Err(Error::Aborted {
+                reason: "operation panicked".into(),
+            })
+        })
+    }
+
+    /// Whether the operation has finished (then [`Request::wait`] returns at once).
+    pub fn test(&self) -> bool {
+        self.handle.is_finished()
+    }
+}
+
+macro_rules! nonblocking {
+    ($(#[$doc:meta] $iname:ident => $name:ident($($arg:ident : $ty:ty),*);)*) => {$(
+        #[$doc]
+        ///
+        /// The call takes its place in the communicator's order now, so ranks must start requests
+        /// in the same order; it runs on a thread of `scope` and the buffers stay borrowed until the
+        /// request completes.
+        pub fn $iname<'scope, 'env, T: Element>(
+            &self,
+            scope: &'scope Scope<'scope, 'env>,
+            $($arg: $ty),*
+        ) -> Request<'scope> {
+            let (comm, seq) = (self.clone(), self.next_seq());
+            Request { handle: scope.spawn(move || comm.with_seq(seq, |c| c.$name($($arg),*))) }
+        }
+    )*};
+}
+
+impl Communicator {
+    nonblocking! {
+        /// Nonblocking [`Communicator::all_reduce`].
+        iall_reduce => all_reduce(buf: &'scope mut [T], op: ReduceOp);
+        /// Nonblocking [`Communicator::all_reduce_into`].
+        iall_reduce_into => all_reduce_into(send: &'scope [T], recv: &'scope mut [T], op: ReduceOp);
+        /// Nonblocking [`Communicator::broadcast`].
+        ibroadcast => broadcast(buf: &'scope mut [T], root: usize);
+        /// Nonblocking [`Communicator::reduce_into`].
+        ireduce_into => reduce_into(send: &'scope [T], recv: &'scope mut [T], op: ReduceOp, root: usize);
+        /// Nonblocking [`Communicator::all_gather`].
+        iall_gather => all_gather(send: &'scope [T], recv: &'scope mut [T]);
+        /// Nonblocking [`Communicator::gather`].
+        igather => gather(send: &'scope [T], recv: &'scope mut [T], root: usize);
+        /// Nonblocking [`Communicator::scatter`].
+        iscatter => scatter(send: &'scope [T], recv: &'scope mut [T], root: usize);
+        /// Nonblocking [`Communicator::reduce_scatter`].
+        ireduce_scatter => reduce_scatter(send: &'scope [T], recv: &'scope mut [T], op: ReduceOp);
+        /// Nonblocking [`Communicator::all_to_all`].
+        iall_to_all => all_to_all(send: &'scope [T], recv: &'scope mut [T]);
+    }
+
+    /// Nonblocking [`Communicator::barrier`].
+    pub fn ibarrier<'scope, 'env>(&self, scope: &'scope Scope<'scope, 'env>) -> Request<'scope> {
+        let (comm, seq) = (self.clone(), self.next_seq());
+        Request {
+            handle: scope.spawn(move || comm.with_seq(seq, |c| c.barrier())),
+        }
+    }
+
+    /// Run `f`, whose single operation on this communicator uses the already reserved sequence
+    /// number `seq` instead of taking a fresh one.
+    pub(crate) fn with_seq<R>(&self, seq: u64, f: impl FnOnce(&Communicator) -> R) -> R {
+        RESERVED_SEQ.with(|c| c.set(Some((self.inner.id, seq))));
+        let r = f(self);
+        RESERVED_SEQ.with(|c| c.set(None));
+        r
+    }
+
+    /// Reserve a sequence number on the calling thread's behalf, for a caller that runs the
+    /// operation elsewhere later (with [`Communicator::with_seq`]).
+    pub(crate) fn reserve_seq(&self) -> u64 {
+        self.inner.seq.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+thread_local! {
+    /// (communicator id, sequence number) reserved for the next operation on this thread.
+    static RESERVED_SEQ: std::cell::Cell<Option<(u64, u64)>> = const { std::cell::Cell::new(None) };
+}

@@ -1,0 +1,261 @@
+//! The executor: runs one rank's [`Schedule`] on a [`Transport`].
+//!
+//! It resolves [`Span`]s to bytes, hands sends to the transport, takes incoming frames from the
+//! mailbox chunk by chunk (reducing each chunk as it arrives, so the network and the reduction
+//! overlap), and turns every way a wait can end badly into an [`Error`] that names the call and the
+//! ranks involved.
+
+use crate::dtype::{self, DataType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprint;
+use crate::schedule::{Buf, Schedule, Span, Step};
+use crate::transport::{Envelope, Transport, WaitError};
+use std::time::{Duration, Instant};
+
+/// Everything about one call that the executor needs besides the buffers.
+pub(crate) struct Call<'a> {
+    pub transport: &'a dyn Transport,
+    /// Communicator rank -> transport rank.
+    pub ranks: &'a [usize],
+    /// This rank in the communicator.
+    pub me: usize,
+    pub comm_id: u64,
+    pub comm_name: &'a str,
+    pub seq: u64,
+    pub fp: Fingerprint,
+    pub dtype: DataType,
+    pub op: ReduceOp,
+    pub timeout: Duration,
+}
+
+/// The caller's memory for one call. `input` may equal `output` (an in-place call); the executor
+/// only ever touches them through raw pointers for that reason.
+pub(crate) struct Buffers {
+    pub input: *const u8,
+    pub input_len: usize,
+    pub output: *mut u8,
+    pub output_len: usize,
+}
+
+impl Call<'_> {
+    fn envelope(&self) -> Envelope {
+        Envelope {
+            comm: self.comm_id,
+            seq: self.seq,
+            fp: self.fp,
+        }
+    }
+
+    /// Turn a failed wait on `peer` into an error naming the call.
+    pub fn wait_error(&self, err: WaitError, waiting_for: Vec<usize>) -> Error {
+        match err {
+            WaitError::Timeout { elsewhere } => {
+                let hint = match elsewhere.first() {
+                    Some(seq) => format!(
+                        "; rank {} has sent data for op #{seq} instead (did it skip or add a call?)",
+                        waiting_for.first().copied().unwrap_or(0)
+                    ),
+                    None => String::new(),
+                };
+                Error::Timeout {
+                    op: self.fp.to_string(),
+                    seq: self.seq,
+                    comm: self.comm_name.to_string(),
+                    waiting_for,
+                    after: self.timeout,
+                    hint,
+                }
+            }
+            WaitError::Lost { cause } => Error::PeerLost {
+                rank: waiting_for.first().copied().unwrap_or(0),
+                cause,
+            },
+            WaitError::Aborted { by, reason } => Error::Aborted {
+                reason: format!("rank {by} gave up: {reason}"),
+            },
+        }
+    }
+}
+
+/// Resolved memory of the three buffers.
+struct Memory<'m> {
+    bufs: &'m Buffers,
+    tmp: Vec<u8>,
+    esz: usize,
+}
+
+impl Memory<'_> {
+    /// Byte range of `span`, bounds-checked (a failure here is a bug in an algorithm, reported as
+    /// an error rather than memory corruption).
+    fn range(&mut self, span: Span) -> Result<(*mut u8, usize)> {
+        let (base, len) = match span.buf {
+            Buf::In => (self.bufs.input as *mut u8, self.bufs.input_len),
+            Buf::Out => (self.bufs.output, self.bufs.output_len),
+            Buf::Tmp => (self.tmp.as_mut_ptr(), self.tmp.len()),
+        };
+        let start = span.off * self.esz;
+        let bytes = span.len * self.esz;
+        if start + bytes > len {
+            return Err(Error::Unsupported(format!(
+                "internal: schedule step touches {span:?} outside a buffer of {len} bytes"
+            )));
+        }
+        // SAFETY: start + bytes <= len, the buffer's length in bytes.
+        Ok((unsafe { base.add(start) }, bytes))
+    }
+
+    fn read(&mut self, span: Span) -> Result<&[u8]> {
+        let (p, n) = self.range(span)?;
+        // SAFETY: in bounds (checked by `range`); the buffer outlives the call.
+        Ok(unsafe { std::slice::from_raw_parts(p, n) })
+    }
+}
+
+/// Run `sched` for `call` over `bufs`.
+pub(crate) fn execute(call: &Call<'_>, sched: &Schedule, bufs: &Buffers) -> Result<()> {
+    let esz = call.dtype.size();
+    let mut mem = Memory {
+        bufs,
+        tmp: vec![0u8; sched.tmp_len * esz],
+        esz,
+    };
+    let deadline = Instant::now() + call.timeout;
+    let env = call.envelope();
+    for round in &sched.rounds {
+        for step in round {
+            if let Step::Send { peer, src } = *step {
+                let data = mem.read(src)?;
+                call.transport.send(call.ranks[peer], &env, data)?;
+            }
+        }
+        for (i, step) in round.iter().enumerate() {
+            match *step {
+                Step::Send { .. } => {}
+                Step::Recv { peer, dst } | Step::RecvReduce { peer, dst } => {
+                    let reduce = matches!(step, Step::RecvReduce { .. });
+                    let (p, n) = mem.range(dst)?;
+                    receive(call, peer, p, n, reduce, deadline, || {
+                        pending_peers(&round[i..])
+                    })?;
+                }
+                Step::Copy { src, dst } => {
+                    let (s, n) = mem.range(src)?;
+                    let (d, m) = mem.range(dst)?;
+                    debug_assert_eq!(n, m);
+                    if s != d {
+                        // SAFETY: both ranges are in bounds; `copy` tolerates overlap.
+                        unsafe { std::ptr::copy(s, d, n.min(m)) };
+                    }
+                }
+                Step::Reduce { src, dst } => {
+                    let (s, n) = mem.range(src)?;
+                    let (d, m) = mem.range(dst)?;
+                    // Overlapping operands (possible only in place) go through a copy.
+                    let src_copy = unsafe { std::slice::from_raw_parts(s, n) }.to_vec();
+                    let dst_slice = unsafe { std::slice::from_raw_parts_mut(d, m) };
+                    dtype::reduce_into(call.dtype, call.op, dst_slice, &src_copy);
+                }
+                Step::Finalize { dst } => {
+                    let (d, m) = mem.range(dst)?;
+                    // SAFETY: in bounds; nothing else refers to this range during the step.
+                    let dst_slice = unsafe { std::slice::from_raw_parts_mut(d, m) };
+                    dtype::finalize(call.dtype, call.op, dst_slice, call.ranks.len());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Peers of the receives from `steps` onwards, deduplicated, for timeout messages.
+fn pending_peers(steps: &[Step]) -> Vec<usize> {
+    let mut peers = Vec::new();
+    for s in steps {
+        if let Step::Recv { peer, .. } | Step::RecvReduce { peer, .. } = *s {
+            if !peers.contains(&peer) {
+                peers.push(peer);
+            }
+        }
+    }
+    peers
+}
+
+/// Receive one message of exactly `len` bytes from communicator rank `peer` into `dst`, copying
+/// or reducing chunk by chunk. `waiting_for` lists the ranks to name if the deadline passes.
+pub(crate) fn receive(
+    call: &Call<'_>,
+    peer: usize,
+    dst: *mut u8,
+    len: usize,
+    reduce: bool,
+    deadline: Instant,
+    waiting_for: impl Fn() -> Vec<usize>,
+) -> Result<()> {
+    let src = call.ranks[peer];
+    let mailbox = call.transport.mailbox();
+    let mut got = 0usize;
+    loop {
+        let frame = mailbox
+            .take(src, call.comm_id, call.seq, deadline)
+            .map_err(|e| match e {
+                WaitError::Timeout { .. } => call.wait_error(e, waiting_for()),
+                e => call.wait_error(e, vec![peer]),
+            })?;
+        check_frame(call, peer, &frame.env.fp, frame.total_len, len)?;
+        let off = frame.offset as usize;
+        if off != got || off + frame.data.len() > len {
+            return Err(Error::Protocol(format!(
+                "rank {peer} sent a chunk at {off}+{} while {got} of {len} bytes had arrived",
+                frame.data.len()
+            )));
+        }
+        // SAFETY: off + data.len() <= len, the destination's length.
+        let d = unsafe { std::slice::from_raw_parts_mut(dst.add(off), frame.data.len()) };
+        if reduce {
+            dtype::reduce_into(call.dtype, call.op, d, &frame.data);
+        } else {
+            d.copy_from_slice(&frame.data);
+        }
+        got += frame.data.len();
+        if got == len {
+            return Ok(());
+        }
+    }
+}
+
+/// A frame's fingerprint and size must match this rank's call: otherwise the ranks disagree on
+/// what they are doing, which is reported as a desync naming both calls.
+fn check_frame(
+    call: &Call<'_>,
+    peer: usize,
+    theirs: &Fingerprint,
+    total: u64,
+    want: usize,
+) -> Result<()> {
+    if *theirs != call.fp {
+        return Err(Error::Desync {
+            me: call.me,
+            mine: call.fp.to_string(),
+            peer,
+            theirs: theirs.to_string(),
+            comm: call.comm_name.to_string(),
+            seq: call.seq,
+        });
+    }
+    if total as usize != want {
+        let esz = call.dtype.size() as u64;
+        return Err(Error::Desync {
+            me: call.me,
+            mine: format!(
+                "{} expecting {} elements from rank {peer}",
+                call.fp,
+                want as u64 / esz
+            ),
+            peer,
+            theirs: format!("{} sending {} elements", theirs, total / esz),
+            comm: call.comm_name.to_string(),
+            seq: call.seq,
+        });
+    }
+    Ok(())
+}
