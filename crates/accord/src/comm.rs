@@ -41,6 +41,17 @@ pub struct Communicator {
     inner: Arc<Inner>,
 }
 
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("name", &self.inner.name)
+            .field("rank", &self.inner.rank)
+            .field("size", &self.inner.ranks.len())
+            .field("transport", &self.inner.transport.name())
+            .finish()
+    }
+}
+
 struct Inner {
     transport: Arc<dyn Transport>,
     /// Communicator rank -> transport rank.
@@ -53,6 +64,8 @@ struct Inner {
     timeout_ns: AtomicU64,
     poison: Mutex<Option<Error>>,
     cache: Mutex<HashMap<(Collective, Algorithm), Arc<Schedule>>>,
+    /// Per-communicator algorithm choices that override the tuner (tests, tuning).
+    forced: Mutex<HashMap<OpKind, Algorithm>>,
     model: tuner::CostModel,
     /// Things that must live as long as the communicator (store client and server...).
     _keep: Vec<Arc<dyn Any + Send + Sync>>,
@@ -88,6 +101,7 @@ impl Communicator {
                 timeout_ns: AtomicU64::new(timeout_from_env().as_nanos() as u64),
                 poison: Mutex::new(None),
                 cache: Mutex::new(HashMap::new()),
+                forced: Mutex::new(HashMap::new()),
                 model,
                 _keep: keep,
             }),
@@ -145,6 +159,17 @@ impl Communicator {
         self.inner.transport.abort(reason);
     }
 
+    /// Use `algo` for every later `kind` operation on this communicator (`None`: let the tuner
+    /// choose again). An algorithm that does not apply to a call makes that call fail with
+    /// [`Error::Unsupported`].
+    pub fn force_algorithm(&self, kind: OpKind, algo: Option<Algorithm>) {
+        let mut f = self.inner.forced.lock().unwrap();
+        match algo {
+            Some(a) => f.insert(kind, a),
+            None => f.remove(&kind),
+        };
+    }
+
     /// The algorithm the tuner picks for `coll` with elements of `dtype`, and its cost table.
     pub fn explain(&self, coll: &Collective, dtype: DataType) -> String {
         tuner::explain(coll, self.size(), dtype.size(), &self.inner.model)
@@ -187,7 +212,11 @@ impl Communicator {
     }
 
     fn schedule(&self, coll: &Collective, dtype: DataType) -> Result<Arc<Schedule>> {
-        let algo = tuner::select(coll, self.size(), dtype.size(), &self.inner.model);
+        let forced = self.inner.forced.lock().unwrap().get(&coll.kind()).copied();
+        let algo = match forced {
+            Some(a) => a,
+            None => tuner::select(coll, self.size(), dtype.size(), &self.inner.model),
+        };
         let key = (coll.clone(), algo);
         if let Some(s) = self.inner.cache.lock().unwrap().get(&key) {
             return Ok(s.clone());
@@ -217,7 +246,8 @@ impl Communicator {
     /// Plan and run one collective. `input == None` means in place (the output is also the input).
     fn run(&self, seq: u64, job: &Job, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
         self.check_poison()?;
-        let sched = self.schedule(&job.coll, job.dtype)?;
+        // The sequence number is spent: from here on, a failure must reach the peers.
+        let sched = self.schedule(&job.coll, job.dtype).map_err(|e| self.fail(e))?;
         let bufs = match input {
             Some(i) => Buffers {
                 input: i.as_ptr(),
@@ -986,6 +1016,7 @@ impl Communicator {
                 timeout_ns: AtomicU64::new(p.timeout_ns.load(Ordering::Relaxed)),
                 poison: Mutex::new(None),
                 cache: Mutex::new(HashMap::new()),
+                forced: Mutex::new(HashMap::new()),
                 model: p.model,
                 _keep: p._keep.clone(),
             }),

@@ -1,0 +1,329 @@
+//! `accord bench`: time every operation over a range of sizes, check every result, and print an
+//! nccl-tests-style table (per-iteration maximum over ranks, median over iterations).
+
+use accord::schedule::Collective;
+use accord::{Communicator, DataType, Element, ReduceOp, Result};
+use std::time::Instant;
+
+/// The operations the benchmark knows.
+pub const OPS: &[&str] = &[
+    "allreduce",
+    "broadcast",
+    "reduce",
+    "allgather",
+    "gather",
+    "scatter",
+    "reduce_scatter",
+    "alltoall",
+    "sendrecv",
+    "barrier",
+];
+
+/// Options shared by the launcher side and the ranks.
+#[derive(Debug, Clone)]
+pub struct BenchOpts {
+    /// Operation name (one of [`OPS`]).
+    pub op: String,
+    /// Smallest size in bytes.
+    pub min_bytes: usize,
+    /// Largest size in bytes.
+    pub max_bytes: usize,
+    /// Multiply the size by this between rows.
+    pub factor: usize,
+    /// Element type.
+    pub dtype: DataType,
+    /// Print the tuner's cost table for every size.
+    pub explain: bool,
+    /// Write rows as JSON here (rank 0).
+    pub json: Option<String>,
+    /// Iterations override (0 = automatic).
+    pub iters: usize,
+}
+
+/// One row of the table.
+pub struct Row {
+    bytes: usize,
+    count: usize,
+    time_us: f64,
+    algbw: f64,
+    busbw: f64,
+    wrong: u64,
+}
+
+/// Parse `4`, `64K`, `16M`, `1G` (powers of two).
+pub fn parse_size(s: &str) -> std::result::Result<usize, String> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&s[..s.len() - 1], 1usize << 10),
+        Some('M') => (&s[..s.len() - 1], 1 << 20),
+        Some('G') => (&s[..s.len() - 1], 1 << 30),
+        Some('B') => (&s[..s.len() - 1], 1),
+        _ => (s, 1),
+    };
+    num.parse::<usize>().map(|n| n * mult).map_err(|_| format!("bad size {s:?} (use e.g. 4, 64K, 16M)"))
+}
+
+/// Bus bandwidth factor (nccl-tests conventions).
+fn bus_factor(op: &str, n: usize) -> f64 {
+    let n = n as f64;
+    match op {
+        "allreduce" => 2.0 * (n - 1.0) / n,
+        "allgather" | "reduce_scatter" | "alltoall" | "gather" | "scatter" => (n - 1.0) / n,
+        _ => 1.0,
+    }
+}
+
+/// Element types the benchmark can check exactly.
+trait Num: Element + PartialEq + std::fmt::Debug {
+    fn of(v: i64) -> Self;
+}
+macro_rules! num {
+    ($($t:ty),*) => {$( impl Num for $t { fn of(v: i64) -> Self { v as $t } } )*};
+}
+num!(f32, f64, i32, i64);
+
+/// The value rank `r` contributes at index `i`: small integers, so every sum is exact.
+fn val<T: Num>(r: usize, i: usize) -> T {
+    T::of(((r + 1) * (i % 7 + 1)) as i64)
+}
+
+/// The value rank `r` sends to rank `to` at index `i` of the block (all-to-all).
+fn a2a<T: Num>(r: usize, to: usize, i: usize) -> T {
+    T::of(((r * 16 + to) * 100 + i % 100) as i64)
+}
+
+/// Buffers and a checker for one operation at one size.
+struct Case<T> {
+    send: Vec<T>,
+    recv: Vec<T>,
+}
+
+fn count_wrong<T: Num>(got: &[T], want: impl Fn(usize) -> T) -> u64 {
+    got.iter().enumerate().filter(|(i, g)| **g != want(*i)).count() as u64
+}
+
+/// Run `op` once.
+fn run_once<T: Num>(comm: &Communicator, op: &str, c: &mut Case<T>) -> Result<()> {
+    let n = comm.size();
+    let me = comm.rank();
+    match op {
+        "allreduce" => comm.all_reduce_into(&c.send, &mut c.recv, ReduceOp::Sum),
+        "broadcast" => {
+            if me == 0 {
+                c.recv.copy_from_slice(&c.send);
+            }
+            comm.broadcast(&mut c.recv, 0)
+        }
+        "reduce" => comm.reduce_into(&c.send, &mut c.recv, ReduceOp::Sum, 0),
+        "allgather" => comm.all_gather(&c.send, &mut c.recv),
+        "gather" => comm.gather(&c.send, &mut c.recv, 0),
+        "scatter" => comm.scatter(&c.send, &mut c.recv, 0),
+        "reduce_scatter" => comm.reduce_scatter(&c.send, &mut c.recv, ReduceOp::Sum),
+        "alltoall" => comm.all_to_all(&c.send, &mut c.recv),
+        "sendrecv" => comm.sendrecv(&c.send, (me + 1) % n, &mut c.recv, (me + n - 1) % n, 7),
+        "barrier" => comm.barrier(),
+        _ => Err(accord::Error::invalid(format!("unknown benchmark op {op:?}"))),
+    }
+}
+
+/// Buffers for `op` with `count` elements per the nccl-tests size convention.
+fn make_case<T: Num>(op: &str, n: usize, me: usize, count: usize) -> Case<T> {
+    let block = count / n.max(1);
+    let zero = || T::of(0);
+    match op {
+        "allgather" => Case { send: (0..block).map(|i| val(me, i)).collect(), recv: vec![zero(); block * n] },
+        "gather" => Case {
+            send: (0..block).map(|i| val(me, i)).collect(),
+            recv: vec![zero(); if me == 0 { block * n } else { 0 }],
+        },
+        "scatter" => Case {
+            send: if me == 0 { (0..block * n).map(|j| val(j / block.max(1), j % block.max(1))).collect() } else { vec![] },
+            recv: vec![zero(); block],
+        },
+        "reduce_scatter" => Case { send: (0..block * n).map(|i| val(me, i)).collect(), recv: vec![zero(); block] },
+        "alltoall" => Case {
+            send: (0..block * n).map(|j| a2a(me, j / block.max(1), j % block.max(1))).collect(),
+            recv: vec![zero(); block * n],
+        },
+        "barrier" => Case { send: vec![], recv: vec![] },
+        "sendrecv" => Case { send: (0..count).map(|i| val(me, i)).collect(), recv: vec![zero(); count] },
+        _ => Case { send: (0..count).map(|i| val(me, i)).collect(), recv: vec![zero(); count] },
+    }
+}
+
+/// Elements of this rank's result that are wrong.
+fn check<T: Num>(op: &str, n: usize, me: usize, c: &Case<T>) -> u64 {
+    let block = c.recv.len() / n.max(1);
+    let sum = |i: usize| T::of(((n * (n + 1) / 2) * (i % 7 + 1)) as i64);
+    match op {
+        "allreduce" => count_wrong(&c.recv, sum),
+        "reduce" if me == 0 => count_wrong(&c.recv, sum),
+        "broadcast" => count_wrong(&c.recv, |i| val(0, i)),
+        "allgather" => count_wrong(&c.recv, |j| val(j / block.max(1), j % block.max(1))),
+        "gather" if me == 0 => count_wrong(&c.recv, |j| val(j / block.max(1), j % block.max(1))),
+        "scatter" => count_wrong(&c.recv, |i| val(me, i)),
+        "reduce_scatter" => {
+            let b = c.recv.len();
+            count_wrong(&c.recv, |i| sum(me * b + i))
+        }
+        "alltoall" => count_wrong(&c.recv, |j| a2a(j / block.max(1), me, j % block.max(1))),
+        "sendrecv" => count_wrong(&c.recv, |i| val((me + n - 1) % n, i)),
+        _ => 0,
+    }
+}
+
+fn iterations(bytes: usize, forced: usize) -> (usize, usize) {
+    if forced > 0 {
+        return (forced.div_ceil(10).max(1), forced);
+    }
+    let iters = ((256usize << 20) / bytes.max(1 << 12)).clamp(5, 300);
+    (iters / 10 + 2, iters)
+}
+
+fn bench_typed<T: Num>(comm: &Communicator, o: &BenchOpts) -> Result<Vec<Row>> {
+    let n = comm.size();
+    let me = comm.rank();
+    let esz = T::DTYPE.size();
+    let mut rows = Vec::new();
+    let mut bytes = o.min_bytes.max(if o.op == "barrier" { 0 } else { esz });
+    loop {
+        // Sizes follow nccl-tests: the whole buffer; per-rank blocks are size / n.
+        let unit = if matches!(o.op.as_str(), "allgather" | "gather" | "scatter" | "reduce_scatter" | "alltoall") {
+            esz * n
+        } else {
+            esz
+        };
+        let count = (bytes / unit) * unit / esz;
+        let shown = count * esz;
+        if o.explain && me == 0 {
+            if let Some(coll) = collective_of(&o.op, n, count) {
+                println!("# {}", comm.explain(&coll, T::DTYPE).replace('\n', "\n# "));
+            }
+        }
+        let mut case = make_case::<T>(&o.op, n, me, count);
+        let (warm, iters) = iterations(shown, o.iters);
+        let mut wrong = 0;
+        for _ in 0..warm {
+            run_once(comm, &o.op, &mut case)?;
+        }
+        wrong += check(&o.op, n, me, &case);
+        let mut times = vec![0f64; iters];
+        for t in times.iter_mut() {
+            let start = Instant::now();
+            run_once(comm, &o.op, &mut case)?;
+            *t = start.elapsed().as_secs_f64() * 1e6;
+        }
+        wrong += check(&o.op, n, me, &case);
+        comm.all_reduce(&mut times, ReduceOp::Max)?;
+        let mut w = [wrong];
+        comm.all_reduce(&mut w, ReduceOp::Sum)?;
+        times.sort_by(f64::total_cmp);
+        let time_us = times[times.len() / 2];
+        let algbw = shown as f64 / time_us / 1e3;
+        rows.push(Row { bytes: shown, count, time_us, algbw, busbw: algbw * bus_factor(&o.op, n), wrong: w[0] });
+        if bytes >= o.max_bytes || o.op == "barrier" {
+            break;
+        }
+        bytes = (bytes * o.factor.max(2)).min(o.max_bytes);
+    }
+    Ok(rows)
+}
+
+/// The collective the benchmark runs for `op` at `count` elements (for `--explain`).
+fn collective_of(op: &str, n: usize, count: usize) -> Option<Collective> {
+    let block = count / n.max(1);
+    Some(match op {
+        "allreduce" => Collective::AllReduce { count },
+        "broadcast" => Collective::Broadcast { count, root: 0 },
+        "reduce" => Collective::Reduce { count, root: 0 },
+        "allgather" => Collective::AllGather { counts: vec![block; n] },
+        "gather" => Collective::Gather { counts: vec![block; n], root: 0 },
+        "scatter" => Collective::Scatter { counts: vec![block; n], root: 0 },
+        "reduce_scatter" => Collective::ReduceScatter { counts: vec![block; n] },
+        "alltoall" => Collective::AllToAll { send_counts: vec![block; n], recv_counts: vec![block; n] },
+        "barrier" => Collective::Barrier,
+        _ => return None,
+    })
+}
+
+/// Body of one benchmark rank. Returns the process exit code.
+pub fn rank_main(o: &BenchOpts) -> i32 {
+    let comm = match accord::init() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("accord bench: init failed: {e}");
+            return 1;
+        }
+    };
+    let rows = match o.dtype {
+        DataType::F32 => bench_typed::<f32>(&comm, o),
+        DataType::F64 => bench_typed::<f64>(&comm, o),
+        DataType::I32 => bench_typed::<i32>(&comm, o),
+        DataType::I64 => bench_typed::<i64>(&comm, o),
+        d => Err(accord::Error::invalid(format!("the benchmark checks f32, f64, i32 and i64, not {d}"))),
+    };
+    let rows = match rows {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("accord bench: rank {}: {e}", comm.rank());
+            return 1;
+        }
+    };
+    let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
+    if comm.rank() == 0 {
+        print_table(&comm, o, &rows);
+        if let Some(path) = &o.json {
+            if let Err(e) = std::fs::write(path, to_json(&comm, o, &rows)) {
+                eprintln!("accord bench: cannot write {path}: {e}");
+                return 1;
+            }
+        }
+        if wrong > 0 {
+            eprintln!("accord bench: {wrong} wrong result element(s)");
+        }
+    }
+    if wrong > 0 {
+        1
+    } else {
+        0
+    }
+}
+
+fn print_table(comm: &Communicator, o: &BenchOpts, rows: &[Row]) {
+    let redop = if matches!(o.op.as_str(), "allreduce" | "reduce" | "reduce_scatter") { "sum" } else { "-" };
+    let root = if matches!(o.op.as_str(), "broadcast" | "reduce" | "gather" | "scatter") { "0" } else { "-" };
+    println!(
+        "# accord bench {}: {} ranks, transport {}, dtype {}",
+        o.op,
+        comm.size(),
+        comm.transport_name(),
+        o.dtype
+    );
+    println!(
+        "# {:>12} {:>12} {:>6} {:>6} {:>5} {:>11} {:>11} {:>11} {:>7}",
+        "size(B)", "count", "type", "redop", "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"
+    );
+    for r in rows {
+        println!(
+            "  {:>12} {:>12} {:>6} {:>6} {:>5} {:>11.2} {:>11.3} {:>11.3} {:>7}",
+            r.bytes, r.count, o.dtype, redop, root, r.time_us, r.algbw, r.busbw, r.wrong
+        );
+    }
+}
+
+fn to_json(comm: &Communicator, o: &BenchOpts, rows: &[Row]) -> String {
+    let rows: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "bytes": r.bytes, "count": r.count, "time_us": r.time_us,
+                "algbw_gbps": r.algbw, "busbw_gbps": r.busbw, "wrong": r.wrong,
+            })
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "op": o.op, "ranks": comm.size(), "transport": comm.transport_name(),
+        "dtype": o.dtype.name(), "rows": rows,
+    });
+    serde_json::to_string_pretty(&doc).unwrap_or_default()
+}

@@ -1,0 +1,166 @@
+//! Failures end every affected call with an error that names the culprit: missing ranks time out,
+//! dead ranks are detected at once, mismatched calls are reported as desyncs on every rank.
+
+use accord::testing::run_world_with_timeout;
+use accord::transport::inproc::InProcess;
+use accord::transport::Transport;
+use accord::{Communicator, Error, ReduceOp};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[test]
+fn a_missing_rank_is_named_by_the_timeout() {
+    let results = run_world_with_timeout(3, Duration::from_millis(300), |comm| {
+        if comm.rank() == 2 {
+            return None; // never enters the call
+        }
+        let mut v = [1.0f32; 16];
+        Some(comm.all_reduce(&mut v, ReduceOp::Sum).unwrap_err())
+    });
+    for (rank, err) in results.iter().enumerate().take(2) {
+        let err = err.as_ref().unwrap();
+        let text = err.to_string();
+        assert!(text.contains("allreduce(f32 x 16, sum)"), "rank {rank}: {text}");
+        match err {
+            Error::Timeout { waiting_for, seq, .. } => {
+                assert!(waiting_for.contains(&2), "rank {rank}: {text}");
+                assert_eq!(*seq, 0);
+            }
+            // A rank waiting on another live rank hears from the one that timed out.
+            Error::Aborted { reason } => assert!(reason.contains("rank(s) 2"), "rank {rank}: {text}"),
+            other => panic!("rank {rank}: unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_dead_rank_is_detected_promptly() {
+    let transports = InProcess::world(4);
+    let start = Instant::now();
+    let errs: Vec<Option<Error>> = std::thread::scope(|s| {
+        let hs: Vec<_> = transports
+            .iter()
+            .cloned()
+            .map(|t| {
+                s.spawn(move || {
+                    let comm = Communicator::new(t.clone() as Arc<dyn Transport>);
+                    comm.set_timeout(Duration::from_secs(30));
+                    let mut v = vec![1u64; 1000];
+                    comm.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+                    if comm.rank() == 3 {
+                        t.kill();
+                        return None;
+                    }
+                    Some(comm.all_reduce(&mut v, ReduceOp::Sum).unwrap_err())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
+    for (rank, e) in errs.iter().enumerate().take(3) {
+        let text = e.as_ref().unwrap().to_string();
+        assert!(text.contains("rank 3"), "rank {rank}: {text}");
+    }
+}
+
+#[test]
+fn different_operations_are_a_desync_on_every_rank() {
+    let errs = run_world_with_timeout(2, Duration::from_secs(20), |comm| {
+        let mut v = vec![0f32; 1024];
+        let first = if comm.rank() == 0 {
+            comm.broadcast(&mut v, 0)
+        } else {
+            comm.all_reduce(&mut v, ReduceOp::Sum)
+        };
+        // The root of a broadcast only sends; it learns of the desync on its next call.
+        first.and_then(|_| comm.barrier()).unwrap_err().to_string()
+    });
+    for (rank, text) in errs.iter().enumerate() {
+        assert!(text.contains("broadcast(f32 x 1024, root 0)"), "rank {rank}: {text}");
+        assert!(text.contains("allreduce(f32 x 1024, sum)"), "rank {rank}: {text}");
+        assert!(text.contains("op #0"), "rank {rank}: {text}");
+    }
+    assert!(errs[1].starts_with("desync: rank 0 called broadcast"), "{}", errs[1]);
+}
+
+#[test]
+fn mismatched_counts_and_dtypes_are_desyncs() {
+    let errs = run_world_with_timeout(3, Duration::from_secs(20), |comm| {
+        let count = if comm.rank() == 1 { 12 } else { 10 };
+        let mut v = vec![1i32; count];
+        comm.all_reduce(&mut v, ReduceOp::Sum).unwrap_err().to_string()
+    });
+    for (rank, text) in errs.iter().enumerate() {
+        assert!(text.contains("i32 x 12") && text.contains("i32 x 10"), "rank {rank}: {text}");
+    }
+    let errs = run_world_with_timeout(2, Duration::from_secs(20), |comm| {
+        let r = if comm.rank() == 0 {
+            comm.all_reduce(&mut [1f32; 8], ReduceOp::Sum)
+        } else {
+            comm.all_reduce(&mut [1i32; 8], ReduceOp::Sum)
+        };
+        r.unwrap_err().to_string()
+    });
+    for text in &errs {
+        assert!(text.contains("f32 x 8") && text.contains("i32 x 8"), "{text}");
+    }
+}
+
+#[test]
+fn mismatched_roots_are_desyncs() {
+    let errs = run_world_with_timeout(3, Duration::from_secs(20), |comm| {
+        let root = if comm.rank() == 2 { 1 } else { 0 };
+        let mut v = [0u8; 4];
+        comm.broadcast(&mut v, root).and_then(|_| comm.barrier()).unwrap_err().to_string()
+    });
+    for text in &errs {
+        assert!(text.contains("root 0") && text.contains("root 1"), "{text}");
+    }
+}
+
+#[test]
+fn a_failed_communicator_stays_failed() {
+    let errs = run_world_with_timeout(2, Duration::from_millis(200), |comm| {
+        if comm.rank() == 0 {
+            let first = comm.barrier().unwrap_err();
+            let second = comm.barrier().unwrap_err();
+            assert_eq!(first, second);
+            Some(first)
+        } else {
+            None
+        }
+    });
+    assert!(matches!(errs[0], Some(Error::Timeout { .. })), "{:?}", errs[0]);
+}
+
+#[test]
+fn bad_arguments_are_clear_and_harmless() {
+    run_world_with_timeout(2, Duration::from_secs(20), |comm| {
+        let e = comm.all_gather(&[1u32; 3], &mut [0u32; 5]).unwrap_err().to_string();
+        assert!(e.contains("allgather") && e.contains("5 elements") && e.contains("6"), "{e}");
+        let e = comm.broadcast(&mut [0u8; 1], 7).unwrap_err().to_string();
+        assert!(e.contains("root 7"), "{e}");
+        let e = comm.all_gather_v(&[1u8], &mut [0u8; 2], &[1]).unwrap_err().to_string();
+        assert!(e.contains("counts has 1 entries"), "{e}");
+        let e = comm.all_to_all(&[1u8; 3], &mut [0u8; 3]).unwrap_err().to_string();
+        assert!(e.contains("multiple"), "{e}");
+        // None of that reached the wire: the communicator still works.
+        let mut v = [1u32; 3];
+        comm.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+        assert_eq!(v, [2; 3]);
+    });
+}
+
+#[test]
+fn recv_of_the_wrong_size_is_an_argument_error() {
+    run_world_with_timeout(2, Duration::from_secs(20), |comm| {
+        if comm.rank() == 0 {
+            comm.send(&[1u32; 4], 1, 9).unwrap();
+        } else {
+            let e = comm.recv(&mut [0u32; 5], 0, 9).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+            assert!(e.to_string().contains("send(u32 x 4)"), "{e}");
+        }
+    });
+}
