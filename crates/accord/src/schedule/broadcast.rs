@@ -11,9 +11,9 @@ pub(crate) fn binomial(count: usize, root: usize, p: usize, r: usize) -> Schedul
     let mut plan = Plan::new();
     let mut mask = top_mask(p);
     while mask > 0 {
-        if v % (2 * mask) == 0 && v + mask < p {
+        if v & (2 * mask - 1) == 0 && v + mask < p {
             plan.send(abs(v + mask, root, p), data);
-        } else if v % (2 * mask) == mask {
+        } else if v & (2 * mask - 1) == mask {
             plan.recv(abs(v - mask, root, p), data);
         }
         plan.next();
@@ -90,13 +90,13 @@ pub(crate) fn scatter_allgather(count: usize, root: usize, p: usize, r: usize) -
     let mut plan = Plan::new();
     let mut mask = top_mask(p);
     while mask > 0 {
-        if v % (2 * mask) == 0 && v + mask < p {
+        if v & (2 * mask - 1) == 0 && v + mask < p {
             let end = (v + 2 * mask).min(p);
             plan.send(
                 abs(v + mask, root, p),
                 blocks.range(Buf::Out, v + mask, end),
             );
-        } else if v % (2 * mask) == mask {
+        } else if v & (2 * mask - 1) == mask {
             let end = (v + mask).min(p);
             plan.recv(abs(v - mask, root, p), blocks.range(Buf::Out, v, end));
         }

@@ -102,10 +102,10 @@ pub(crate) fn scatter_binomial(counts: &[usize], root: usize, p: usize, r: usize
     }
     let mut mask = top_mask(p);
     while mask > 0 {
-        if v % (2 * mask) == 0 && v + mask < p {
+        if v & (2 * mask - 1) == 0 && v + mask < p {
             let kid = st.tmp(v + mask, (v + 2 * mask).min(p));
             plan.send(abs(v + mask, root, p), kid);
-        } else if v % (2 * mask) == mask {
+        } else if v & (2 * mask - 1) == mask {
             let dst = if leaf { mine } else { st.tmp(v, end) };
             plan.recv(abs(v - mask, root, p), dst);
         }

@@ -194,7 +194,7 @@ impl Fold {
     /// The role of (relative) rank `v`.
     pub fn role(&self, v: usize) -> Role {
         if v < 2 * self.rem {
-            if v % 2 == 0 {
+            if v & 1 == 0 {
                 Role::Active {
                     id: v / 2,
                     buddy: Some(v + 1),
