@@ -278,3 +278,65 @@ fn catches_unreceived_messages() {
     let err = verify_schedules(&colls, scheds).unwrap_err();
     assert!(err.contains("never received"), "{err}");
 }
+
+#[test]
+fn larger_worlds() {
+    for p in [31, 32, 33, 48] {
+        check_all(&Collective::AllReduce { count: 37 }, p);
+        check_all(
+            &Collective::Reduce {
+                count: 37,
+                root: p / 3,
+            },
+            p,
+        );
+        check_all(
+            &Collective::Broadcast {
+                count: 37,
+                root: p - 2,
+            },
+            p,
+        );
+        let counts: Vec<usize> = (0..p).map(|i| (i * 7 + 3) % 5).collect();
+        check_all(
+            &Collective::AllGather {
+                counts: counts.clone(),
+            },
+            p,
+        );
+        check_all(
+            &Collective::ReduceScatter {
+                counts: counts.clone(),
+            },
+            p,
+        );
+        check_all(
+            &Collective::Gather {
+                counts: counts.clone(),
+                root: 5,
+            },
+            p,
+        );
+        check_all(&Collective::Scatter { counts, root: 5 }, p);
+        check_all(
+            &Collective::AllToAll {
+                send_counts: vec![2; p],
+                recv_counts: vec![2; p],
+            },
+            p,
+        );
+    }
+}
+
+#[test]
+fn schedules_grow_linearly_at_most() {
+    let p = 4096;
+    let coll = Collective::AllReduce { count: 1 << 20 };
+    let ring = build(&coll, p, 17, Algorithm::Ring).unwrap();
+    assert!(ring.steps().count() <= 4 * p);
+    let rd = build(&coll, p, 17, Algorithm::RecursiveDoubling).unwrap();
+    assert_eq!(rd.rounds.len(), 12 + 2);
+    let counts = vec![3; p];
+    let ag = build(&Collective::AllGather { counts }, p, 9, Algorithm::Bruck).unwrap();
+    assert_eq!(ag.rounds.len(), 12 + 2);
+}
