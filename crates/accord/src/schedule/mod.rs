@@ -27,6 +27,17 @@ pub mod algorithms;
 pub mod check;
 pub mod tuner;
 
+mod allgather;
+mod allreduce;
+mod alltoall;
+mod barrier;
+mod broadcast;
+mod gather_scatter;
+mod plan;
+mod recursive;
+mod reduce;
+mod reduce_scatter;
+
 /// Which buffer a span refers to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Buf {

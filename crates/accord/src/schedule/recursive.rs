@@ -1,0 +1,88 @@
+//! Recursive halving and doubling among the members of a [`Fold`], shared by the reduce,
+//! allreduce, allgather and reduce-scatter algorithms.
+//!
+//! Member `id` owns segment `id`: the blocks of the ranks merged into it. Segment ranges are
+//! contiguous element ranges, so every exchange is a single message.
+
+use super::plan::{Fold, Layout, Plan};
+use super::{Buf, Span};
+
+/// Segments `a..b` of `buf`.
+pub(crate) fn segs(fold: &Fold, blocks: &Layout, buf: Buf, a: usize, b: usize) -> Span {
+    let (lo, hi) = fold.blocks(a, b);
+    blocks.range(buf, lo, hi)
+}
+
+/// Recursive halving reduce-scatter: in each round a member swaps the half of its current
+/// segment range it will not keep for the partner's copy of the half it keeps, halving the
+/// range, until member `id` holds segment `id` reduced over every member.
+/// `peer(id)` maps a member to its rank.
+pub(crate) fn halving(
+    plan: &mut Plan,
+    fold: &Fold,
+    blocks: &Layout,
+    buf: Buf,
+    id: usize,
+    peer: impl Fn(usize) -> usize,
+) {
+    let (mut lo, mut size) = (0, fold.pow);
+    while size > 1 {
+        let half = size / 2;
+        let (keep, give) = if id < lo + half {
+            (lo, lo + half)
+        } else {
+            (lo + half, lo)
+        };
+        plan.send(peer(id ^ half), segs(fold, blocks, buf, give, give + half));
+        plan.recv_reduce(peer(id ^ half), segs(fold, blocks, buf, keep, keep + half));
+        plan.next();
+        lo = keep;
+        size = half;
+    }
+}
+
+/// Recursive doubling allgather: member `id` starts with segment `id` and doubles the range it
+/// holds each round by swapping with the member whose range is adjacent, until it holds all.
+pub(crate) fn doubling(
+    plan: &mut Plan,
+    fold: &Fold,
+    blocks: &Layout,
+    buf: Buf,
+    id: usize,
+    peer: impl Fn(usize) -> usize,
+) {
+    let (mut lo, mut size) = (id, 1);
+    while size < fold.pow {
+        let other = lo ^ size;
+        plan.send(peer(id ^ size), segs(fold, blocks, buf, lo, lo + size));
+        plan.recv(
+            peer(id ^ size),
+            segs(fold, blocks, buf, other, other + size),
+        );
+        plan.next();
+        lo = lo.min(other);
+        size *= 2;
+    }
+}
+
+/// Binomial gather of the segments to member 0 (member `id` starts with segment `id`).
+pub(crate) fn gather_to_first(
+    plan: &mut Plan,
+    fold: &Fold,
+    blocks: &Layout,
+    buf: Buf,
+    id: usize,
+    peer: impl Fn(usize) -> usize,
+) {
+    let mut d = 1;
+    while d < fold.pow {
+        if id & d != 0 {
+            plan.send(peer(id - d), segs(fold, blocks, buf, id, id + d));
+            plan.next();
+            return;
+        }
+        plan.recv(peer(id + d), segs(fold, blocks, buf, id + d, id + 2 * d));
+        plan.next();
+        d *= 2;
+    }
+}
