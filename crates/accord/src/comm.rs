@@ -211,11 +211,14 @@ impl Communicator {
         Ok(())
     }
 
-    fn schedule(&self, coll: &Collective, dtype: DataType) -> Result<Arc<Schedule>> {
+    fn schedule(&self, coll: &Collective, kind: OpKind, dtype: DataType) -> Result<Arc<Schedule>> {
         let forced = self.inner.forced.lock().unwrap().get(&coll.kind()).copied();
-        let algo = match forced {
-            Some(a) => a,
-            None => tuner::select(coll, self.size(), dtype.size(), &self.inner.model),
+        let algo = match (forced, coll) {
+            (Some(a), _) => a,
+            // Each rank sees only its own alltoallv counts, so a size-based choice could differ
+            // between ranks; pairwise works for every count pattern.
+            (None, Collective::AllToAll { .. }) if kind == OpKind::AllToAllV => Algorithm::Pairwise,
+            (None, _) => tuner::select(coll, self.size(), dtype.size(), &self.inner.model),
         };
         let key = (coll.clone(), algo);
         if let Some(s) = self.inner.cache.lock().unwrap().get(&key) {
@@ -247,7 +250,7 @@ impl Communicator {
     fn run(&self, seq: u64, job: &Job, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
         self.check_poison()?;
         // The sequence number is spent: from here on, a failure must reach the peers.
-        let sched = self.schedule(&job.coll, job.dtype).map_err(|e| self.fail(e))?;
+        let sched = self.schedule(&job.coll, job.fp.kind, job.dtype).map_err(|e| self.fail(e))?;
         let bufs = match input {
             Some(i) => Buffers {
                 input: i.as_ptr(),
