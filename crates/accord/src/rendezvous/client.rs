@@ -151,7 +151,17 @@ impl StoreClient {
     ///
     /// A wrong token fails at once with [`Error::Unauthorized`].
     pub fn connect(addr: &str, token: &Token, timeout: Duration) -> Result<StoreClient> {
-        let deadline = Instant::now() + timeout;
+        Self::connect_until(addr, token, Instant::now() + timeout, timeout)
+    }
+
+    /// Like [`Self::connect`], retrying until `deadline`, with `timeout` as the default request
+    /// deadline.
+    pub(crate) fn connect_until(
+        addr: &str,
+        token: &Token,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<StoreClient> {
         let conn = open(addr, token, deadline)?;
         Ok(StoreClient {
             inner: Arc::new(Inner {

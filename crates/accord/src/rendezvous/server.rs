@@ -632,7 +632,8 @@ mod tests {
 
     #[test]
     fn shutdown_wakes_blocked_clients_and_closes() {
-        let (mut s, c) = server();
+        let mut s = StoreServer::bind("127.0.0.1:0", Token::new("tok")).unwrap();
+        let c = StoreClient::connect(&s.addr().to_string(), &Token::new("tok"), T).unwrap();
         let c2 = c.clone();
         let waiter = std::thread::spawn(move || c2.get_timeout("never", T));
         std::thread::sleep(Duration::from_millis(100));
@@ -642,7 +643,9 @@ mod tests {
         assert!(r.is_err());
         assert!(t0.elapsed() < Duration::from_secs(3));
         s.shutdown(); // idempotent
-        assert!(c.set("x", b"y").is_err());
+        let short = Duration::from_millis(200);
+        let quick = StoreClient::connect(&s.addr().to_string(), &Token::new("tok"), short);
+        assert!(quick.is_err() || quick.unwrap().set("x", b"y").is_err());
     }
 
     #[test]
