@@ -342,11 +342,20 @@ pub fn init_with_vars(
         });
     }
     if *method == InitMethod::Env && cfg.store.is_none() {
-        missing.push(format!(
-            "the store address (ACCORD_STORE=host:port, or MASTER_ADDR and MASTER_PORT; \
-             missing: {})",
-            cfg.missing_store_vars.join(", ")
-        ));
+        missing.push(match cfg.missing_store_vars.as_slice() {
+            [one] => {
+                let other = if *one == "MASTER_PORT" {
+                    "MASTER_ADDR"
+                } else {
+                    "MASTER_PORT"
+                };
+                format!(
+                    "the store address ({one}, since {other} is set; or ACCORD_STORE=host:port)"
+                )
+            }
+            _ => "the store address (ACCORD_STORE=host:port, or MASTER_ADDR and MASTER_PORT)"
+                .to_string(),
+        });
     }
     if !missing.is_empty() {
         let how = if *method == InitMethod::Env {
@@ -726,4 +735,374 @@ pub fn free_port() -> Result<u16> {
     l.local_addr()
         .map(|a| a.port())
         .map_err(|e| Error::io("probe for a free port", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    const T: Duration = Duration::from_secs(5);
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn parse_urls() {
+        assert_eq!(InitMethod::parse("env://").unwrap(), InitMethod::Env);
+        assert_eq!(
+            InitMethod::parse("tcp://10.0.0.1:29500").unwrap(),
+            InitMethod::Tcp {
+                host: "10.0.0.1".into(),
+                port: 29500
+            }
+        );
+        let v6 = InitMethod::parse("tcp://[::1]:7").unwrap();
+        assert_eq!(
+            v6,
+            InitMethod::Tcp {
+                host: "::1".into(),
+                port: 7
+            }
+        );
+        assert_eq!(v6.to_string(), "tcp://[::1]:7");
+        assert_eq!(
+            InitMethod::parse("file:///tmp/x").unwrap(),
+            InitMethod::File("/tmp/x".into())
+        );
+        for bad in [
+            "tcp://host",
+            "tcp://:1",
+            "tcp://h:99999",
+            "file://",
+            "udp://x:1",
+            "",
+        ] {
+            assert!(
+                matches!(InitMethod::parse(bad), Err(Error::InvalidArgument(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn env_accord_family_and_defaults() {
+        let c = EnvConfig::from_vars(vars(&[
+            ("ACCORD_RANK", "3"),
+            ("ACCORD_WORLD_SIZE", "8"),
+            ("ACCORD_LOCAL_RANK", "1"),
+            ("ACCORD_STORE", "node0:1234"),
+            ("ACCORD_TOKEN", "t"),
+            ("ACCORD_STORE_EXTERNAL", "1"),
+            ("ACCORD_TIMEOUT", "2.5"),
+            // Lower-precedence families are ignored.
+            ("RANK", "5"),
+            ("MASTER_ADDR", "other"),
+            ("MASTER_PORT", "1"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (c.rank, c.world_size, c.local_rank, c.source),
+            (Some(3), Some(8), Some(1), Some("Accord"))
+        );
+        assert_eq!(c.store.as_deref(), Some("node0:1234"));
+        assert_eq!(c.token, Token::new("t"));
+        assert!(c.store_external);
+        assert_eq!(c.timeout, Some(Duration::from_millis(2500)));
+
+        let c = EnvConfig::from_vars(vars(&[])).unwrap();
+        assert_eq!((c.rank, c.world_size, c.store), (None, None, None));
+        assert_eq!(c.token, Token::default());
+        assert!(!c.store_external);
+    }
+
+    #[test]
+    fn env_torchrun_family() {
+        let c = EnvConfig::from_vars(vars(&[
+            ("RANK", "1"),
+            ("WORLD_SIZE", "4"),
+            ("LOCAL_RANK", "1"),
+            ("LOCAL_WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "10.1.2.3"),
+            ("MASTER_PORT", "29500"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (c.rank, c.world_size, c.local_rank, c.local_world_size),
+            (Some(1), Some(4), Some(1), Some(2))
+        );
+        assert_eq!(c.source, Some("torchrun"));
+        assert_eq!(c.store.as_deref(), Some("10.1.2.3:29500"));
+        let c =
+            EnvConfig::from_vars(vars(&[("MASTER_ADDR", "::1"), ("MASTER_PORT", "9")])).unwrap();
+        assert_eq!(c.store.as_deref(), Some("[::1]:9"));
+    }
+
+    #[test]
+    fn env_openmpi_pmi_slurm_families() {
+        let c = EnvConfig::from_vars(vars(&[
+            ("OMPI_COMM_WORLD_RANK", "2"),
+            ("OMPI_COMM_WORLD_SIZE", "6"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "0"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "3"),
+            ("SLURM_PROCID", "9"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (
+                c.rank,
+                c.world_size,
+                c.local_rank,
+                c.local_world_size,
+                c.source
+            ),
+            (Some(2), Some(6), Some(0), Some(3), Some("Open MPI"))
+        );
+        let c = EnvConfig::from_vars(vars(&[("PMI_RANK", "4"), ("PMI_SIZE", "5")])).unwrap();
+        assert_eq!(
+            (c.rank, c.world_size, c.source),
+            (Some(4), Some(5), Some("PMI"))
+        );
+        let c = EnvConfig::from_vars(vars(&[
+            ("SLURM_PROCID", "7"),
+            ("SLURM_NTASKS", "16"),
+            ("SLURM_LOCALID", "3"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (c.rank, c.world_size, c.local_rank, c.source),
+            (Some(7), Some(16), Some(3), Some("Slurm"))
+        );
+    }
+
+    #[test]
+    fn env_errors_name_the_variables() {
+        let e = EnvConfig::from_vars(vars(&[("RANK", "x")])).unwrap_err();
+        assert!(e.to_string().contains("RANK=\"x\""), "{e}");
+        let e = EnvConfig::from_vars(vars(&[("ACCORD_TIMEOUT", "-1")])).unwrap_err();
+        assert!(e.to_string().contains("ACCORD_TIMEOUT"), "{e}");
+
+        // Slurm gives rank and size but no store address.
+        let e = init_with_vars(
+            &InitMethod::Env,
+            None,
+            None,
+            Some(T),
+            vars(&[("SLURM_PROCID", "1"), ("SLURM_NTASKS", "2")]),
+        )
+        .unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, Error::InvalidArgument(_)));
+        assert!(
+            msg.contains("ACCORD_STORE") && msg.contains("MASTER_PORT"),
+            "{msg}"
+        );
+        assert!(!msg.contains("the rank"), "{msg}");
+
+        let e = init_with_vars(
+            &InitMethod::Env,
+            None,
+            None,
+            Some(T),
+            vars(&[("PMI_RANK", "1"), ("MASTER_ADDR", "h")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("PMI_SIZE"), "{e}");
+        assert!(e.contains("(MASTER_PORT, since MASTER_ADDR is set"), "{e}");
+
+        let e = init_with_vars(&InitMethod::Env, None, None, Some(T), vars(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("ACCORD_RANK") && e.contains("SLURM_PROCID"),
+            "{e}"
+        );
+
+        let e = init_with_vars(
+            &InitMethod::parse("tcp://127.0.0.1:1").unwrap(),
+            Some(3),
+            Some(2),
+            Some(T),
+            vars(&[]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("rank 3"), "{e}");
+    }
+
+    fn run_ranks(
+        method: &InitMethod,
+        ranks: &[usize],
+        world: usize,
+        timeout: Duration,
+        env: &'static [(&'static str, &'static str)],
+    ) -> Vec<Result<Rendezvous>> {
+        let hs: Vec<_> = ranks
+            .iter()
+            .map(|&r| {
+                let m = method.clone();
+                std::thread::spawn(move || {
+                    init_with_vars(&m, Some(r), Some(world), Some(timeout), vars(env))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    fn check_world(rs: &[Result<Rendezvous>], world: usize) {
+        for (r, rv) in rs.iter().enumerate() {
+            let rv = rv.as_ref().unwrap();
+            assert_eq!((rv.rank, rv.world_size), (r, world));
+            assert_eq!(rv.local_rank, r, "all threads share one host");
+            assert_eq!(rv.local_world_size, Some(world));
+            assert_eq!(rv.hosts_store(), r == 0);
+        }
+        // They share one store.
+        rs[1].as_ref().unwrap().store.set("hello", b"1").unwrap();
+        assert_eq!(rs[0].as_ref().unwrap().store.get("hello").unwrap(), b"1");
+    }
+
+    #[test]
+    fn tcp_four_ranks_as_threads() {
+        let port = free_port().unwrap();
+        let m = InitMethod::parse(&format!("tcp://127.0.0.1:{port}")).unwrap();
+        // Rank 0 last, so the others must retry until the store appears.
+        let rs = run_ranks(&m, &[3, 2, 1, 0], 4, T, &[("ACCORD_TOKEN", "job")]);
+        let mut rs: Vec<_> = rs.into_iter().collect();
+        rs.reverse();
+        check_world(&rs, 4);
+    }
+
+    #[test]
+    fn env_init_with_external_store() {
+        let server = StoreServer::bind("127.0.0.1:0", Token::default()).unwrap();
+        let addr = server.addr().to_string();
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                let addr = addr.clone();
+                std::thread::spawn(move || {
+                    let env = vars(&[
+                        ("ACCORD_STORE", &addr),
+                        ("ACCORD_STORE_EXTERNAL", "1"),
+                        ("ACCORD_RANK", &r.to_string()),
+                        ("ACCORD_WORLD_SIZE", "2"),
+                        ("ACCORD_TIMEOUT", "5"),
+                    ]);
+                    init_with_vars(&InitMethod::Env, None, None, None, env)
+                })
+            })
+            .collect();
+        for (r, h) in hs.into_iter().enumerate() {
+            let rv = h.join().unwrap().unwrap();
+            assert_eq!(rv.rank, r);
+            assert!(!rv.hosts_store());
+            assert_eq!(rv.store.timeout(), T);
+        }
+    }
+
+    #[test]
+    fn file_three_ranks_as_threads() {
+        let dir = std::env::temp_dir().join(format!(
+            "accord-file-init-{}-{:08x}",
+            std::process::id(),
+            u32::from_le_bytes(crate::auth::random_bytes::<4>())
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rdv");
+        let m = InitMethod::parse(&format!("file://{}", path.display())).unwrap();
+        let rs = run_ranks(&m, &[0, 1, 2], 3, T, &[]);
+        check_world(&rs, 3);
+        assert!(path.exists());
+        assert_eq!(
+            rs[0].as_ref().unwrap().rendezvous_file(),
+            Some(path.as_path())
+        );
+        drop(rs);
+        assert!(!path.exists(), "rank 0 removes the file");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn file_init_times_out_naming_rank_zero() {
+        let path = std::env::temp_dir().join(format!("accord-never-{}", std::process::id()));
+        let m = InitMethod::File(path);
+        let e = init_with_vars(
+            &m,
+            Some(1),
+            Some(2),
+            Some(Duration::from_millis(200)),
+            vars(&[]),
+        )
+        .unwrap_err();
+        match e {
+            Error::Timeout { waiting_for, .. } => assert_eq!(waiting_for, vec![0]),
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn duplicate_rank_detected() {
+        let port = free_port().unwrap();
+        let m = InitMethod::parse(&format!("tcp://127.0.0.1:{port}")).unwrap();
+        let rs = run_ranks(&m, &[0, 1, 1], 3, Duration::from_secs(2), &[]);
+        let dup: Vec<_> = rs
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .filter(|e| e.to_string().contains("claimed twice"))
+            .collect();
+        assert_eq!(dup.len(), 1, "{rs:?}");
+        // The others time out waiting for rank 2, and say so.
+        for r in &rs {
+            if let Err(Error::Timeout { waiting_for, .. }) = r {
+                assert_eq!(waiting_for, &vec![2]);
+            }
+        }
+    }
+
+    #[test]
+    fn world_size_disagreement_detected() {
+        let port = free_port().unwrap();
+        let m = InitMethod::parse(&format!("tcp://127.0.0.1:{port}")).unwrap();
+        let m2 = m.clone();
+        let h0 = std::thread::spawn(move || {
+            init_with_vars(
+                &m2,
+                Some(0),
+                Some(2),
+                Some(Duration::from_secs(2)),
+                vars(&[]),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let e = init_with_vars(
+            &m,
+            Some(1),
+            Some(3),
+            Some(Duration::from_secs(2)),
+            vars(&[]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("world size disagreement"), "{e}");
+        assert!(h0.join().unwrap().is_err());
+    }
+
+    #[test]
+    fn wrong_token_fails_init() {
+        let server = StoreServer::bind("127.0.0.1:0", Token::new("right")).unwrap();
+        let url = format!("tcp://{}", server.addr());
+        let e = init_with_vars(
+            &InitMethod::parse(&url).unwrap(),
+            Some(1),
+            Some(2),
+            Some(T),
+            vars(&[("ACCORD_TOKEN", "wrong")]),
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::Unauthorized(_)), "{e:?}");
+    }
 }
