@@ -259,11 +259,12 @@ impl StoreClient {
             .map_err(|e| Error::io(format!("{what}: send"), e))?;
         let resp = match Response::read(&mut conn.reader) {
             Ok(r) => r,
-            Err(Error::Io { kind, .. })
-                if matches!(kind, ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
-            {
+            Err(Error::Io {
+                kind: ErrorKind::WouldBlock | ErrorKind::TimedOut,
+                ..
+            }) => {
                 return Err(store_timeout(
-                    format!("{what}"),
+                    what,
                     io_timeout,
                     "(none; the store did not answer) — is the store process alive?".into(),
                     vec![],
