@@ -193,7 +193,7 @@ fn parse_usize(var: &str, v: &str) -> Result<usize> {
 impl EnvConfig {
     /// Read the configuration through `get` (e.g. `|k| std::env::var(k).ok()`), so tests and
     /// embedders can supply variables without touching the process environment. Fails only on
-    /// values that are set but unparsable; missing values are reported by [`init`].
+    /// values that are set but unparsable; missing values are reported by [`init()`].
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig> {
         let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
         let mut cfg = EnvConfig::default();
@@ -315,7 +315,7 @@ pub fn init(
     init_with_vars(method, rank, world_size, timeout, |k| std::env::var(k).ok())
 }
 
-/// [`init`] with the environment read through `get` instead of the process environment.
+/// [`init()`] with the environment read through `get` instead of the process environment.
 pub fn init_with_vars(
     method: &InitMethod,
     rank: Option<usize>,

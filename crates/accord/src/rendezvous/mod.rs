@@ -42,7 +42,7 @@
 //!
 //! # Init methods
 //!
-//! [`init`] is the single entry point; it returns a [`Rendezvous`] (rank, world size, local
+//! [`init()`] is the single entry point; it returns a [`Rendezvous`] (rank, world size, local
 //! rank, the store client and — on the hosting rank — the server). `rank`, `world_size` and
 //! `timeout` passed to it override the environment.
 //!
@@ -50,7 +50,7 @@
 //!   address (listening on it) unless `ACCORD_STORE_EXTERNAL=1`; the others connect, retrying
 //!   until the timeout, so start order does not matter.
 //! - **`tcp://host:port`** — the store address is in the URL, rank and world size are passed to
-//!   [`init`] (or come from the variables below). Same hosting rule as `env://`.
+//!   [`init()`] (or come from the variables below). Same hosting rule as `env://`.
 //! - **`file:///path`** — rank 0 starts a store on a free port (listening on every interface)
 //!   and atomically writes `host:port` to `path` (write to a temporary file, then rename). The
 //!   host written is `ACCORD_STORE_HOST` if set, else the source address of this machine's
