@@ -231,6 +231,28 @@ fn timeout_names_the_ranks_that_never_came() {
     }
 }
 
+/// Ranks 1 and 3 of 4 start; each names exactly the two ranks that never came.
+#[test]
+fn timeout_names_missing_lower_and_higher_ranks() {
+    let book = Arc::new(MemoryAddressBook::new());
+    let short = Duration::from_secs(1);
+    let token = Token::new("t");
+    let hs: Vec<_> = [1, 3]
+        .into_iter()
+        .map(|rank| {
+            let (b, t) = (book.clone(), token.clone());
+            std::thread::spawn(move || TcpTransport::connect(rank, 4, &t, &*b, opts(short)))
+        })
+        .collect();
+    for h in hs {
+        let e = h.join().unwrap().unwrap_err();
+        assert!(
+            matches!(&e, Error::Timeout { waiting_for, .. } if waiting_for == &vec![0, 2]),
+            "{e}"
+        );
+    }
+}
+
 /// A client that completes the handshake as rank 1 and then sends a malformed header: rank 0
 /// reports rank 1 lost with the protocol error and keeps running.
 #[test]

@@ -73,6 +73,10 @@ const READ_BUFFER_BYTES: usize = 256 * 1024;
 const COURTESY_WRITE: Duration = Duration::from_secs(1);
 /// How long `shutdown` waits for peers to acknowledge the goodbye before closing anyway.
 const GOODBYE_GRACE: Duration = Duration::from_secs(5);
+/// Most lower ranks dialed at the same time.
+const MAX_DIALERS: usize = 16;
+/// Longest single wait on the address book, so a failed world formation stops promptly.
+const LOOKUP_SLICE: Duration = Duration::from_millis(500);
 /// Default world-formation and write timeout.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -242,8 +246,12 @@ impl std::fmt::Debug for TcpTransport {
 
 /// A connection that passed the handshake, or why one did not.
 enum Arrival {
+    /// A connection to or from this rank, authenticated and introduced.
     Peer(usize, TcpStream),
+    /// An incoming connection was refused, and why.
     Refused(String),
+    /// Connecting to a lower rank failed.
+    DialFailed(Error),
 }
 
 impl TcpTransport {
@@ -294,20 +302,26 @@ impl TcpTransport {
         let (tx, rx) = mpsc::channel::<Arrival>();
 
         let outcome: Result<()> = std::thread::scope(|s| {
-            let connector = {
-                let tx = tx.clone();
-                let cancel = cancel.clone();
-                s.spawn(move || -> Result<()> {
-                    for peer in 0..rank {
-                        let stream = dial(rank, size, peer, token, book, deadline, &cancel)?;
-                        if tx.send(Arrival::Peer(peer, stream)).is_err() {
-                            break;
-                        }
+            // Dial the lower ranks from a few workers, so one slow rank does not hold up the
+            // others and a timeout names exactly the ranks that are missing.
+            let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            for _ in 0..rank.min(MAX_DIALERS) {
+                let (tx, cancel, next) = (tx.clone(), cancel.clone(), next.clone());
+                s.spawn(move || loop {
+                    let peer = next.fetch_add(1, Ordering::Relaxed);
+                    if peer >= rank || cancel.load(Ordering::Relaxed) {
+                        break;
                     }
-                    Ok(())
-                })
-            };
-            let mut connector = Some(connector);
+                    let arrival = match dial(rank, size, peer, token, book, deadline, &cancel) {
+                        Ok(stream) => Arrival::Peer(peer, stream),
+                        Err(e) => Arrival::DialFailed(e),
+                    };
+                    if tx.send(arrival).is_err() {
+                        break;
+                    }
+                });
+            }
+            let mut dial_hints: Vec<String> = Vec::new();
             loop {
                 // New connections: authenticate each on its own thread, so a silent stranger
                 // cannot hold up the others.
@@ -342,32 +356,23 @@ impl TcpTransport {
                             tracing::warn!(rank, "refused a peer connection: {why}");
                             refusals.push(why);
                         }
+                        Arrival::DialFailed(Error::Timeout { hint, .. }) => dial_hints.push(hint),
+                        Arrival::DialFailed(e) => {
+                            cancel.store(true, Ordering::Relaxed);
+                            return Err(e);
+                        }
                     }
-                }
-                if connector.as_ref().is_some_and(|c| c.is_finished()) {
-                    connector
-                        .take()
-                        .unwrap()
-                        .join()
-                        .expect("connector panicked")?;
                 }
                 let missing: Vec<usize> = (0..size)
                     .filter(|&p| p != rank && streams[p].is_none())
                     .collect();
-                if missing.is_empty() && connector.is_none() {
+                if missing.is_empty() {
                     return Ok(());
                 }
                 let now = Instant::now();
                 if now >= deadline {
                     cancel.store(true, Ordering::Relaxed);
-                    let mut hint = String::new();
-                    if let Some(c) = connector.take() {
-                        match c.join().expect("connector panicked") {
-                            Err(Error::Timeout { hint: h, .. }) => hint.push_str(&h),
-                            Err(e) => return Err(e),
-                            Ok(()) => {}
-                        }
-                    }
+                    let mut hint = dial_hints.concat();
                     let higher: Vec<String> = missing
                         .iter()
                         .filter(|&&p| p > rank)
@@ -712,9 +717,19 @@ fn dial(
         after: start.elapsed(),
         hint,
     };
-    let addr = book
-        .lookup(peer, deadline)
-        .map_err(|e| timeout(format!("; rank {peer}'s address was never published: {e}")))?;
+    let addr = loop {
+        let until = deadline.min(Instant::now() + LOOKUP_SLICE);
+        match book.lookup(peer, until) {
+            Ok(a) => break a,
+            Err(Error::Timeout { .. }) if until < deadline && !cancel.load(Ordering::Relaxed) => {}
+            Err(e @ Error::Timeout { .. }) => {
+                return Err(timeout(format!(
+                    "; rank {peer}'s address was never published ({e})"
+                )))
+            }
+            Err(e) => return Err(e),
+        }
+    };
     let what = format!("connection from rank {rank} to rank {peer} at {addr}");
     let mut backoff = Duration::from_millis(5);
     let mut last_err: Option<io::Error> = None;
