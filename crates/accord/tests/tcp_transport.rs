@@ -403,3 +403,33 @@ fn shutdown_is_idempotent_and_quick() {
     let e = ts[0].send(1, &env(0, 1), &[1]).unwrap_err();
     assert!(matches!(e, Error::PeerLost { rank: 1, .. }), "{e}");
 }
+
+/// Loopback bandwidth of one direction; run with
+/// `cargo test --release --test tcp_transport -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn loopback_bandwidth() {
+    let ts = world(2);
+    let data = vec![7u8; 64 << 20];
+    let rounds = 16;
+    let start = Instant::now();
+    let t1 = ts[1].clone();
+    let rx = std::thread::spawn(move || {
+        let deadline = Instant::now() + TIMEOUT;
+        for seq in 0..rounds {
+            let mut got = 0;
+            while got < 64 << 20 {
+                got += t1.mailbox().take(0, 1, seq, deadline).unwrap().data.len();
+            }
+        }
+    });
+    for seq in 0..rounds {
+        ts[0].send(1, &env(seq, data.len()), &data).unwrap();
+    }
+    rx.join().unwrap();
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{:.2} GB/s over loopback",
+        (rounds as f64 * data.len() as f64) / secs / 1e9
+    );
+}

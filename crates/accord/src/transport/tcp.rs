@@ -27,7 +27,7 @@
 //!
 //! # Moving bytes
 //!
-//! [`Transport::send`] writes each chunk as one frame: a 72-byte [`wire::Header`] followed by the
+//! [`Transport::send`] writes each chunk as one frame: a 72-byte [`Header`] followed by the
 //! payload, under a per-peer write lock. One reader thread per peer always drains its socket into
 //! the [`Mailbox`], whatever the application does, so blocking writes cannot deadlock. The reader
 //! reports a peer as lost as soon as its connection ends: with `rank N closed its communicator`
