@@ -1001,3 +1001,48 @@ fn read_header(r: &mut impl Read, buf: &mut [u8; HEADER_LEN]) -> io::Result<bool
     }
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advertised_host_rules() {
+        let mut o = TcpOptions::loopback(Duration::from_secs(1));
+        assert_eq!(o.advertised_host(), "127.0.0.1");
+        o.advertise_host = Some("node7.cluster".into());
+        assert_eq!(o.advertised_host(), "node7.cluster");
+        o.advertise_host = None;
+        o.bind_host = "0.0.0.0".into();
+        let ip: IpAddr = o.advertised_host().parse().expect("an IP address");
+        assert!(ip.is_ipv4() && !ip.is_unspecified());
+        o.bind_host = "myhost".into();
+        assert_eq!(o.advertised_host(), "myhost");
+    }
+
+    #[test]
+    fn addresses_are_formatted_for_connecting() {
+        assert_eq!(host_port("10.0.0.5", 41234), "10.0.0.5:41234");
+        assert_eq!(host_port("::1", 80), "[::1]:80");
+        assert_eq!(host_port("node7", 80), "node7:80");
+    }
+
+    #[test]
+    fn bad_arguments_are_refused_before_listening() {
+        let book = MemoryAddressBook::new();
+        let t = Token::new("t");
+        let o = TcpOptions::loopback(Duration::from_secs(1));
+        assert!(matches!(
+            TcpTransport::connect(2, 2, &t, &book, o.clone()),
+            Err(Error::InvalidArgument(_))
+        ));
+        let zero = TcpOptions {
+            timeout: Duration::ZERO,
+            ..o
+        };
+        assert!(matches!(
+            TcpTransport::connect(0, 1, &t, &book, zero),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+}
