@@ -1,0 +1,1048 @@
+//! Ranks as processes connected by a full mesh of TCP connections.
+//!
+//! # Forming the world
+//!
+//! [`TcpTransport::connect`] binds a listener on an ephemeral port, publishes its address through
+//! an [`AddressBook`] (the rendezvous store, or [`MemoryAddressBook`] in tests) and then, at the
+//! same time,
+//!
+//! - connects to every lower rank (looking its address up, retrying refused connections until the
+//!   deadline), and
+//! - accepts a connection from every higher rank.
+//!
+//! Every new connection runs the mutual token handshake of [`crate::auth`] with
+//! [`Role::Peer`] before anything else is read from it. A connection that fails the handshake is
+//! closed and none of its bytes are acted on; the refusal is logged and, if the world then fails
+//! to form, quoted in the timeout error. After the handshake the connector introduces itself:
+//!
+//! ```text
+//! connector -> acceptor : rank u32 | world size u32                    (little-endian)
+//! acceptor  -> connector: 0                                            (accepted)
+//!                         1 | reason length u16 | reason (UTF-8)       (refused)
+//! ```
+//!
+//! The acceptor refuses a different world size, a rank that is not above its own or not below
+//! the world size, and a rank that is already connected, so two processes started with the same
+//! rank get a clear error instead of a scrambled world.
+//!
+//! # Moving bytes
+//!
+//! [`Transport::send`] writes each chunk as one frame: a 72-byte [`Header`] followed by the
+//! payload, under a per-peer write lock. One reader thread per peer always drains its socket into
+//! the [`Mailbox`], whatever the application does, so blocking writes cannot deadlock. The reader
+//! reports a peer as lost as soon as its connection ends: with `rank N closed its communicator`
+//! after a goodbye frame, and with `connection closed (process exited or was killed)` otherwise.
+//! Malformed bytes make the reader report the peer lost with the protocol error and close the
+//! connection; they never cause a panic or an allocation larger than
+//! [`super::MAX_CHUNK_BYTES`].
+//!
+//! # Configuration
+//!
+//! | Environment variable    | Meaning                                                          |
+//! |-------------------------|------------------------------------------------------------------|
+//! | `ACCORD_HOST`           | Address the listener binds to (default `0.0.0.0`: every interface) |
+//! | `ACCORD_ADVERTISE_HOST` | Host or IP published for peers to connect to                     |
+//!
+//! Without `ACCORD_ADVERTISE_HOST`, the published host is the bind address when that is a
+//! specific address; otherwise the first non-loopback address this machine's host name resolves
+//! to (IPv4 when binding `0.0.0.0`); otherwise `127.0.0.1`, which only works for single-machine
+//! jobs. Set `ACCORD_ADVERTISE_HOST` on machines whose host name does not resolve to the
+//! interface the other ranks can reach.
+
+use super::wire::{FrameKind, Header, HEADER_LEN};
+use super::{chunk_bytes, for_each_chunk, AddressBook, Envelope, Frame, Mailbox, Transport};
+use crate::auth::{self, Role, Token};
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, OpKind};
+use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
+use std::collections::HashMap;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::ToSocketAddrs;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, TryLockError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Socket send and receive buffer size requested for every connection.
+const SOCKET_BUFFER_BYTES: usize = 4 * 1024 * 1024;
+/// Buffer of each reader thread (headers and small frames are read through it).
+const READ_BUFFER_BYTES: usize = 256 * 1024;
+/// How long `abort` and `shutdown` may block on one peer.
+const COURTESY_WRITE: Duration = Duration::from_secs(1);
+/// How long `shutdown` waits for peers to acknowledge the goodbye before closing anyway.
+const GOODBYE_GRACE: Duration = Duration::from_secs(5);
+/// Most lower ranks dialed at the same time.
+const MAX_DIALERS: usize = 16;
+/// Longest single wait on the address book, so a failed world formation stops promptly.
+const LOOKUP_SLICE: Duration = Duration::from_millis(500);
+/// Default world-formation and write timeout.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How a [`TcpTransport`] listens, what it publishes, and how long it waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpOptions {
+    /// Address the listener binds to (`ACCORD_HOST`, default `0.0.0.0`).
+    pub bind_host: String,
+    /// Host or IP published for peers to connect to (`ACCORD_ADVERTISE_HOST`). `None` picks one
+    /// as described in the [module documentation](self).
+    pub advertise_host: Option<String>,
+    /// Deadline for forming the world, and the write timeout of every connection afterwards.
+    pub timeout: Duration,
+}
+
+impl Default for TcpOptions {
+    /// Options from `ACCORD_HOST` and `ACCORD_ADVERTISE_HOST`, with a 300 s timeout.
+    fn default() -> Self {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        TcpOptions {
+            bind_host: env("ACCORD_HOST").unwrap_or_else(|| "0.0.0.0".into()),
+            advertise_host: env("ACCORD_ADVERTISE_HOST"),
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+impl TcpOptions {
+    /// Loopback-only options (bind and publish `127.0.0.1`) with the given timeout; for tests and
+    /// single-machine jobs.
+    pub fn loopback(timeout: Duration) -> Self {
+        TcpOptions {
+            bind_host: "127.0.0.1".into(),
+            advertise_host: None,
+            timeout,
+        }
+    }
+
+    /// The host this rank publishes, following the rules in the [module documentation](self).
+    pub fn advertised_host(&self) -> String {
+        if let Some(h) = &self.advertise_host {
+            return h.clone();
+        }
+        match self.bind_host.parse::<IpAddr>() {
+            Ok(ip) if !ip.is_unspecified() => return ip.to_string(),
+            Err(_) if !self.bind_host.is_empty() => return self.bind_host.clone(),
+            _ => {}
+        }
+        let ipv4_only = !matches!(self.bind_host.parse::<IpAddr>(), Ok(IpAddr::V6(_)));
+        host_name_ip(ipv4_only)
+            .map(|ip| ip.to_string())
+            .unwrap_or_else(|| Ipv4Addr::LOCALHOST.to_string())
+    }
+}
+
+/// The first non-loopback address this machine's host name resolves to.
+fn host_name_ip(ipv4_only: bool) -> Option<IpAddr> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for `buf.len()` bytes; gethostname NUL-terminates on success
+    // when the name fits, and we also stop at the buffer's end.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let name = std::str::from_utf8(&buf[..end]).ok()?;
+    let addrs: Vec<IpAddr> = (name, 0).to_socket_addrs().ok()?.map(|a| a.ip()).collect();
+    let usable = |ip: &IpAddr| !ip.is_loopback() && !ip.is_unspecified();
+    addrs
+        .iter()
+        .find(|ip| ip.is_ipv4() && usable(ip))
+        .or_else(|| {
+            addrs
+                .iter()
+                .find(|ip| !ipv4_only && ip.is_ipv6() && usable(ip))
+        })
+        .copied()
+}
+
+fn host_port(host: &str, port: u16) -> String {
+    if host.parse::<Ipv6Addr>().is_ok() {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// An [`AddressBook`] in memory, for worlds whose ranks are threads of one process (tests,
+/// examples).
+#[derive(Default)]
+pub struct MemoryAddressBook {
+    addrs: Mutex<HashMap<usize, String>>,
+    published: Condvar,
+}
+
+impl MemoryAddressBook {
+    /// An empty book.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl AddressBook for MemoryAddressBook {
+    fn publish(&self, rank: usize, addr: &str) -> Result<()> {
+        self.addrs.lock().unwrap().insert(rank, addr.to_string());
+        self.published.notify_all();
+        Ok(())
+    }
+
+    fn lookup(&self, rank: usize, deadline: Instant) -> Result<String> {
+        let start = Instant::now();
+        let mut addrs = self.addrs.lock().unwrap();
+        loop {
+            if let Some(a) = addrs.get(&rank) {
+                return Ok(a.clone());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout {
+                    op: format!("address lookup of rank {rank}"),
+                    seq: 0,
+                    comm: "world".into(),
+                    waiting_for: vec![rank],
+                    after: now - start,
+                    hint: " (it never published its address)".into(),
+                });
+            }
+            addrs = self
+                .published
+                .wait_timeout(addrs, deadline - now)
+                .unwrap()
+                .0;
+        }
+    }
+}
+
+/// One connection to a peer.
+struct Peer {
+    /// Write half; the lock keeps a frame's header and payload together.
+    writer: Mutex<Socket>,
+    /// A handle for shutting the connection down without taking the write lock.
+    ctl: TcpStream,
+}
+
+/// One rank's end of a TCP full mesh. See the [module documentation](self).
+pub struct TcpTransport {
+    rank: usize,
+    size: usize,
+    timeout: Duration,
+    published: String,
+    mailbox: Arc<Mailbox>,
+    /// Indexed by rank; `None` at this rank's own index.
+    peers: Vec<Option<Peer>>,
+    readers: Mutex<Vec<JoinHandle<()>>>,
+    closing: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for TcpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpTransport")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("published", &self.published)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A connection that passed the handshake, or why one did not.
+enum Arrival {
+    /// A connection to or from this rank, authenticated and introduced.
+    Peer(usize, TcpStream),
+    /// An incoming connection was refused, and why.
+    Refused(String),
+    /// Connecting to a lower rank failed.
+    DialFailed(Error),
+}
+
+impl TcpTransport {
+    /// Join the world as `rank` of `size`: listen, publish this rank's address in `book`, connect
+    /// to every lower rank and accept every higher rank, authenticating each connection with
+    /// `token`.
+    ///
+    /// Fails with [`Error::Timeout`] naming the ranks that never connected if the mesh is not
+    /// complete within `opts.timeout`, with [`Error::Unauthorized`] if a peer does not know the
+    /// token, and with [`Error::InvalidArgument`] if a peer disagrees about the world size or
+    /// already has a connection for this rank.
+    pub fn connect(
+        rank: usize,
+        size: usize,
+        token: &Token,
+        book: &dyn AddressBook,
+        opts: TcpOptions,
+    ) -> Result<Arc<TcpTransport>> {
+        if size == 0 || rank >= size {
+            return Err(Error::invalid(format!(
+                "rank {rank} outside a world of {size} ranks"
+            )));
+        }
+        if size > u32::MAX as usize {
+            return Err(Error::invalid(format!(
+                "a world of {size} ranks is too big"
+            )));
+        }
+        if opts.timeout.is_zero() {
+            return Err(Error::invalid("the TCP transport timeout must be positive"));
+        }
+        let start = Instant::now();
+        let deadline = start + opts.timeout;
+
+        let listener = listen(&opts.bind_host)?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| Error::io("reading the listener's address", e))?
+            .port();
+        let published = host_port(&opts.advertised_host(), port);
+        book.publish(rank, &published)?;
+        tracing::debug!(rank, size, addr = %published, "tcp transport listening");
+
+        let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+        let mut refusals: Vec<String> = Vec::new();
+        let claimed = Arc::new(Mutex::new(vec![false; size]));
+        let cancel = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel::<Arrival>();
+
+        let outcome: Result<()> = std::thread::scope(|s| {
+            // Dial the lower ranks from a few workers, so one slow rank does not hold up the
+            // others and a timeout names exactly the ranks that are missing.
+            let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            for _ in 0..rank.min(MAX_DIALERS) {
+                let (tx, cancel, next) = (tx.clone(), cancel.clone(), next.clone());
+                s.spawn(move || loop {
+                    let peer = next.fetch_add(1, Ordering::Relaxed);
+                    if peer >= rank || cancel.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let arrival = match dial(rank, size, peer, token, book, deadline, &cancel) {
+                        Ok(stream) => Arrival::Peer(peer, stream),
+                        Err(e) => Arrival::DialFailed(e),
+                    };
+                    if tx.send(arrival).is_err() {
+                        break;
+                    }
+                });
+            }
+            let mut dial_hints: Vec<String> = Vec::new();
+            loop {
+                // New connections: authenticate each on its own thread, so a silent stranger
+                // cannot hold up the others.
+                loop {
+                    match listener.accept() {
+                        Ok((stream, from)) => {
+                            let ctx = AcceptCtx {
+                                rank,
+                                size,
+                                token: token.clone(),
+                                claimed: claimed.clone(),
+                                deadline,
+                                tx: tx.clone(),
+                            };
+                            std::thread::Builder::new()
+                                .name(format!("accord-tcp-hs{rank}"))
+                                .spawn(move || ctx.run(stream, from))
+                                .map_err(|e| Error::io("starting a handshake thread", e))?;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            tracing::warn!(rank, "accepting a peer connection failed: {e}");
+                            break;
+                        }
+                    }
+                }
+                while let Ok(arrival) = rx.try_recv() {
+                    match arrival {
+                        Arrival::Peer(peer, stream) => streams[peer] = Some(stream),
+                        Arrival::Refused(why) => {
+                            tracing::warn!(rank, "refused a peer connection: {why}");
+                            refusals.push(why);
+                        }
+                        Arrival::DialFailed(Error::Timeout { hint, .. }) => dial_hints.push(hint),
+                        Arrival::DialFailed(e) => {
+                            cancel.store(true, Ordering::Relaxed);
+                            return Err(e);
+                        }
+                    }
+                }
+                let missing: Vec<usize> = (0..size)
+                    .filter(|&p| p != rank && streams[p].is_none())
+                    .collect();
+                if missing.is_empty() {
+                    return Ok(());
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    cancel.store(true, Ordering::Relaxed);
+                    let mut hint = dial_hints.concat();
+                    let higher: Vec<String> = missing
+                        .iter()
+                        .filter(|&&p| p > rank)
+                        .map(|p| p.to_string())
+                        .collect();
+                    if !higher.is_empty() {
+                        hint.push_str(&format!(
+                            "; rank(s) {} never connected to this rank's listener at {published}",
+                            higher.join(", ")
+                        ));
+                    }
+                    if !refusals.is_empty() {
+                        hint.push_str(&format!(
+                            "; refused {} connection(s): {}",
+                            refusals.len(),
+                            refusals.join("; ")
+                        ));
+                    }
+                    return Err(Error::Timeout {
+                        op: format!("forming the TCP mesh (rank {rank} of {size})"),
+                        seq: 0,
+                        comm: "world".into(),
+                        waiting_for: missing,
+                        after: now - start,
+                        hint,
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        cancel.store(true, Ordering::Relaxed);
+        drop(listener);
+        outcome?;
+
+        let mailbox = Arc::new(Mailbox::new());
+        let closing = Arc::new(AtomicBool::new(false));
+        let mut peers = Vec::with_capacity(size);
+        let mut readers = Vec::with_capacity(size.saturating_sub(1));
+        for (peer, stream) in streams.into_iter().enumerate() {
+            let Some(stream) = stream else {
+                peers.push(None);
+                continue;
+            };
+            let setup = |e| Error::io(format!("setting up the connection to rank {peer}"), e);
+            stream.set_read_timeout(None).map_err(setup)?;
+            stream
+                .set_write_timeout(Some(opts.timeout))
+                .map_err(setup)?;
+            let reader = stream.try_clone().map_err(setup)?;
+            let ctl = stream.try_clone().map_err(setup)?;
+            let ctx = ReaderCtx {
+                peer,
+                mailbox: mailbox.clone(),
+                closing: closing.clone(),
+                ctl: stream.try_clone().map_err(setup)?,
+            };
+            readers.push(
+                std::thread::Builder::new()
+                    .name(format!("accord-tcp{rank}<{peer}"))
+                    .spawn(move || ctx.run(reader))
+                    .map_err(|e| Error::io("starting a reader thread", e))?,
+            );
+            peers.push(Some(Peer {
+                writer: Mutex::new(Socket::from(stream)),
+                ctl,
+            }));
+        }
+        tracing::debug!(rank, size, "tcp mesh formed in {:.1?}", start.elapsed());
+        Ok(Arc::new(TcpTransport {
+            rank,
+            size,
+            timeout: opts.timeout,
+            published,
+            mailbox,
+            peers,
+            readers: Mutex::new(readers),
+            closing,
+        }))
+    }
+
+    /// The address this rank published for its peers.
+    pub fn published_addr(&self) -> &str {
+        &self.published
+    }
+
+    /// Say goodbye to every peer and close every connection; waits (briefly) for the peers to
+    /// acknowledge and for the reader threads to end. Called by `Drop`; later sends fail.
+    pub fn shutdown(&self) {
+        self.close(true);
+    }
+
+    /// Simulate this process's death: close every connection abruptly, without a goodbye.
+    #[doc(hidden)]
+    pub fn kill_for_test(&self) {
+        self.close(false);
+    }
+
+    fn close(&self, goodbye: bool) {
+        if self.closing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for (peer, p) in self.peers.iter().enumerate() {
+            let Some(p) = p else { continue };
+            if goodbye && self.mailbox.lost(peer).is_none() {
+                let hdr = self.control_header(FrameKind::Bye, 0);
+                let _ = self.courtesy_write(p, &hdr, &[]);
+                // The peer answers our goodbye by closing its end, which ends our reader.
+                let _ = p.ctl.shutdown(Shutdown::Write);
+            } else {
+                let _ = p.ctl.shutdown(Shutdown::Both);
+            }
+        }
+        let mut readers = std::mem::take(&mut *self.readers.lock().unwrap());
+        let grace = Instant::now() + GOODBYE_GRACE.min(self.timeout);
+        while Instant::now() < grace && readers.iter().any(|r| !r.is_finished()) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for p in self.peers.iter().flatten() {
+            let _ = p.ctl.shutdown(Shutdown::Both);
+        }
+        for r in readers.drain(..) {
+            let _ = r.join();
+        }
+    }
+
+    fn control_header(&self, kind: FrameKind, len: usize) -> [u8; HEADER_LEN] {
+        Header {
+            kind,
+            src: self.rank as u32,
+            chunk_len: len as u32,
+            env: Envelope {
+                comm: 0,
+                seq: 0,
+                fp: Fingerprint::new(OpKind::P2p, crate::dtype::DataType::U8, 0),
+            },
+            total_len: len as u64,
+            offset: 0,
+        }
+        .encode()
+    }
+
+    /// Write one control frame without blocking long: skip the peer if its write lock stays busy,
+    /// and give up on a write that does not finish within [`COURTESY_WRITE`].
+    fn courtesy_write(&self, p: &Peer, hdr: &[u8], body: &[u8]) -> io::Result<()> {
+        let until = Instant::now() + COURTESY_WRITE;
+        let w = loop {
+            match p.writer.try_lock() {
+                Ok(w) => break w,
+                Err(TryLockError::Poisoned(e)) => break e.into_inner(),
+                Err(TryLockError::WouldBlock) if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Err(TryLockError::WouldBlock) => {
+                    return Err(io::Error::new(io::ErrorKind::WouldBlock, "sender busy"))
+                }
+            }
+        };
+        w.set_write_timeout(Some(COURTESY_WRITE.min(self.timeout)))?;
+        let r = write_frame(&w, hdr, body);
+        if r.is_err() {
+            // A partly written frame leaves the stream unusable.
+            let _ = p.ctl.shutdown(Shutdown::Both);
+        }
+        let _ = w.set_write_timeout(Some(self.timeout));
+        r
+    }
+
+    fn write_failed(&self, peer: usize, p: &Peer, e: io::Error) -> Error {
+        // The stream may hold part of a frame now: nothing more can be sent on it.
+        let _ = p.ctl.shutdown(Shutdown::Both);
+        let cause = if let Some(cause) = self.mailbox.lost(peer) {
+            cause
+        } else if matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        ) {
+            format!(
+                "rank {peer} accepted no data for {:.1?} (write timed out; is it stuck?)",
+                self.timeout
+            )
+        } else {
+            format!("sending to rank {peer} failed: {e}")
+        };
+        self.mailbox.peer_lost(peer, cause.clone());
+        Error::PeerLost { rank: peer, cause }
+    }
+}
+
+impl Transport for TcpTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+
+    fn send(&self, peer: usize, env: &Envelope, data: &[u8]) -> Result<()> {
+        if peer == self.rank {
+            return Err(Error::invalid(format!(
+                "rank {peer} cannot send to itself over TCP"
+            )));
+        }
+        let Some(Some(p)) = self.peers.get(peer) else {
+            return Err(Error::invalid(format!(
+                "peer {peer} outside a world of {}",
+                self.size
+            )));
+        };
+        if self.closing.load(Ordering::SeqCst) {
+            return Err(Error::PeerLost {
+                rank: peer,
+                cause: format!("rank {}'s TCP transport was shut down", self.rank),
+            });
+        }
+        if let Some(cause) = self.mailbox.lost(peer) {
+            return Err(Error::PeerLost { rank: peer, cause });
+        }
+        let total_len = data.len() as u64;
+        for_each_chunk(data, chunk_bytes(), |off, bytes| {
+            let hdr = Header {
+                kind: FrameKind::Data,
+                src: self.rank as u32,
+                chunk_len: bytes.len() as u32,
+                env: *env,
+                total_len,
+                offset: off as u64,
+            }
+            .encode();
+            let w = p.writer.lock().unwrap_or_else(|e| e.into_inner());
+            write_frame(&w, &hdr, bytes).map_err(|e| self.write_failed(peer, p, e))
+        })
+    }
+
+    fn mailbox(&self) -> &Mailbox {
+        &self.mailbox
+    }
+
+    fn abort(&self, reason: &str) {
+        let mut text = reason.as_bytes();
+        if text.len() > super::wire::MAX_REASON_BYTES {
+            let mut end = super::wire::MAX_REASON_BYTES;
+            while !reason.is_char_boundary(end) {
+                end -= 1;
+            }
+            text = &text[..end];
+        }
+        if !self.closing.load(Ordering::SeqCst) {
+            let hdr = self.control_header(FrameKind::Abort, text.len());
+            for (peer, p) in self.peers.iter().enumerate() {
+                let Some(p) = p else { continue };
+                if self.mailbox.lost(peer).is_none() {
+                    if let Err(e) = self.courtesy_write(p, &hdr, text) {
+                        tracing::debug!(rank = self.rank, peer, "abort notice not sent: {e}");
+                    }
+                }
+            }
+        }
+        self.mailbox.abort(self.rank, reason);
+    }
+}
+
+impl Drop for TcpTransport {
+    fn drop(&mut self) {
+        self.close(true);
+    }
+}
+
+/// Write a header and its payload, all of it, without raising SIGPIPE on a closed connection.
+fn write_frame(s: &Socket, hdr: &[u8], body: &[u8]) -> io::Result<()> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    const FLAGS: libc::c_int = libc::MSG_NOSIGNAL;
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    const FLAGS: libc::c_int = 0;
+    let (mut h, mut b) = (0, 0);
+    while h < hdr.len() || b < body.len() {
+        let bufs = [IoSlice::new(&hdr[h..]), IoSlice::new(&body[b..])];
+        let bufs: &[IoSlice<'_>] = if h < hdr.len() { &bufs } else { &bufs[1..] };
+        match s.send_vectored_with_flags(bufs, FLAGS) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                let in_hdr = n.min(hdr.len() - h);
+                h += in_hdr;
+                b += n - in_hdr;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn tune(s: &Socket) {
+    let _ = s.set_nodelay(true);
+    let _ = s.set_send_buffer_size(SOCKET_BUFFER_BYTES);
+    let _ = s.set_recv_buffer_size(SOCKET_BUFFER_BYTES);
+    let ka = TcpKeepalive::new()
+        .with_time(Duration::from_secs(30))
+        .with_interval(Duration::from_secs(10));
+    let _ = s.set_tcp_keepalive(&ka);
+}
+
+fn listen(host: &str) -> Result<TcpListener> {
+    let addr = (host, 0)
+        .to_socket_addrs()
+        .map_err(|e| Error::io(format!("resolving the bind address {host:?}"), e))?
+        .next()
+        .ok_or_else(|| Error::invalid(format!("bind address {host:?} resolves to nothing")))?;
+    let what = || format!("listening on {host}");
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+        .map_err(|e| Error::io(what(), e))?;
+    let _ = s.set_reuse_address(true);
+    // Accepted connections inherit the listener's buffer sizes.
+    tune(&s);
+    s.bind(&SockAddr::from(addr))
+        .map_err(|e| Error::io(what(), e))?;
+    s.listen(1024).map_err(|e| Error::io(what(), e))?;
+    s.set_nonblocking(true).map_err(|e| Error::io(what(), e))?;
+    Ok(s.into())
+}
+
+/// Connect to `peer` (a lower rank), authenticate and introduce this rank.
+fn dial(
+    rank: usize,
+    size: usize,
+    peer: usize,
+    token: &Token,
+    book: &dyn AddressBook,
+    deadline: Instant,
+    cancel: &AtomicBool,
+) -> Result<TcpStream> {
+    let start = Instant::now();
+    let timeout = |hint: String| Error::Timeout {
+        op: format!("forming the TCP mesh (rank {rank} of {size})"),
+        seq: 0,
+        comm: "world".into(),
+        waiting_for: vec![peer],
+        after: start.elapsed(),
+        hint,
+    };
+    let addr = loop {
+        let until = deadline.min(Instant::now() + LOOKUP_SLICE);
+        match book.lookup(peer, until) {
+            Ok(a) => break a,
+            Err(Error::Timeout { .. }) if until < deadline && !cancel.load(Ordering::Relaxed) => {}
+            Err(e @ Error::Timeout { .. }) => {
+                return Err(timeout(format!(
+                    "; rank {peer}'s address was never published ({e})"
+                )))
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let what = format!("connection from rank {rank} to rank {peer} at {addr}");
+    let mut backoff = Duration::from_millis(5);
+    let mut last_err: Option<io::Error> = None;
+    let stream = loop {
+        let now = Instant::now();
+        if now >= deadline || cancel.load(Ordering::Relaxed) {
+            let why = last_err.map(|e| e.to_string()).unwrap_or_default();
+            return Err(timeout(format!("; could not connect to {addr}: {why}")));
+        }
+        match try_connect(&addr, deadline - now) {
+            Ok(s) => break s,
+            Err(e) => {
+                if !matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionRefused
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::WouldBlock
+                        | io::ErrorKind::ConnectionReset
+                        | io::ErrorKind::ConnectionAborted
+                        | io::ErrorKind::Interrupted
+                        | io::ErrorKind::AddrNotAvailable
+                ) && e.raw_os_error() != Some(libc::EHOSTUNREACH)
+                    && e.raw_os_error() != Some(libc::ENETUNREACH)
+                {
+                    return Err(Error::io(format!("{what}: connecting"), e));
+                }
+                last_err = Some(e);
+                std::thread::sleep(backoff.min(deadline.saturating_duration_since(now)));
+                backoff = (backoff * 2).min(Duration::from_millis(200));
+            }
+        }
+    };
+    let mut stream = stream;
+    let hs = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(100));
+    let setup = |e| Error::io(format!("{what}: setting socket options"), e);
+    stream.set_read_timeout(Some(hs)).map_err(setup)?;
+    stream.set_write_timeout(Some(hs)).map_err(setup)?;
+    auth::connect(&mut stream, token, Role::Peer, &what)?;
+    let mut hello = [0u8; 8];
+    hello[..4].copy_from_slice(&(rank as u32).to_le_bytes());
+    hello[4..].copy_from_slice(&(size as u32).to_le_bytes());
+    stream
+        .write_all(&hello)
+        .map_err(|e| Error::io(format!("{what}: introducing this rank"), e))?;
+    let mut status = [0u8; 1];
+    read_or_timeout(&mut stream, &mut status, &what)?;
+    if status[0] != 0 {
+        let mut len = [0u8; 2];
+        read_or_timeout(&mut stream, &mut len, &what)?;
+        let mut reason = vec![0u8; u16::from_le_bytes(len) as usize];
+        read_or_timeout(&mut stream, &mut reason, &what)?;
+        return Err(Error::invalid(format!(
+            "rank {peer} refused the connection from rank {rank}: {}",
+            String::from_utf8_lossy(&reason)
+        )));
+    }
+    Ok(stream)
+}
+
+fn read_or_timeout(s: &mut TcpStream, buf: &mut [u8], what: &str) -> Result<()> {
+    s.read_exact(buf).map_err(|e| {
+        if matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        ) {
+            Error::Protocol(format!(
+                "{what}: no answer to this rank's introduction in time"
+            ))
+        } else {
+            Error::io(
+                format!("{what}: waiting for the answer to the introduction"),
+                e,
+            )
+        }
+    })
+}
+
+fn try_connect(addr: &str, within: Duration) -> io::Result<TcpStream> {
+    let mut last = None;
+    for a in addr.to_socket_addrs()? {
+        let s = Socket::new(Domain::for_address(a), Type::STREAM, Some(Protocol::TCP))?;
+        tune(&s);
+        match s.connect_timeout(&SockAddr::from(a), within.max(Duration::from_millis(1))) {
+            Ok(()) => return Ok(s.into()),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::AddrNotAvailable,
+            "address resolves to nothing",
+        )
+    }))
+}
+
+/// Everything a handshake thread for one accepted connection needs.
+struct AcceptCtx {
+    rank: usize,
+    size: usize,
+    token: Token,
+    claimed: Arc<Mutex<Vec<bool>>>,
+    deadline: Instant,
+    tx: mpsc::Sender<Arrival>,
+}
+
+impl AcceptCtx {
+    fn run(self, stream: TcpStream, from: SocketAddr) {
+        let arrival = match self.handshake(stream, from) {
+            Ok((peer, s)) => Arrival::Peer(peer, s),
+            Err(e) => Arrival::Refused(format!("from {from}: {e}")),
+        };
+        let _ = self.tx.send(arrival);
+    }
+
+    fn handshake(&self, mut s: TcpStream, from: SocketAddr) -> Result<(usize, TcpStream)> {
+        let what = format!("connection to rank {} from {from}", self.rank);
+        let setup = |e| Error::io(format!("{what}: setting socket options"), e);
+        s.set_nonblocking(false).map_err(setup)?;
+        let hs = self
+            .deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(100));
+        s.set_read_timeout(Some(hs)).map_err(setup)?;
+        s.set_write_timeout(Some(hs)).map_err(setup)?;
+        tune(&Socket::from(s.try_clone().map_err(setup)?));
+        auth::accept(&mut s, &self.token, Role::Peer, &what)?;
+        // Authenticated from here on.
+        let mut hello = [0u8; 8];
+        s.read_exact(&mut hello)
+            .map_err(|e| Error::io(format!("{what}: reading the peer's introduction"), e))?;
+        let peer = u32::from_le_bytes(hello[..4].try_into().unwrap()) as usize;
+        let their_size = u32::from_le_bytes(hello[4..].try_into().unwrap()) as usize;
+        let verdict = if their_size != self.size {
+            Err(format!(
+                "rank {peer} was started with a world of {their_size} ranks but rank {} with {}; \
+                 every rank must be given the same world size",
+                self.rank, self.size
+            ))
+        } else if peer <= self.rank || peer >= self.size {
+            Err(format!(
+                "a connection claiming rank {peer} reached rank {}, which only accepts ranks {}..{}",
+                self.rank,
+                self.rank + 1,
+                self.size
+            ))
+        } else {
+            let mut claimed = self.claimed.lock().unwrap();
+            if std::mem::replace(&mut claimed[peer], true) {
+                Err(format!(
+                    "rank {peer} is already connected to rank {}; were two processes started \
+                     with rank {peer}?",
+                    self.rank
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        match verdict {
+            Ok(()) => {
+                s.write_all(&[0])
+                    .map_err(|e| Error::io(format!("{what}: answering the introduction"), e))?;
+                Ok((peer, s))
+            }
+            Err(why) => {
+                let bytes = &why.as_bytes()[..why.len().min(u16::MAX as usize)];
+                let mut msg = vec![1u8];
+                msg.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
+                msg.extend_from_slice(bytes);
+                let _ = s.write_all(&msg);
+                Err(Error::invalid(why))
+            }
+        }
+    }
+}
+
+/// Everything a reader thread needs.
+struct ReaderCtx {
+    peer: usize,
+    mailbox: Arc<Mailbox>,
+    closing: Arc<AtomicBool>,
+    ctl: TcpStream,
+}
+
+impl ReaderCtx {
+    fn run(self, stream: TcpStream) {
+        let mut r = io::BufReader::with_capacity(READ_BUFFER_BYTES, stream);
+        let peer = self.peer;
+        let ended = |why: String| {
+            if self.closing.load(Ordering::SeqCst) {
+                "this rank's TCP transport was shut down".to_string()
+            } else {
+                format!("connection closed (process exited or was killed): {why}")
+            }
+        };
+        loop {
+            let mut hb = [0u8; HEADER_LEN];
+            match read_header(&mut r, &mut hb) {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.mailbox
+                        .peer_lost(peer, ended(format!("rank {peer} closed without a goodbye")));
+                    break;
+                }
+                Err(e) => {
+                    self.mailbox.peer_lost(peer, ended(e.to_string()));
+                    break;
+                }
+            }
+            let h = match Header::decode(&hb, peer as u32) {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::warn!(peer, "closing the connection: {e}");
+                    self.mailbox.peer_lost(peer, e.to_string());
+                    break;
+                }
+            };
+            // `decode` bounded chunk_len by the frame kind's limit.
+            let mut data = vec![0u8; h.chunk_len as usize];
+            if let Err(e) = r.read_exact(&mut data) {
+                self.mailbox
+                    .peer_lost(peer, ended(format!("in the middle of a frame ({e})")));
+                break;
+            }
+            match h.kind {
+                FrameKind::Data => self.mailbox.deliver(
+                    peer,
+                    Frame {
+                        env: h.env,
+                        total_len: h.total_len,
+                        offset: h.offset,
+                        data,
+                    },
+                ),
+                FrameKind::Abort => {
+                    let reason = String::from_utf8_lossy(&data).into_owned();
+                    self.mailbox.abort(peer, reason);
+                }
+                FrameKind::Bye => {
+                    self.mailbox
+                        .peer_lost(peer, format!("rank {peer} closed its communicator"));
+                    break;
+                }
+            }
+        }
+        // Nothing more is read from this connection; closing our end also tells a peer that said
+        // goodbye that we heard it.
+        let _ = self.ctl.shutdown(Shutdown::Both);
+    }
+}
+
+/// Read one header; `Ok(false)` on a clean end of stream before its first byte.
+fn read_header(r: &mut impl Read, buf: &mut [u8; HEADER_LEN]) -> io::Result<bool> {
+    let mut got = 0;
+    while got < HEADER_LEN {
+        match r.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("end of stream after {got} bytes of a frame header"),
+                ))
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advertised_host_rules() {
+        let mut o = TcpOptions::loopback(Duration::from_secs(1));
+        assert_eq!(o.advertised_host(), "127.0.0.1");
+        o.advertise_host = Some("node7.cluster".into());
+        assert_eq!(o.advertised_host(), "node7.cluster");
+        o.advertise_host = None;
+        o.bind_host = "0.0.0.0".into();
+        let ip: IpAddr = o.advertised_host().parse().expect("an IP address");
+        assert!(ip.is_ipv4() && !ip.is_unspecified());
+        o.bind_host = "myhost".into();
+        assert_eq!(o.advertised_host(), "myhost");
+    }
+
+    #[test]
+    fn addresses_are_formatted_for_connecting() {
+        assert_eq!(host_port("10.0.0.5", 41234), "10.0.0.5:41234");
+        assert_eq!(host_port("::1", 80), "[::1]:80");
+        assert_eq!(host_port("node7", 80), "node7:80");
+    }
+
+    #[test]
+    fn bad_arguments_are_refused_before_listening() {
+        let book = MemoryAddressBook::new();
+        let t = Token::new("t");
+        let o = TcpOptions::loopback(Duration::from_secs(1));
+        assert!(matches!(
+            TcpTransport::connect(2, 2, &t, &book, o.clone()),
+            Err(Error::InvalidArgument(_))
+        ));
+        let zero = TcpOptions {
+            timeout: Duration::ZERO,
+            ..o
+        };
+        assert!(matches!(
+            TcpTransport::connect(0, 1, &t, &book, zero),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+}

@@ -1,0 +1,435 @@
+//! The TCP transport over loopback: worlds of threads, each rank with its own transport.
+
+use accord::auth::{self, Role, Token};
+use accord::fingerprint::{Fingerprint, OpKind};
+use accord::transport::tcp::{MemoryAddressBook, TcpOptions, TcpTransport};
+use accord::transport::{chunk_bytes, AddressBook, Envelope, Transport, WaitError};
+use accord::{DataType, Error};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+fn opts(timeout: Duration) -> TcpOptions {
+    TcpOptions::loopback(timeout)
+}
+
+/// Form a world of `n` ranks as threads sharing one address book.
+fn world(n: usize) -> Vec<Arc<TcpTransport>> {
+    let book = Arc::new(MemoryAddressBook::new());
+    let token = Token::new("test-token");
+    let handles: Vec<_> = (0..n)
+        .map(|rank| {
+            let book = book.clone();
+            let token = token.clone();
+            std::thread::spawn(move || {
+                TcpTransport::connect(rank, n, &token, &*book, opts(TIMEOUT))
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().unwrap().expect("world formed"))
+        .collect()
+}
+
+fn env(seq: u64, len: usize) -> Envelope {
+    Envelope {
+        comm: 1,
+        seq,
+        fp: Fingerprint::new(OpKind::P2p, DataType::U8, len),
+    }
+}
+
+fn pattern(src: usize, dst: usize, seq: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            ((i as u64).wrapping_mul(2_654_435_761) >> 7) as u8 ^ (src * 16 + dst) as u8 ^ seq as u8
+        })
+        .collect()
+}
+
+/// Take every frame of one message and reassemble it, checking offsets cover it exactly once.
+fn recv_message(t: &TcpTransport, src: usize, seq: u64) -> (Vec<u8>, usize) {
+    let deadline = Instant::now() + TIMEOUT;
+    let first = t
+        .mailbox()
+        .take(src, 1, seq, deadline)
+        .expect("first frame");
+    let total = first.total_len as usize;
+    let mut out = vec![0u8; total];
+    let mut covered = vec![false; total];
+    let mut got = 0;
+    let mut frames = 0;
+    let mut frame = Some(first);
+    loop {
+        let f = match frame.take() {
+            Some(f) => f,
+            None if got == total => break,
+            None => t.mailbox().take(src, 1, seq, deadline).expect("next frame"),
+        };
+        frames += 1;
+        assert_eq!(f.total_len as usize, total);
+        assert!(f.data.len() <= chunk_bytes());
+        let off = f.offset as usize;
+        for (i, b) in f.data.iter().enumerate() {
+            assert!(!covered[off + i], "byte {} delivered twice", off + i);
+            covered[off + i] = true;
+            out[off + i] = *b;
+        }
+        got += f.data.len();
+        if got == total {
+            break;
+        }
+    }
+    (out, frames)
+}
+
+#[test]
+fn all_to_all_world_sizes_1_to_5() {
+    const SIZES: [usize; 4] = [0, 1, 1000, 3_000_000];
+    for n in 1..=5 {
+        let ts = world(n);
+        let handles: Vec<_> = ts
+            .iter()
+            .cloned()
+            .map(|t| {
+                std::thread::spawn(move || {
+                    let me = t.rank();
+                    assert_eq!(t.size(), n);
+                    assert_eq!(t.name(), "tcp");
+                    for (seq, &len) in SIZES.iter().enumerate() {
+                        for peer in (0..n).filter(|&p| p != me) {
+                            let data = pattern(me, peer, seq as u64, len);
+                            t.send(peer, &env(seq as u64, len), &data).unwrap();
+                        }
+                    }
+                    for (seq, &len) in SIZES.iter().enumerate() {
+                        for peer in (0..n).filter(|&p| p != me) {
+                            let (got, frames) = recv_message(&t, peer, seq as u64);
+                            assert_eq!(got.len(), len);
+                            assert!(got == pattern(peer, me, seq as u64, len), "bytes differ");
+                            assert_eq!(frames, len.div_ceil(chunk_bytes()).max(1));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        drop(ts);
+    }
+}
+
+#[test]
+fn send_to_self_or_outside_the_world_is_invalid() {
+    let ts = world(2);
+    let e = ts[0].send(0, &env(0, 1), &[1]).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    let e = ts[0].send(5, &env(0, 1), &[1]).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+}
+
+/// A stranger that does not know the token reaches rank 0's listener while the world forms: it
+/// is refused (both ends see `Unauthorized`), and the real world still forms and works.
+#[test]
+fn stranger_with_wrong_token_is_refused_and_world_stays_healthy() {
+    let book = Arc::new(MemoryAddressBook::new());
+    let token = Token::new("right");
+    let spawn = |rank: usize| {
+        let book = book.clone();
+        let token = token.clone();
+        std::thread::spawn(move || TcpTransport::connect(rank, 3, &token, &*book, opts(TIMEOUT)))
+    };
+    let r0 = spawn(0);
+    let addr = book
+        .lookup(0, Instant::now() + TIMEOUT)
+        .expect("rank 0 publishes");
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let e = auth::connect(&mut s, &Token::new("wrong"), Role::Peer, "stranger").unwrap_err();
+    assert!(matches!(e, Error::Unauthorized(_)), "{e}");
+    // Whatever the stranger sends afterwards is never read as an introduction.
+    let _ = s.write_all(&[1, 0, 0, 0, 3, 0, 0, 0]);
+    let (r1, r2) = (spawn(1), spawn(2));
+    let ts: Vec<_> = [r0, r1, r2]
+        .into_iter()
+        .map(|h| h.join().unwrap().expect("world forms"))
+        .collect();
+    ts[1].send(0, &env(7, 3), b"abc").unwrap();
+    let f = ts[0]
+        .mailbox()
+        .take(1, 1, 7, Instant::now() + TIMEOUT)
+        .unwrap();
+    assert_eq!(f.data, b"abc");
+}
+
+/// A rank started with the wrong token cannot join: it gets `Unauthorized`, and the rank it tried
+/// to reach times out naming it, quoting the refusal.
+#[test]
+fn rank_with_wrong_token_fails_clearly() {
+    let book = Arc::new(MemoryAddressBook::new());
+    let short = Duration::from_secs(2);
+    let b0 = book.clone();
+    let r0 = std::thread::spawn(move || {
+        TcpTransport::connect(0, 2, &Token::new("right"), &*b0, opts(short))
+    });
+    let e1 = TcpTransport::connect(1, 2, &Token::new("wrong"), &*book, opts(short)).unwrap_err();
+    assert!(matches!(e1, Error::Unauthorized(_)), "{e1}");
+    let e0 = r0.join().unwrap().unwrap_err();
+    match &e0 {
+        Error::Timeout {
+            waiting_for, hint, ..
+        } => {
+            assert_eq!(waiting_for, &vec![1]);
+            assert!(hint.contains("token"), "{e0}");
+        }
+        other => panic!("expected a timeout, got {other}"),
+    }
+}
+
+#[test]
+fn world_size_mismatch_is_reported() {
+    let book = Arc::new(MemoryAddressBook::new());
+    let short = Duration::from_secs(2);
+    let token = Token::new("t");
+    let (b0, t0) = (book.clone(), token.clone());
+    let r0 = std::thread::spawn(move || TcpTransport::connect(0, 2, &t0, &*b0, opts(short)));
+    let e1 = TcpTransport::connect(1, 3, &token, &*book, opts(short)).unwrap_err();
+    assert!(
+        matches!(&e1, Error::InvalidArgument(m) if m.contains("world of 3")),
+        "{e1}"
+    );
+    let e0 = r0.join().unwrap().unwrap_err();
+    assert!(
+        matches!(&e0, Error::Timeout { waiting_for, .. } if waiting_for == &vec![1]),
+        "{e0}"
+    );
+    assert!(e0.to_string().contains("world of 3"), "{e0}");
+}
+
+#[test]
+fn timeout_names_the_ranks_that_never_came() {
+    let book = Arc::new(MemoryAddressBook::new());
+    let short = Duration::from_secs(1);
+    let token = Token::new("t");
+    let hs: Vec<_> = (0..2)
+        .map(|rank| {
+            let (b, t) = (book.clone(), token.clone());
+            std::thread::spawn(move || TcpTransport::connect(rank, 3, &t, &*b, opts(short)))
+        })
+        .collect();
+    for h in hs {
+        let e = h.join().unwrap().unwrap_err();
+        assert!(
+            matches!(&e, Error::Timeout { waiting_for, .. } if waiting_for == &vec![2]),
+            "{e}"
+        );
+    }
+}
+
+/// Ranks 1 and 3 of 4 start; each names exactly the two ranks that never came.
+#[test]
+fn timeout_names_missing_lower_and_higher_ranks() {
+    let book = Arc::new(MemoryAddressBook::new());
+    let short = Duration::from_secs(1);
+    let token = Token::new("t");
+    let hs: Vec<_> = [1, 3]
+        .into_iter()
+        .map(|rank| {
+            let (b, t) = (book.clone(), token.clone());
+            std::thread::spawn(move || TcpTransport::connect(rank, 4, &t, &*b, opts(short)))
+        })
+        .collect();
+    for h in hs {
+        let e = h.join().unwrap().unwrap_err();
+        assert!(
+            matches!(&e, Error::Timeout { waiting_for, .. } if waiting_for == &vec![0, 2]),
+            "{e}"
+        );
+    }
+}
+
+/// A client that completes the handshake as rank 1 and then sends a malformed header: rank 0
+/// reports rank 1 lost with the protocol error and keeps running.
+#[test]
+fn garbage_after_handshake_is_a_protocol_error() {
+    let book = Arc::new(MemoryAddressBook::new());
+    let token = Token::new("t");
+    let (b0, t0) = (book.clone(), token.clone());
+    let r0 = std::thread::spawn(move || TcpTransport::connect(0, 2, &t0, &*b0, opts(TIMEOUT)));
+    let addr = book.lookup(0, Instant::now() + TIMEOUT).unwrap();
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    auth::connect(&mut s, &token, Role::Peer, "fake rank 1").unwrap();
+    s.write_all(&[1, 0, 0, 0, 2, 0, 0, 0]).unwrap();
+    let mut status = [9u8];
+    s.read_exact(&mut status).unwrap();
+    assert_eq!(status[0], 0, "introduction accepted");
+    let t0 = r0
+        .join()
+        .unwrap()
+        .expect("world of one real rank and one fake");
+    s.write_all(&[0xAB; 72]).unwrap();
+    let start = Instant::now();
+    match t0.mailbox().take(1, 1, 0, Instant::now() + TIMEOUT) {
+        Err(WaitError::Lost { cause }) => {
+            assert!(cause.contains("malformed frame"), "{cause}");
+            assert!(cause.contains("bad magic"), "{cause}");
+        }
+        other => panic!("expected the peer to be lost, got {other:?}"),
+    }
+    assert!(start.elapsed() < Duration::from_secs(1));
+    let e = t0.send(1, &env(0, 1), &[1]).unwrap_err();
+    assert!(matches!(e, Error::PeerLost { rank: 1, .. }), "{e}");
+    // The connection was shut down: the fake peer sees the end of the stream.
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+}
+
+/// A header that promises more than the limit is refused before anything is allocated.
+#[test]
+fn oversized_frame_is_refused() {
+    let book = Arc::new(MemoryAddressBook::new());
+    let token = Token::new("t");
+    let (b0, t0) = (book.clone(), token.clone());
+    let r0 = std::thread::spawn(move || TcpTransport::connect(0, 2, &t0, &*b0, opts(TIMEOUT)));
+    let addr = book.lookup(0, Instant::now() + TIMEOUT).unwrap();
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    auth::connect(&mut s, &token, Role::Peer, "fake rank 1").unwrap();
+    s.write_all(&[1, 0, 0, 0, 2, 0, 0, 0]).unwrap();
+    let mut status = [9u8];
+    s.read_exact(&mut status).unwrap();
+    let t0 = r0.join().unwrap().unwrap();
+    let h = accord::transport::wire::Header {
+        kind: accord::transport::wire::FrameKind::Data,
+        src: 1,
+        chunk_len: u32::MAX,
+        env: env(0, 1),
+        total_len: u64::MAX,
+        offset: 0,
+    }
+    .encode();
+    s.write_all(&h).unwrap();
+    match t0.mailbox().take(1, 1, 0, Instant::now() + TIMEOUT) {
+        Err(WaitError::Lost { cause }) => assert!(cause.contains("exceeds the limit"), "{cause}"),
+        other => panic!("expected the peer to be lost, got {other:?}"),
+    }
+}
+
+#[test]
+fn killed_peer_is_lost_within_a_second() {
+    let ts = world(3);
+    ts[2].kill_for_test();
+    for t in &ts[..2] {
+        let start = Instant::now();
+        match t
+            .mailbox()
+            .take(2, 1, 0, Instant::now() + Duration::from_secs(1))
+        {
+            Err(WaitError::Lost { cause }) => {
+                assert!(cause.contains("process exited or was killed"), "{cause}")
+            }
+            other => panic!("expected rank 2 lost, got {other:?}"),
+        }
+        assert!(start.elapsed() < Duration::from_secs(1));
+        let e = t.send(2, &env(0, 4), &[1, 2, 3, 4]).unwrap_err();
+        assert!(matches!(e, Error::PeerLost { rank: 2, .. }), "{e}");
+    }
+    // The survivors still talk to each other.
+    ts[0].send(1, &env(3, 2), &[5, 6]).unwrap();
+    let f = ts[1]
+        .mailbox()
+        .take(0, 1, 3, Instant::now() + TIMEOUT)
+        .unwrap();
+    assert_eq!(f.data, vec![5, 6]);
+}
+
+/// A peer that sends its last message and closes cleanly: the message arrives whole, and waiting
+/// for more reports that the peer closed its communicator.
+#[test]
+fn clean_close_delivers_last_messages_then_reports_closed() {
+    let mut ts = world(2);
+    let last = pattern(1, 0, 9, 2_000_000);
+    ts[1].send(0, &env(9, last.len()), &last).unwrap();
+    let t1 = ts.pop().unwrap();
+    let start = Instant::now();
+    drop(t1);
+    assert!(start.elapsed() < Duration::from_secs(6));
+    let (got, _) = recv_message(&ts[0], 1, 9);
+    assert!(got == last, "last message intact");
+    match ts[0]
+        .mailbox()
+        .take(1, 1, 10, Instant::now() + Duration::from_secs(1))
+    {
+        Err(WaitError::Lost { cause }) => {
+            assert!(cause.contains("rank 1 closed its communicator"), "{cause}")
+        }
+        other => panic!("expected rank 1 closed, got {other:?}"),
+    }
+}
+
+#[test]
+fn abort_propagates_to_peers() {
+    let ts = world(3);
+    ts[0].abort("rank 0 ran out of memory");
+    for t in &ts {
+        match t
+            .mailbox()
+            .take(1, 1, 0, Instant::now() + Duration::from_secs(1))
+        {
+            Err(WaitError::Aborted { by, reason }) => {
+                assert_eq!(by, 0);
+                assert_eq!(reason, "rank 0 ran out of memory");
+            }
+            other => panic!("expected an abort, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn shutdown_is_idempotent_and_quick() {
+    let ts = world(4);
+    let start = Instant::now();
+    for t in &ts {
+        t.shutdown();
+        t.shutdown();
+    }
+    assert!(start.elapsed() < Duration::from_secs(6));
+    let e = ts[0].send(1, &env(0, 1), &[1]).unwrap_err();
+    assert!(matches!(e, Error::PeerLost { rank: 1, .. }), "{e}");
+}
+
+/// Loopback bandwidth of one direction; run with
+/// `cargo test --release --test tcp_transport -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn loopback_bandwidth() {
+    let ts = world(2);
+    let data = vec![7u8; 64 << 20];
+    let rounds = 16;
+    let start = Instant::now();
+    let t1 = ts[1].clone();
+    let rx = std::thread::spawn(move || {
+        let deadline = Instant::now() + TIMEOUT;
+        for seq in 0..rounds {
+            let mut got = 0;
+            while got < 64 << 20 {
+                got += t1.mailbox().take(0, 1, seq, deadline).unwrap().data.len();
+            }
+        }
+    });
+    for seq in 0..rounds {
+        ts[0].send(1, &env(seq, data.len()), &data).unwrap();
+    }
+    rx.join().unwrap();
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{:.2} GB/s over loopback",
+        (rounds as f64 * data.len() as f64) / secs / 1e9
+    );
+}
