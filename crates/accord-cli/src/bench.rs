@@ -60,7 +60,9 @@ pub fn parse_size(s: &str) -> std::result::Result<usize, String> {
         Some('B') => (&s[..s.len() - 1], 1),
         _ => (s, 1),
     };
-    num.parse::<usize>().map(|n| n * mult).map_err(|_| format!("bad size {s:?} (use e.g. 4, 64K, 16M)"))
+    num.parse::<usize>()
+        .map(|n| n * mult)
+        .map_err(|_| format!("bad size {s:?} (use e.g. 4, 64K, 16M)"))
 }
 
 /// Bus bandwidth factor (nccl-tests conventions).
@@ -99,7 +101,10 @@ struct Case<T> {
 }
 
 fn count_wrong<T: Num>(got: &[T], want: impl Fn(usize) -> T) -> u64 {
-    got.iter().enumerate().filter(|(i, g)| **g != want(*i)).count() as u64
+    got.iter()
+        .enumerate()
+        .filter(|(i, g)| **g != want(*i))
+        .count() as u64
 }
 
 /// Run `op` once.
@@ -122,7 +127,9 @@ fn run_once<T: Num>(comm: &Communicator, op: &str, c: &mut Case<T>) -> Result<()
         "alltoall" => comm.all_to_all(&c.send, &mut c.recv),
         "sendrecv" => comm.sendrecv(&c.send, (me + 1) % n, &mut c.recv, (me + n - 1) % n, 7),
         "barrier" => comm.barrier(),
-        _ => Err(accord::Error::invalid(format!("unknown benchmark op {op:?}"))),
+        _ => Err(accord::Error::invalid(format!(
+            "unknown benchmark op {op:?}"
+        ))),
     }
 }
 
@@ -131,23 +138,46 @@ fn make_case<T: Num>(op: &str, n: usize, me: usize, count: usize) -> Case<T> {
     let block = count / n.max(1);
     let zero = || T::of(0);
     match op {
-        "allgather" => Case { send: (0..block).map(|i| val(me, i)).collect(), recv: vec![zero(); block * n] },
+        "allgather" => Case {
+            send: (0..block).map(|i| val(me, i)).collect(),
+            recv: vec![zero(); block * n],
+        },
         "gather" => Case {
             send: (0..block).map(|i| val(me, i)).collect(),
             recv: vec![zero(); if me == 0 { block * n } else { 0 }],
         },
         "scatter" => Case {
-            send: if me == 0 { (0..block * n).map(|j| val(j / block.max(1), j % block.max(1))).collect() } else { vec![] },
+            send: if me == 0 {
+                (0..block * n)
+                    .map(|j| val(j / block.max(1), j % block.max(1)))
+                    .collect()
+            } else {
+                vec![]
+            },
             recv: vec![zero(); block],
         },
-        "reduce_scatter" => Case { send: (0..block * n).map(|i| val(me, i)).collect(), recv: vec![zero(); block] },
+        "reduce_scatter" => Case {
+            send: (0..block * n).map(|i| val(me, i)).collect(),
+            recv: vec![zero(); block],
+        },
         "alltoall" => Case {
-            send: (0..block * n).map(|j| a2a(me, j / block.max(1), j % block.max(1))).collect(),
+            send: (0..block * n)
+                .map(|j| a2a(me, j / block.max(1), j % block.max(1)))
+                .collect(),
             recv: vec![zero(); block * n],
         },
-        "barrier" => Case { send: vec![], recv: vec![] },
-        "sendrecv" => Case { send: (0..count).map(|i| val(me, i)).collect(), recv: vec![zero(); count] },
-        _ => Case { send: (0..count).map(|i| val(me, i)).collect(), recv: vec![zero(); count] },
+        "barrier" => Case {
+            send: vec![],
+            recv: vec![],
+        },
+        "sendrecv" => Case {
+            send: (0..count).map(|i| val(me, i)).collect(),
+            recv: vec![zero(); count],
+        },
+        _ => Case {
+            send: (0..count).map(|i| val(me, i)).collect(),
+            recv: vec![zero(); count],
+        },
     }
 }
 
@@ -188,7 +218,10 @@ fn bench_typed<T: Num>(comm: &Communicator, o: &BenchOpts) -> Result<Vec<Row>> {
     let mut bytes = o.min_bytes.max(if o.op == "barrier" { 0 } else { esz });
     loop {
         // Sizes follow nccl-tests: the whole buffer; per-rank blocks are size / n.
-        let unit = if matches!(o.op.as_str(), "allgather" | "gather" | "scatter" | "reduce_scatter" | "alltoall") {
+        let unit = if matches!(
+            o.op.as_str(),
+            "allgather" | "gather" | "scatter" | "reduce_scatter" | "alltoall"
+        ) {
             esz * n
         } else {
             esz
@@ -220,7 +253,14 @@ fn bench_typed<T: Num>(comm: &Communicator, o: &BenchOpts) -> Result<Vec<Row>> {
         times.sort_by(f64::total_cmp);
         let time_us = times[times.len() / 2];
         let algbw = shown as f64 / time_us / 1e3;
-        rows.push(Row { bytes: shown, count, time_us, algbw, busbw: algbw * bus_factor(&o.op, n), wrong: w[0] });
+        rows.push(Row {
+            bytes: shown,
+            count,
+            time_us,
+            algbw,
+            busbw: algbw * bus_factor(&o.op, n),
+            wrong: w[0],
+        });
         if bytes >= o.max_bytes || o.op == "barrier" {
             break;
         }
@@ -236,11 +276,24 @@ fn collective_of(op: &str, n: usize, count: usize) -> Option<Collective> {
         "allreduce" => Collective::AllReduce { count },
         "broadcast" => Collective::Broadcast { count, root: 0 },
         "reduce" => Collective::Reduce { count, root: 0 },
-        "allgather" => Collective::AllGather { counts: vec![block; n] },
-        "gather" => Collective::Gather { counts: vec![block; n], root: 0 },
-        "scatter" => Collective::Scatter { counts: vec![block; n], root: 0 },
-        "reduce_scatter" => Collective::ReduceScatter { counts: vec![block; n] },
-        "alltoall" => Collective::AllToAll { send_counts: vec![block; n], recv_counts: vec![block; n] },
+        "allgather" => Collective::AllGather {
+            counts: vec![block; n],
+        },
+        "gather" => Collective::Gather {
+            counts: vec![block; n],
+            root: 0,
+        },
+        "scatter" => Collective::Scatter {
+            counts: vec![block; n],
+            root: 0,
+        },
+        "reduce_scatter" => Collective::ReduceScatter {
+            counts: vec![block; n],
+        },
+        "alltoall" => Collective::AllToAll {
+            send_counts: vec![block; n],
+            recv_counts: vec![block; n],
+        },
         "barrier" => Collective::Barrier,
         _ => return None,
     })
@@ -260,7 +313,9 @@ pub fn rank_main(o: &BenchOpts) -> i32 {
         DataType::F64 => bench_typed::<f64>(&comm, o),
         DataType::I32 => bench_typed::<i32>(&comm, o),
         DataType::I64 => bench_typed::<i64>(&comm, o),
-        d => Err(accord::Error::invalid(format!("the benchmark checks f32, f64, i32 and i64, not {d}"))),
+        d => Err(accord::Error::invalid(format!(
+            "the benchmark checks f32, f64, i32 and i64, not {d}"
+        ))),
     };
     let rows = match rows {
         Ok(r) => r,
@@ -290,8 +345,16 @@ pub fn rank_main(o: &BenchOpts) -> i32 {
 }
 
 fn print_table(comm: &Communicator, o: &BenchOpts, rows: &[Row]) {
-    let redop = if matches!(o.op.as_str(), "allreduce" | "reduce" | "reduce_scatter") { "sum" } else { "-" };
-    let root = if matches!(o.op.as_str(), "broadcast" | "reduce" | "gather" | "scatter") { "0" } else { "-" };
+    let redop = if matches!(o.op.as_str(), "allreduce" | "reduce" | "reduce_scatter") {
+        "sum"
+    } else {
+        "-"
+    };
+    let root = if matches!(o.op.as_str(), "broadcast" | "reduce" | "gather" | "scatter") {
+        "0"
+    } else {
+        "-"
+    };
     println!(
         "# accord bench {}: {} ranks, transport {}, dtype {}",
         o.op,
@@ -301,12 +364,28 @@ fn print_table(comm: &Communicator, o: &BenchOpts, rows: &[Row]) {
     );
     println!(
         "# {:>12} {:>12} {:>6} {:>6} {:>5} {:>11} {:>11} {:>11} {:>7}",
-        "size(B)", "count", "type", "redop", "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"
+        "size(B)",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "time(us)",
+        "algbw(GB/s)",
+        "busbw(GB/s)",
+        "#wrong"
     );
     for r in rows {
         println!(
             "  {:>12} {:>12} {:>6} {:>6} {:>5} {:>11.2} {:>11.3} {:>11.3} {:>7}",
-            r.bytes, r.count, o.dtype, redop, root, r.time_us, r.algbw, r.busbw, r.wrong
+            r.bytes,
+            r.count,
+            o.dtype.name(),
+            redop,
+            root,
+            r.time_us,
+            r.algbw,
+            r.busbw,
+            r.wrong
         );
     }
 }

@@ -51,7 +51,12 @@ fn free_port() -> u16 {
 }
 
 /// Copy `from` to our stdout or stderr line by line with a rank prefix.
-fn pump(from: impl Read + Send + 'static, rank: usize, prefix: bool, to_err: bool) -> std::thread::JoinHandle<()> {
+fn pump(
+    from: impl Read + Send + 'static,
+    rank: usize,
+    prefix: bool,
+    to_err: bool,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut r = BufReader::new(from);
         let mut line = Vec::new();
@@ -133,7 +138,10 @@ pub fn run(job: Launch) -> i32 {
                 children.push(Some(c));
             }
             Err(e) => {
-                eprintln!("accord run: cannot start rank {rank} ({}): {e}", job.program[0]);
+                eprintln!(
+                    "accord run: cannot start rank {rank} ({}): {e}",
+                    job.program[0]
+                );
                 stop_all(&mut children);
                 return 127;
             }
@@ -152,7 +160,9 @@ pub fn run(job: Launch) -> i32 {
         }
         let mut progressed = false;
         for rank in 0..job.n {
-            let Some(child) = children[rank].as_mut() else { continue };
+            let Some(child) = children[rank].as_mut() else {
+                continue;
+            };
             match child.try_wait() {
                 Ok(Some(status)) => {
                     children[rank] = None;
@@ -164,7 +174,9 @@ pub fn run(job: Launch) -> i32 {
                             describe(status)
                         );
                         stop_all(&mut children);
-                        code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+                        code = status
+                            .code()
+                            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
                         if code == 0 {
                             code = 1;
                         }

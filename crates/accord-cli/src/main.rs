@@ -7,7 +7,11 @@ use accord::DataType;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "accord", version, about = "Collective communication for distributed CPUs and GPUs")]
+#[command(
+    name = "accord",
+    version,
+    about = "Collective communication for distributed CPUs and GPUs"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -84,7 +88,11 @@ fn bench_opts(a: &BenchArgs) -> Result<bench::BenchOpts, String> {
     let (lo, hi) = a.sizes.split_once(':').unwrap_or((&a.sizes, &a.sizes));
     let dtype = DataType::parse(&a.dtype).map_err(|e| e.to_string())?;
     if !bench::OPS.contains(&a.op.as_str()) {
-        return Err(format!("unknown operation {:?}; choose one of {}", a.op, bench::OPS.join(", ")));
+        return Err(format!(
+            "unknown operation {:?}; choose one of {}",
+            a.op,
+            bench::OPS.join(", ")
+        ));
     }
     Ok(bench::BenchOpts {
         op: a.op.clone(),
@@ -101,15 +109,23 @@ fn bench_opts(a: &BenchArgs) -> Result<bench::BenchOpts, String> {
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ACCORD_LOG").unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("ACCORD_LOG")
+                .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
     let code = match cli.cmd {
-        Cmd::Run { n, no_prefix, program } => {
-            launch::run(launch::Launch { n, program, env: vec![], prefix: !no_prefix })
-        }
+        Cmd::Run {
+            n,
+            no_prefix,
+            program,
+        } => launch::run(launch::Launch {
+            n,
+            program,
+            env: vec![],
+            prefix: !no_prefix,
+        }),
         Cmd::Bench { n, args } => match bench_opts(&args) {
             Err(e) => {
                 eprintln!("accord bench: {e}");
@@ -121,9 +137,17 @@ fn main() {
                 program.extend(std::env::args().skip(2).filter(|a| !a.is_empty()));
                 let mut env = vec![];
                 if let Some(algo) = &args.algo {
-                    env.push((format!("ACCORD_ALGO_{}", args.op.to_ascii_uppercase()), algo.clone()));
+                    env.push((
+                        format!("ACCORD_ALGO_{}", args.op.to_ascii_uppercase()),
+                        algo.clone(),
+                    ));
                 }
-                launch::run(launch::Launch { n, program: strip_np(program), env, prefix: false })
+                launch::run(launch::Launch {
+                    n,
+                    program: strip_np(program),
+                    env,
+                    prefix: false,
+                })
             }
         },
         Cmd::BenchRank { args } => match bench_opts(&args) {
@@ -151,7 +175,9 @@ fn strip_np(args: Vec<String>) -> Vec<String> {
             skip = true;
             continue;
         }
-        if a.starts_with("--np=") || (a.starts_with("-n") && a.len() > 2 && a[2..].chars().all(|c| c.is_ascii_digit())) {
+        if a.starts_with("--np=")
+            || (a.starts_with("-n") && a.len() > 2 && a[2..].chars().all(|c| c.is_ascii_digit()))
+        {
             continue;
         }
         out.push(a);

@@ -250,7 +250,9 @@ impl Communicator {
     fn run(&self, seq: u64, job: &Job, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
         self.check_poison()?;
         // The sequence number is spent: from here on, a failure must reach the peers.
-        let sched = self.schedule(&job.coll, job.fp.kind, job.dtype).map_err(|e| self.fail(e))?;
+        let sched = self
+            .schedule(&job.coll, job.fp.kind, job.dtype)
+            .map_err(|e| self.fail(e))?;
         let bufs = match input {
             Some(i) => Buffers {
                 input: i.as_ptr(),

@@ -125,14 +125,3 @@ impl fmt::Display for RankList<'_> {
         Ok(())
     }
 }
-
-/// Extension to attach context to I/O results.
-pub(crate) trait IoContext<T> {
-    fn context(self, what: impl FnOnce() -> String) -> Result<T>;
-}
-
-impl<T> IoContext<T> for std::io::Result<T> {
-    fn context(self, what: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|e| Error::io(what(), e))
-    }
-}

@@ -70,6 +70,14 @@ impl Call<'_> {
                 rank: waiting_for.first().copied().unwrap_or(0),
                 cause,
             },
+            WaitError::Mismatch { src, theirs } => Error::Desync {
+                me: self.me,
+                mine: self.fp.to_string(),
+                peer: self.ranks.iter().position(|&r| r == src).unwrap_or(src),
+                theirs: theirs.to_string(),
+                comm: self.comm_name.to_string(),
+                seq: self.seq,
+            },
             WaitError::Aborted { by, reason } => Error::Aborted {
                 reason: format!("rank {by} gave up: {reason}"),
             },
@@ -196,7 +204,7 @@ pub(crate) fn receive(
     let mut got = 0usize;
     loop {
         let frame = mailbox
-            .take(src, call.comm_id, call.seq, deadline)
+            .take(src, call.comm_id, call.seq, &call.fp, deadline)
             .map_err(|e| match e {
                 WaitError::Timeout { .. } => call.wait_error(e, waiting_for()),
                 e => call.wait_error(e, vec![peer]),

@@ -59,6 +59,7 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+mod bootstrap;
 pub mod comm;
 pub mod dtype;
 pub mod error;
@@ -69,6 +70,7 @@ pub mod schedule;
 pub mod testing;
 pub mod transport;
 
+pub use bootstrap::{from_rendezvous, init, init_with, init_with_timeout};
 pub use comm::{Communicator, Request};
 pub use dtype::{DataType, Element, ReduceOp};
 pub use error::{Error, Result};

@@ -95,14 +95,23 @@ fn allreduce_matches_reference() {
                     let coll = Collective::AllReduce { count };
                     for_each_algo(&comm, &coll, |algo| {
                         let case = (case * 1000 + count) as u64;
-                        let inputs: Vec<_> = (0..n).map(|r| data(dtype, count, seed(r, case))).collect();
+                        let inputs: Vec<_> =
+                            (0..n).map(|r| data(dtype, count, seed(r, case))).collect();
                         let want = reference_reduce(dtype, op, &inputs);
                         let mut out = vec![0u8; count * dtype.size()];
-                        comm.all_reduce_bytes(Some(&inputs[me]), &mut out, dtype, op).unwrap();
-                        assert_eq!(out, want, "allreduce n={n} {dtype} {op} count={count} algo={algo:?}");
+                        comm.all_reduce_bytes(Some(&inputs[me]), &mut out, dtype, op)
+                            .unwrap();
+                        assert_eq!(
+                            out, want,
+                            "allreduce n={n} {dtype} {op} count={count} algo={algo:?}"
+                        );
                         let mut inplace = inputs[me].clone();
-                        comm.all_reduce_bytes(None, &mut inplace, dtype, op).unwrap();
-                        assert_eq!(inplace, want, "in-place allreduce n={n} {dtype} {op} count={count} algo={algo:?}");
+                        comm.all_reduce_bytes(None, &mut inplace, dtype, op)
+                            .unwrap();
+                        assert_eq!(
+                            inplace, want,
+                            "in-place allreduce n={n} {dtype} {op} count={count} algo={algo:?}"
+                        );
                     });
                 }
             }
@@ -121,9 +130,12 @@ fn reduce_matches_reference() {
                         let coll = Collective::Reduce { count, root };
                         for_each_algo(&comm, &coll, |algo| {
                             let case = (case * 1000 + count * 10 + root) as u64;
-                            let inputs: Vec<_> = (0..n).map(|r| data(dtype, count, seed(r, case))).collect();
-                            let mut out = vec![0u8; if me == root { count * dtype.size() } else { 0 }];
-                            comm.reduce_bytes(Some(&inputs[me]), &mut out, dtype, op, root).unwrap();
+                            let inputs: Vec<_> =
+                                (0..n).map(|r| data(dtype, count, seed(r, case))).collect();
+                            let mut out =
+                                vec![0u8; if me == root { count * dtype.size() } else { 0 }];
+                            comm.reduce_bytes(Some(&inputs[me]), &mut out, dtype, op, root)
+                                .unwrap();
                             if me == root {
                                 let want = reference_reduce(dtype, op, &inputs);
                                 assert_eq!(out, want, "reduce n={n} {dtype} {op} count={count} root={root} algo={algo:?}");
@@ -148,9 +160,16 @@ fn broadcast_matches_reference() {
                         for_each_algo(&comm, &coll, |algo| {
                             let case = (dtype as u64) * 100_000 + (count * 10 + root) as u64;
                             let want = data(dtype, count, seed(root, case));
-                            let mut buf = if me == root { want.clone() } else { vec![0xAB; want.len()] };
+                            let mut buf = if me == root {
+                                want.clone()
+                            } else {
+                                vec![0xAB; want.len()]
+                            };
                             comm.broadcast_bytes(&mut buf, dtype, root).unwrap();
-                            assert_eq!(buf, want, "broadcast n={n} {dtype} count={count} root={root} algo={algo:?}");
+                            assert_eq!(
+                                buf, want,
+                                "broadcast n={n} {dtype} count={count} root={root} algo={algo:?}"
+                            );
                         });
                     }
                 }
@@ -160,7 +179,13 @@ fn broadcast_matches_reference() {
 }
 
 fn count_vectors(n: usize) -> Vec<Vec<usize>> {
-    vec![vec![0; n], vec![1; n], vec![13; n], uneven(n, 3), uneven(n, 0)]
+    vec![
+        vec![0; n],
+        vec![1; n],
+        vec![13; n],
+        uneven(n, 3),
+        uneven(n, 0),
+    ]
 }
 
 #[test]
@@ -172,33 +197,53 @@ fn allgather_and_gather_match_reference() {
                 for (ci, counts) in count_vectors(n).into_iter().enumerate() {
                     let esz = dtype.size();
                     let case = (dtype as u64) * 1000 + ci as u64;
-                    let inputs: Vec<_> = (0..n).map(|r| data(dtype, counts[r], seed(r, case))).collect();
+                    let inputs: Vec<_> = (0..n)
+                        .map(|r| data(dtype, counts[r], seed(r, case)))
+                        .collect();
                     let want: Vec<u8> = inputs.concat();
                     let equal = counts.iter().all(|&c| c == counts[0]);
-                    let coll = Collective::AllGather { counts: counts.clone() };
+                    let coll = Collective::AllGather {
+                        counts: counts.clone(),
+                    };
                     for_each_algo(&comm, &coll, |algo| {
                         let mut out = vec![0u8; want.len()];
-                        comm.all_gather_v_bytes(&inputs[me], &mut out, &counts, dtype).unwrap();
-                        assert_eq!(out, want, "allgatherv n={n} {dtype} counts={counts:?} algo={algo:?}");
+                        comm.all_gather_v_bytes(&inputs[me], &mut out, &counts, dtype)
+                            .unwrap();
+                        assert_eq!(
+                            out, want,
+                            "allgatherv n={n} {dtype} counts={counts:?} algo={algo:?}"
+                        );
                         if equal {
                             let mut out = vec![0u8; want.len()];
                             comm.all_gather_bytes(&inputs[me], &mut out, dtype).unwrap();
-                            assert_eq!(out, want, "allgather n={n} {dtype} counts={counts:?} algo={algo:?}");
+                            assert_eq!(
+                                out, want,
+                                "allgather n={n} {dtype} counts={counts:?} algo={algo:?}"
+                            );
                         }
                     });
                     for root in [0, n - 1] {
-                        let coll = Collective::Gather { counts: counts.clone(), root };
+                        let coll = Collective::Gather {
+                            counts: counts.clone(),
+                            root,
+                        };
                         for_each_algo(&comm, &coll, |algo| {
                             let mut out = vec![0u8; if me == root { want.len() } else { 0 }];
-                            comm.gather_v_bytes(&inputs[me], &mut out, &counts, dtype, root).unwrap();
+                            comm.gather_v_bytes(&inputs[me], &mut out, &counts, dtype, root)
+                                .unwrap();
                             if me == root {
                                 assert_eq!(out, want, "gatherv n={n} {dtype} counts={counts:?} root={root} algo={algo:?}");
                             }
                             if equal {
-                                let mut out = vec![0u8; if me == root { counts[0] * n * esz } else { 0 }];
-                                comm.gather_bytes(&inputs[me], &mut out, dtype, root).unwrap();
+                                let mut out =
+                                    vec![0u8; if me == root { counts[0] * n * esz } else { 0 }];
+                                comm.gather_bytes(&inputs[me], &mut out, dtype, root)
+                                    .unwrap();
                                 if me == root {
-                                    assert_eq!(out, want, "gather n={n} {dtype} root={root} algo={algo:?}");
+                                    assert_eq!(
+                                        out, want,
+                                        "gather n={n} {dtype} root={root} algo={algo:?}"
+                                    );
                                 }
                             }
                         });
@@ -224,16 +269,23 @@ fn scatter_matches_reference() {
                         let all = data(dtype, total, seed(root, case));
                         let start: usize = counts[..me].iter().sum();
                         let want = all[start * esz..(start + counts[me]) * esz].to_vec();
-                        let coll = Collective::Scatter { counts: counts.clone(), root };
+                        let coll = Collective::Scatter {
+                            counts: counts.clone(),
+                            root,
+                        };
                         for_each_algo(&comm, &coll, |algo| {
                             let send = if me == root { all.clone() } else { vec![] };
                             let mut out = vec![0u8; counts[me] * esz];
-                            comm.scatter_v_bytes(&send, &mut out, &counts, dtype, root).unwrap();
+                            comm.scatter_v_bytes(&send, &mut out, &counts, dtype, root)
+                                .unwrap();
                             assert_eq!(out, want, "scatterv n={n} {dtype} counts={counts:?} root={root} algo={algo:?}");
                             if equal {
                                 let mut out = vec![0u8; counts[me] * esz];
                                 comm.scatter_bytes(&send, &mut out, dtype, root).unwrap();
-                                assert_eq!(out, want, "scatter n={n} {dtype} root={root} algo={algo:?}");
+                                assert_eq!(
+                                    out, want,
+                                    "scatter n={n} {dtype} root={root} algo={algo:?}"
+                                );
                             }
                         });
                     }
@@ -253,20 +305,31 @@ fn reduce_scatter_matches_reference() {
                     let esz = dtype.size();
                     let total: usize = counts.iter().sum();
                     let case = (case * 100 + ci) as u64;
-                    let inputs: Vec<_> = (0..n).map(|r| data(dtype, total, seed(r, case))).collect();
+                    let inputs: Vec<_> =
+                        (0..n).map(|r| data(dtype, total, seed(r, case))).collect();
                     let full = reference_reduce(dtype, op, &inputs);
                     let start: usize = counts[..me].iter().sum();
                     let want = full[start * esz..(start + counts[me]) * esz].to_vec();
-                    let coll = Collective::ReduceScatter { counts: counts.clone() };
+                    let coll = Collective::ReduceScatter {
+                        counts: counts.clone(),
+                    };
                     let equal = counts.iter().all(|&c| c == counts[0]);
                     for_each_algo(&comm, &coll, |algo| {
                         let mut out = vec![0u8; counts[me] * esz];
-                        comm.reduce_scatter_v_bytes(&inputs[me], &mut out, &counts, dtype, op).unwrap();
-                        assert_eq!(out, want, "reduce_scatterv n={n} {dtype} {op} counts={counts:?} algo={algo:?}");
+                        comm.reduce_scatter_v_bytes(&inputs[me], &mut out, &counts, dtype, op)
+                            .unwrap();
+                        assert_eq!(
+                            out, want,
+                            "reduce_scatterv n={n} {dtype} {op} counts={counts:?} algo={algo:?}"
+                        );
                         if equal {
                             let mut out = vec![0u8; counts[me] * esz];
-                            comm.reduce_scatter_bytes(&inputs[me], &mut out, dtype, op).unwrap();
-                            assert_eq!(out, want, "reduce_scatter n={n} {dtype} {op} algo={algo:?}");
+                            comm.reduce_scatter_bytes(&inputs[me], &mut out, dtype, op)
+                                .unwrap();
+                            assert_eq!(
+                                out, want,
+                                "reduce_scatter n={n} {dtype} {op} algo={algo:?}"
+                            );
                         }
                     });
                 }
@@ -285,15 +348,25 @@ fn alltoall_matches_reference() {
                 // Equal blocks.
                 for block in [0, 1, 13] {
                     let case = (dtype as u64) * 100 + block as u64;
-                    let sends: Vec<_> = (0..n).map(|r| data(dtype, block * n, seed(r, case))).collect();
-                    let want: Vec<u8> = (0..n)
-                        .flat_map(|src| sends[src][me * block * esz..(me + 1) * block * esz].to_vec())
+                    let sends: Vec<_> = (0..n)
+                        .map(|r| data(dtype, block * n, seed(r, case)))
                         .collect();
-                    let coll = Collective::AllToAll { send_counts: vec![block; n], recv_counts: vec![block; n] };
+                    let want: Vec<u8> = (0..n)
+                        .flat_map(|src| {
+                            sends[src][me * block * esz..(me + 1) * block * esz].to_vec()
+                        })
+                        .collect();
+                    let coll = Collective::AllToAll {
+                        send_counts: vec![block; n],
+                        recv_counts: vec![block; n],
+                    };
                     for_each_algo(&comm, &coll, |algo| {
                         let mut out = vec![0u8; block * n * esz];
                         comm.all_to_all_bytes(&sends[me], &mut out, dtype).unwrap();
-                        assert_eq!(out, want, "alltoall n={n} {dtype} block={block} algo={algo:?}");
+                        assert_eq!(
+                            out, want,
+                            "alltoall n={n} {dtype} block={block} algo={algo:?}"
+                        );
                     });
                 }
                 // Variable blocks: rank r sends (r + 2 * j) % 4 elements to rank j.
@@ -301,18 +374,29 @@ fn alltoall_matches_reference() {
                 let send_counts: Vec<usize> = (0..n).map(|j| c(me, j)).collect();
                 let recv_counts: Vec<usize> = (0..n).map(|r| c(r, me)).collect();
                 let case = (dtype as u64) * 100 + 99;
-                let sends: Vec<_> =
-                    (0..n).map(|r| data(dtype, (0..n).map(|j| c(r, j)).sum(), seed(r, case))).collect();
+                let sends: Vec<_> = (0..n)
+                    .map(|r| data(dtype, (0..n).map(|j| c(r, j)).sum(), seed(r, case)))
+                    .collect();
                 let want: Vec<u8> = (0..n)
                     .flat_map(|src| {
                         let off: usize = (0..me).map(|j| c(src, j)).sum();
                         sends[src][off * esz..(off + c(src, me)) * esz].to_vec()
                     })
                     .collect();
-                let coll = Collective::AllToAll { send_counts: send_counts.clone(), recv_counts: recv_counts.clone() };
+                let coll = Collective::AllToAll {
+                    send_counts: send_counts.clone(),
+                    recv_counts: recv_counts.clone(),
+                };
                 for_each_algo(&comm, &coll, |algo| {
                     let mut out = vec![0u8; want.len()];
-                    comm.all_to_all_v_bytes(&sends[me], &send_counts, &mut out, &recv_counts, dtype).unwrap();
+                    comm.all_to_all_v_bytes(
+                        &sends[me],
+                        &send_counts,
+                        &mut out,
+                        &recv_counts,
+                        dtype,
+                    )
+                    .unwrap();
                     assert_eq!(out, want, "alltoallv n={n} {dtype} algo={algo:?}");
                 });
             }
@@ -333,7 +417,12 @@ fn barrier_and_point_to_point() {
             let send: Vec<u32> = (0..100).map(|i| (me * 1000 + i) as u32).collect();
             let mut got = vec![0u32; 100];
             comm.sendrecv(&send, next, &mut got, prev, 5).unwrap();
-            assert_eq!(got, (0..100).map(|i| (prev * 1000 + i) as u32).collect::<Vec<_>>());
+            assert_eq!(
+                got,
+                (0..100)
+                    .map(|i| (prev * 1000 + i) as u32)
+                    .collect::<Vec<_>>()
+            );
             // Tags keep messages apart even when sent out of order.
             comm.send(&[1u8], next, 1).unwrap();
             comm.send(&[2u8], next, 2).unwrap();

@@ -20,14 +20,21 @@ fn a_missing_rank_is_named_by_the_timeout() {
     for (rank, err) in results.iter().enumerate().take(2) {
         let err = err.as_ref().unwrap();
         let text = err.to_string();
-        assert!(text.contains("allreduce(f32 x 16, sum)"), "rank {rank}: {text}");
+        assert!(
+            text.contains("allreduce(f32 x 16, sum)"),
+            "rank {rank}: {text}"
+        );
         match err {
-            Error::Timeout { waiting_for, seq, .. } => {
+            Error::Timeout {
+                waiting_for, seq, ..
+            } => {
                 assert!(waiting_for.contains(&2), "rank {rank}: {text}");
                 assert_eq!(*seq, 0);
             }
             // A rank waiting on another live rank hears from the one that timed out.
-            Error::Aborted { reason } => assert!(reason.contains("rank(s) 2"), "rank {rank}: {text}"),
+            Error::Aborted { reason } => {
+                assert!(reason.contains("rank(s) 2"), "rank {rank}: {text}")
+            }
             other => panic!("rank {rank}: unexpected {other:?}"),
         }
     }
@@ -57,7 +64,11 @@ fn a_dead_rank_is_detected_promptly() {
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        start.elapsed()
+    );
     for (rank, e) in errs.iter().enumerate().take(3) {
         let text = e.as_ref().unwrap().to_string();
         assert!(text.contains("rank 3"), "rank {rank}: {text}");
@@ -77,11 +88,21 @@ fn different_operations_are_a_desync_on_every_rank() {
         first.and_then(|_| comm.barrier()).unwrap_err().to_string()
     });
     for (rank, text) in errs.iter().enumerate() {
-        assert!(text.contains("broadcast(f32 x 1024, root 0)"), "rank {rank}: {text}");
-        assert!(text.contains("allreduce(f32 x 1024, sum)"), "rank {rank}: {text}");
+        assert!(
+            text.contains("broadcast(f32 x 1024, root 0)"),
+            "rank {rank}: {text}"
+        );
+        assert!(
+            text.contains("allreduce(f32 x 1024, sum)"),
+            "rank {rank}: {text}"
+        );
         assert!(text.contains("op #0"), "rank {rank}: {text}");
     }
-    assert!(errs[1].starts_with("desync: rank 0 called broadcast"), "{}", errs[1]);
+    assert!(
+        errs[1].starts_with("desync: rank 0 called broadcast"),
+        "{}",
+        errs[1]
+    );
 }
 
 #[test]
@@ -89,10 +110,15 @@ fn mismatched_counts_and_dtypes_are_desyncs() {
     let errs = run_world_with_timeout(3, Duration::from_secs(20), |comm| {
         let count = if comm.rank() == 1 { 12 } else { 10 };
         let mut v = vec![1i32; count];
-        comm.all_reduce(&mut v, ReduceOp::Sum).unwrap_err().to_string()
+        comm.all_reduce(&mut v, ReduceOp::Sum)
+            .unwrap_err()
+            .to_string()
     });
     for (rank, text) in errs.iter().enumerate() {
-        assert!(text.contains("i32 x 12") && text.contains("i32 x 10"), "rank {rank}: {text}");
+        assert!(
+            text.contains("i32 x 12") && text.contains("i32 x 10"),
+            "rank {rank}: {text}"
+        );
     }
     let errs = run_world_with_timeout(2, Duration::from_secs(20), |comm| {
         let r = if comm.rank() == 0 {
@@ -103,7 +129,10 @@ fn mismatched_counts_and_dtypes_are_desyncs() {
         r.unwrap_err().to_string()
     });
     for text in &errs {
-        assert!(text.contains("f32 x 8") && text.contains("i32 x 8"), "{text}");
+        assert!(
+            text.contains("f32 x 8") && text.contains("i32 x 8"),
+            "{text}"
+        );
     }
 }
 
@@ -112,7 +141,10 @@ fn mismatched_roots_are_desyncs() {
     let errs = run_world_with_timeout(3, Duration::from_secs(20), |comm| {
         let root = if comm.rank() == 2 { 1 } else { 0 };
         let mut v = [0u8; 4];
-        comm.broadcast(&mut v, root).and_then(|_| comm.barrier()).unwrap_err().to_string()
+        comm.broadcast(&mut v, root)
+            .and_then(|_| comm.barrier())
+            .unwrap_err()
+            .to_string()
     });
     for text in &errs {
         assert!(text.contains("root 0") && text.contains("root 1"), "{text}");
@@ -131,19 +163,35 @@ fn a_failed_communicator_stays_failed() {
             None
         }
     });
-    assert!(matches!(errs[0], Some(Error::Timeout { .. })), "{:?}", errs[0]);
+    assert!(
+        matches!(errs[0], Some(Error::Timeout { .. })),
+        "{:?}",
+        errs[0]
+    );
 }
 
 #[test]
 fn bad_arguments_are_clear_and_harmless() {
     run_world_with_timeout(2, Duration::from_secs(20), |comm| {
-        let e = comm.all_gather(&[1u32; 3], &mut [0u32; 5]).unwrap_err().to_string();
-        assert!(e.contains("allgather") && e.contains("5 elements") && e.contains("6"), "{e}");
+        let e = comm
+            .all_gather(&[1u32; 3], &mut [0u32; 5])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("allgather") && e.contains("5 elements") && e.contains("6"),
+            "{e}"
+        );
         let e = comm.broadcast(&mut [0u8; 1], 7).unwrap_err().to_string();
         assert!(e.contains("root 7"), "{e}");
-        let e = comm.all_gather_v(&[1u8], &mut [0u8; 2], &[1]).unwrap_err().to_string();
+        let e = comm
+            .all_gather_v(&[1u8], &mut [0u8; 2], &[1])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("counts has 1 entries"), "{e}");
-        let e = comm.all_to_all(&[1u8; 3], &mut [0u8; 3]).unwrap_err().to_string();
+        let e = comm
+            .all_to_all(&[1u8; 3], &mut [0u8; 3])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("multiple"), "{e}");
         // None of that reached the wire: the communicator still works.
         let mut v = [1u32; 3];

@@ -8,11 +8,17 @@ fn split_by_parity_and_interleave() {
     for n in 1..=9 {
         run_world(n, |world| {
             let me = world.rank();
-            let half = world.split(Some((me % 2) as u32), -(me as i64)).unwrap().unwrap();
+            let half = world
+                .split(Some((me % 2) as u32), -(me as i64))
+                .unwrap()
+                .unwrap();
             let members: Vec<usize> = (0..n).filter(|r| r % 2 == me % 2).collect();
             assert_eq!(half.size(), members.len());
             // key = -rank reverses the order.
-            assert_eq!(half.rank(), members.len() - 1 - members.iter().position(|&r| r == me).unwrap());
+            assert_eq!(
+                half.rank(),
+                members.len() - 1 - members.iter().position(|&r| r == me).unwrap()
+            );
             for round in 0..3 {
                 let mut a = [me as u64 + round];
                 half.all_reduce(&mut a, ReduceOp::Sum).unwrap();
@@ -21,7 +27,9 @@ fn split_by_parity_and_interleave() {
                 assert_eq!(a[0], members.iter().map(|&r| r as u64 + round).sum::<u64>());
                 assert_eq!(b[0] as usize, n);
             }
-            let none = world.split(if me == 0 { None } else { Some(0) }, 0).unwrap();
+            let none = world
+                .split(if me == 0 { None } else { Some(0) }, 0)
+                .unwrap();
             assert_eq!(none.is_none(), me == 0);
             if let Some(c) = none {
                 assert_eq!(c.size(), n - 1);
@@ -79,7 +87,10 @@ fn several_requests_in_flight() {
             let total = (0..n).sum::<usize>() as f32;
             assert!(a.iter().all(|&x| x == total));
             assert_eq!(b, (0..33).collect::<Vec<u8>>());
-            assert_eq!(gathered, (0..n).flat_map(|r| [r as u32; 4]).collect::<Vec<_>>());
+            assert_eq!(
+                gathered,
+                (0..n).flat_map(|r| [r as u32; 4]).collect::<Vec<_>>()
+            );
             // Blocking calls after requests keep working.
             comm.barrier().unwrap();
         });

@@ -35,12 +35,17 @@ fn world(n: usize) -> Vec<Arc<TcpTransport>> {
         .collect()
 }
 
-fn env(seq: u64, len: usize) -> Envelope {
+fn env(seq: u64, _len: usize) -> Envelope {
     Envelope {
         comm: 1,
         seq,
-        fp: Fingerprint::new(OpKind::P2p, DataType::U8, len),
+        fp: fp(),
     }
+}
+
+/// The fingerprint every test frame carries (receivers check it against their own call).
+fn fp() -> Fingerprint {
+    Fingerprint::new(OpKind::P2p, DataType::U8, 0)
 }
 
 fn pattern(src: usize, dst: usize, seq: u64, len: usize) -> Vec<u8> {
@@ -56,7 +61,7 @@ fn recv_message(t: &TcpTransport, src: usize, seq: u64) -> (Vec<u8>, usize) {
     let deadline = Instant::now() + TIMEOUT;
     let first = t
         .mailbox()
-        .take(src, 1, seq, deadline)
+        .take(src, 1, seq, &fp(), deadline)
         .expect("first frame");
     let total = first.total_len as usize;
     let mut out = vec![0u8; total];
@@ -68,7 +73,10 @@ fn recv_message(t: &TcpTransport, src: usize, seq: u64) -> (Vec<u8>, usize) {
         let f = match frame.take() {
             Some(f) => f,
             None if got == total => break,
-            None => t.mailbox().take(src, 1, seq, deadline).expect("next frame"),
+            None => t
+                .mailbox()
+                .take(src, 1, seq, &fp(), deadline)
+                .expect("next frame"),
         };
         frames += 1;
         assert_eq!(f.total_len as usize, total);
@@ -162,7 +170,7 @@ fn stranger_with_wrong_token_is_refused_and_world_stays_healthy() {
     ts[1].send(0, &env(7, 3), b"abc").unwrap();
     let f = ts[0]
         .mailbox()
-        .take(1, 1, 7, Instant::now() + TIMEOUT)
+        .take(1, 1, 7, &fp(), Instant::now() + TIMEOUT)
         .unwrap();
     assert_eq!(f.data, b"abc");
 }
@@ -275,7 +283,7 @@ fn garbage_after_handshake_is_a_protocol_error() {
         .expect("world of one real rank and one fake");
     s.write_all(&[0xAB; 72]).unwrap();
     let start = Instant::now();
-    match t0.mailbox().take(1, 1, 0, Instant::now() + TIMEOUT) {
+    match t0.mailbox().take(1, 1, 0, &fp(), Instant::now() + TIMEOUT) {
         Err(WaitError::Lost { cause }) => {
             assert!(cause.contains("malformed frame"), "{cause}");
             assert!(cause.contains("bad magic"), "{cause}");
@@ -315,7 +323,7 @@ fn oversized_frame_is_refused() {
     }
     .encode();
     s.write_all(&h).unwrap();
-    match t0.mailbox().take(1, 1, 0, Instant::now() + TIMEOUT) {
+    match t0.mailbox().take(1, 1, 0, &fp(), Instant::now() + TIMEOUT) {
         Err(WaitError::Lost { cause }) => assert!(cause.contains("exceeds the limit"), "{cause}"),
         other => panic!("expected the peer to be lost, got {other:?}"),
     }
@@ -329,7 +337,7 @@ fn killed_peer_is_lost_within_a_second() {
         let start = Instant::now();
         match t
             .mailbox()
-            .take(2, 1, 0, Instant::now() + Duration::from_secs(1))
+            .take(2, 1, 0, &fp(), Instant::now() + Duration::from_secs(1))
         {
             Err(WaitError::Lost { cause }) => {
                 assert!(cause.contains("process exited or was killed"), "{cause}")
@@ -344,7 +352,7 @@ fn killed_peer_is_lost_within_a_second() {
     ts[0].send(1, &env(3, 2), &[5, 6]).unwrap();
     let f = ts[1]
         .mailbox()
-        .take(0, 1, 3, Instant::now() + TIMEOUT)
+        .take(0, 1, 3, &fp(), Instant::now() + TIMEOUT)
         .unwrap();
     assert_eq!(f.data, vec![5, 6]);
 }
@@ -364,7 +372,7 @@ fn clean_close_delivers_last_messages_then_reports_closed() {
     assert!(got == last, "last message intact");
     match ts[0]
         .mailbox()
-        .take(1, 1, 10, Instant::now() + Duration::from_secs(1))
+        .take(1, 1, 10, &fp(), Instant::now() + Duration::from_secs(1))
     {
         Err(WaitError::Lost { cause }) => {
             assert!(cause.contains("rank 1 closed its communicator"), "{cause}")
@@ -380,7 +388,7 @@ fn abort_propagates_to_peers() {
     for t in &ts {
         match t
             .mailbox()
-            .take(1, 1, 0, Instant::now() + Duration::from_secs(1))
+            .take(1, 1, 0, &fp(), Instant::now() + Duration::from_secs(1))
         {
             Err(WaitError::Aborted { by, reason }) => {
                 assert_eq!(by, 0);
@@ -419,7 +427,12 @@ fn loopback_bandwidth() {
         for seq in 0..rounds {
             let mut got = 0;
             while got < 64 << 20 {
-                got += t1.mailbox().take(0, 1, seq, deadline).unwrap().data.len();
+                got += t1
+                    .mailbox()
+                    .take(0, 1, seq, &fp(), deadline)
+                    .unwrap()
+                    .data
+                    .len();
             }
         }
     });

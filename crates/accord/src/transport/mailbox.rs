@@ -1,7 +1,8 @@
 //! The receive side shared by every transport: frames keyed by (source, communicator, sequence),
 //! peer-loss and abort notices, and waiting with a deadline.
 
-use super::Envelope;
+use super::{Envelope, P2P_LANE};
+use crate::fingerprint::Fingerprint;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
@@ -32,6 +33,14 @@ pub enum WaitError {
     Lost {
         /// What the transport observed.
         cause: String,
+    },
+    /// Another rank sent a frame for the same call with a different fingerprint: the ranks
+    /// disagree about what this call is.
+    Mismatch {
+        /// The sending (transport) rank.
+        src: usize,
+        /// Its call.
+        theirs: Fingerprint,
     },
     /// A peer (or this rank) aborted the world.
     Aborted {
@@ -106,12 +115,16 @@ impl Mailbox {
     /// Wait until a frame from `src` for (`comm`, `seq`) is available, then take it.
     ///
     /// Frames already delivered are returned even if the source was lost afterwards: a peer that
-    /// sent its last message and exited is not an error.
+    /// sent its last message and exited is not an error. While waiting, a collective frame from
+    /// *any* rank for the same call whose fingerprint differs from `expect` ends the wait with
+    /// [`WaitError::Mismatch`]: ranks that disagree about a call may never send to each other
+    /// directly (a broadcast with different roots), and must not wait for the timeout.
     pub fn take(
         &self,
         src: usize,
         comm: u64,
         seq: u64,
+        expect: &Fingerprint,
         deadline: Instant,
     ) -> Result<Frame, WaitError> {
         let key = (src, comm, seq);
@@ -123,6 +136,15 @@ impl Mailbox {
                         st.queues.remove(&key);
                     }
                     return Ok(f);
+                }
+            }
+            if seq & P2P_LANE == 0 {
+                let odd = st.queues.iter().find_map(|(&(s, c, q), frames)| {
+                    let f = frames.front()?;
+                    (c == comm && q == seq && f.env.fp != *expect).then_some((s, f.env.fp))
+                });
+                if let Some((src, theirs)) = odd {
+                    return Err(WaitError::Mismatch { src, theirs });
                 }
             }
             if let Some((by, reason)) = &st.aborted {
