@@ -123,6 +123,17 @@ impl Communicator {
         &self.inner.name
     }
 
+    /// The rendezvous store this communicator was bootstrapped through, if any (communicators
+    /// built directly on a transport have none).
+    pub fn store(&self) -> Option<Arc<crate::rendezvous::StoreClient>> {
+        self.inner._keep.iter().find_map(|k| {
+            if let Some(r) = k.downcast_ref::<crate::rendezvous::Rendezvous>() {
+                return Some(r.store.clone());
+            }
+            k.downcast_ref::<crate::rendezvous::StoreClient>().map(|c| Arc::new(c.clone()))
+        })
+    }
+
     /// The transport's name (`inproc`, `tcp`, `shm`).
     pub fn transport_name(&self) -> &'static str {
         self.inner.transport.name()
@@ -1106,7 +1117,7 @@ impl Communicator {
 
     /// Run `f`, whose single operation on this communicator uses the already reserved sequence
     /// number `seq` instead of taking a fresh one.
-    pub(crate) fn with_seq<R>(&self, seq: u64, f: impl FnOnce(&Communicator) -> R) -> R {
+    pub fn with_seq<R>(&self, seq: u64, f: impl FnOnce(&Communicator) -> R) -> R {
         RESERVED_SEQ.with(|c| c.set(Some((self.inner.id, seq))));
         let r = f(self);
         RESERVED_SEQ.with(|c| c.set(None));
@@ -1115,7 +1126,7 @@ impl Communicator {
 
     /// Reserve a sequence number on the calling thread's behalf, for a caller that runs the
     /// operation elsewhere later (with [`Communicator::with_seq`]).
-    pub(crate) fn reserve_seq(&self) -> u64 {
+    pub fn reserve_seq(&self) -> u64 {
         self.inner.seq.fetch_add(1, Ordering::Relaxed)
     }
 }
