@@ -130,7 +130,8 @@ impl Communicator {
             if let Some(r) = k.downcast_ref::<crate::rendezvous::Rendezvous>() {
                 return Some(r.store.clone());
             }
-            k.downcast_ref::<crate::rendezvous::StoreClient>().map(|c| Arc::new(c.clone()))
+            k.downcast_ref::<crate::rendezvous::StoreClient>()
+                .map(|c| Arc::new(c.clone()))
         })
     }
 
@@ -536,7 +537,7 @@ pub(crate) struct Job {
 
 /// Element count of `bytes` bytes of `dtype`, or an error naming the buffer.
 fn elements(what: &str, bytes: usize, dtype: DataType) -> Result<usize> {
-    if bytes % dtype.size() != 0 {
+    if !bytes.is_multiple_of(dtype.size()) {
         return Err(Error::invalid(format!(
             "{what} has {bytes} bytes, not a whole number of {dtype} elements"
         )));

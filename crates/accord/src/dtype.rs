@@ -443,7 +443,7 @@ mod tests {
             (ReduceOp::Prod, [18, -15, -7]),
             (ReduceOp::Min, [3, -3, -1]),
             (ReduceOp::Max, [6, 5, 7]),
-            (ReduceOp::BAnd, [6 & 3, -3 & 5, 7 & -1]),
+            (ReduceOp::BAnd, [6 & 3, -3 & 5, 7]),
             (ReduceOp::BOr, [6 | 3, -3 | 5, 7 | -1]),
             (ReduceOp::BXor, [6 ^ 3, -3 ^ 5, 7 ^ -1]),
         ];
@@ -476,7 +476,7 @@ mod tests {
 
     #[test]
     fn unaligned_reduce() {
-        let mut raw = vec![0u8; 17];
+        let mut raw = [0u8; 17];
         let src = [1.0f64, 2.0];
         raw[1..17].copy_from_slice(as_bytes(&[3.0f64, 4.0]));
         reduce_into(

@@ -1,0 +1,274 @@
+//! Ranks as separate processes over TCP on loopback: through `accord run`, and started by hand
+//! with the environment a launcher would set (to watch the ranks' own failure detection without
+//! the launcher stopping them first).
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn accord() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_accord"))
+}
+
+/// The `rank_check` example, which cargo builds next to this test's profile directory.
+fn rank_check() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().unwrap().parent().unwrap();
+    let p = profile.join("examples").join("rank_check");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --examples -p accord-cli`",
+        p.display()
+    );
+    p
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Start `n` rank processes of `rank_check MODE` by hand; `env(rank)` adds variables.
+fn spawn_world(n: usize, mode: &str, env: impl Fn(usize) -> Vec<(String, String)>) -> Vec<Output> {
+    let store = format!("127.0.0.1:{}", free_port());
+    let children: Vec<_> = (0..n)
+        .map(|r| {
+            Command::new(rank_check())
+                .arg(mode)
+                .env("ACCORD_RANK", r.to_string())
+                .env("ACCORD_WORLD_SIZE", n.to_string())
+                .env("ACCORD_STORE", &store)
+                .env("ACCORD_TOKEN", "test-token")
+                .env("ACCORD_HOST", "127.0.0.1")
+                .env("ACCORD_TIMEOUT", "30")
+                .envs(env(r))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect()
+}
+
+#[test]
+fn every_operation_through_the_launcher() {
+    for n in [1, 2, 3, 4, 5, 7] {
+        let out = accord()
+            .args(["run", "-n", &n.to_string()])
+            .arg(rank_check())
+            .arg("ops")
+            .output()
+            .unwrap();
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "n={n}: {stdout}\n{}",
+            text(&out.stderr)
+        );
+        for r in 0..n {
+            assert!(
+                stdout.contains(&format!("[{r}] ok: ")),
+                "n={n}: rank {r} missing in\n{stdout}"
+            );
+        }
+    }
+}
+
+#[test]
+fn launcher_names_the_failed_rank_and_stops_the_others() {
+    let start = Instant::now();
+    let out = accord()
+        .args(["run", "-n", "3", "--", "sh", "-c"])
+        .arg(r#"echo hello; if [ "$ACCORD_RANK" = 1 ]; then exit 7; fi; sleep 60"#)
+        .output()
+        .unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(7));
+    let err = text(&out.stderr);
+    assert!(err.contains("rank 1 failed with exit status 7"), "{err}");
+    let stdout = text(&out.stdout);
+    for r in 0..3 {
+        assert!(stdout.contains(&format!("[{r}] hello")), "{stdout}");
+    }
+}
+
+#[test]
+fn launcher_reports_a_signal() {
+    let out = accord()
+        .args(["run", "-n", "2", "--", "sh", "-c"])
+        .arg(r#"if [ "$ACCORD_RANK" = 0 ]; then kill -9 $$; fi; sleep 60"#)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("rank 0 failed with signal 9"), "{err}");
+}
+
+#[test]
+fn launcher_passes_rendezvous_variables() {
+    let out = accord()
+        .args(["run", "-n", "2", "--", "sh", "-c"])
+        .arg(r#"echo "r=$ACCORD_RANK/$ACCORD_WORLD_SIZE t=$RANK/$WORLD_SIZE l=$LOCAL_RANK tok=${#ACCORD_TOKEN} store=${ACCORD_STORE%:*}""#)
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("[1] r=1/2 t=1/2 l=1 tok=64 store=127.0.0.1"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("[0] r=0/2 t=0/2 l=0 tok=64"), "{stdout}");
+}
+
+#[test]
+fn a_killed_rank_is_named_by_every_survivor_promptly() {
+    let start = Instant::now();
+    let outs = spawn_world(4, "loop", |_| {
+        vec![("ACCORD_CHECK_KILL".into(), "2".into())]
+    });
+    assert!(
+        start.elapsed() < Duration::from_secs(25),
+        "took {:?}",
+        start.elapsed()
+    );
+    for (r, o) in outs.iter().enumerate() {
+        if r == 2 {
+            assert!(!o.status.success());
+            continue;
+        }
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "rank {r}: {err}");
+        assert!(err.contains("rank 2"), "rank {r}: {err}");
+    }
+}
+
+#[test]
+fn a_missing_rank_is_named_by_the_timeout() {
+    let outs = spawn_world(3, "skip", |_| {
+        vec![
+            ("ACCORD_CHECK_SKIP".into(), "2".into()),
+            ("ACCORD_TIMEOUT".into(), "2".into()),
+        ]
+    });
+    for (r, out) in outs.iter().enumerate().take(2) {
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "rank {r}: {err}");
+        assert!(
+            err.contains("allreduce(f32 x 16, sum)") && err.contains("rank(s) 2"),
+            "rank {r}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_rank_with_the_wrong_token_is_refused() {
+    let outs = spawn_world(3, "ops", |r| {
+        let mut v = vec![("ACCORD_TIMEOUT".into(), "4".into())];
+        if r == 1 {
+            v.push(("ACCORD_TOKEN".into(), "not-the-token".into()));
+        }
+        v
+    });
+    let err = text(&outs[1].stderr);
+    assert_eq!(outs[1].status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("unauthorized") && err.contains("token"),
+        "{err}"
+    );
+    for r in [0, 2] {
+        assert!(
+            !outs[r].status.success(),
+            "rank {r} must not form a world without rank 1"
+        );
+    }
+}
+
+#[test]
+fn different_calls_are_a_desync_on_every_rank() {
+    let outs = spawn_world(3, "desync", |_| vec![]);
+    for (r, o) in outs.iter().enumerate() {
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "rank {r}: {err}");
+        assert!(
+            err.contains("broadcast(f32 x 1024, root 0)")
+                && err.contains("allreduce(f32 x 1024, sum)"),
+            "rank {r}: {err}"
+        );
+    }
+}
+
+#[test]
+fn bench_checks_every_operation() {
+    for op in [
+        "allreduce",
+        "broadcast",
+        "reduce",
+        "allgather",
+        "gather",
+        "scatter",
+        "reduce_scatter",
+        "alltoall",
+        "sendrecv",
+        "barrier",
+    ] {
+        let out = accord()
+            .args([
+                "bench", op, "-n", "3", "--sizes", "4:64K", "--factor", "16", "--iters", "5",
+            ])
+            .output()
+            .unwrap();
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{op}: {stdout}\n{}",
+            text(&out.stderr)
+        );
+        let rows: Vec<&str> = stdout.lines().filter(|l| !l.starts_with('#')).collect();
+        assert!(!rows.is_empty(), "{op}: {stdout}");
+        for row in rows {
+            assert_eq!(
+                row.split_whitespace().last(),
+                Some("0"),
+                "{op}: wrong results in {row}"
+            );
+        }
+    }
+}
+
+#[test]
+fn bench_explain_prints_the_cost_table() {
+    let out = accord()
+        .args([
+            "bench",
+            "allreduce",
+            "-n",
+            "2",
+            "--sizes",
+            "1M:1M",
+            "--iters",
+            "3",
+            "--explain",
+        ])
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("ring") && stdout.contains("recursive_doubling"),
+        "{stdout}"
+    );
+}
