@@ -1069,8 +1069,8 @@ impl Request<'_> {
 }
 
 macro_rules! nonblocking {
-    ($(#[$doc:meta] $iname:ident => $name:ident($($arg:ident : $ty:ty),*);)*) => {$(
-        #[$doc]
+    ($($(#[$doc:meta])+ $iname:ident => $name:ident($($arg:ident : $ty:ty),*);)*) => {$(
+        $(#[$doc])+
         ///
         /// The call takes its place in the communicator's order now, so ranks must start requests
         /// in the same order; it runs on a thread of `scope` and the buffers stay borrowed until the
@@ -1106,6 +1106,21 @@ impl Communicator {
         ireduce_scatter => reduce_scatter(send: &'scope [T], recv: &'scope mut [T], op: ReduceOp);
         /// Nonblocking [`Communicator::all_to_all`].
         iall_to_all => all_to_all(send: &'scope [T], recv: &'scope mut [T]);
+        /// Nonblocking [`Communicator::recv`] (sends never wait for the receiver, so there is no
+        /// `isend`).
+        irecv => recv(buf: &'scope mut [T], peer: usize, tag: u32);
+        /// Nonblocking [`Communicator::reduce`].
+        ireduce => reduce(buf: &'scope mut [T], op: ReduceOp, root: usize);
+        /// Nonblocking [`Communicator::all_gather_v`].
+        iall_gather_v => all_gather_v(send: &'scope [T], recv: &'scope mut [T], counts: &'scope [usize]);
+        /// Nonblocking [`Communicator::gather_v`].
+        igather_v => gather_v(send: &'scope [T], recv: &'scope mut [T], counts: &'scope [usize], root: usize);
+        /// Nonblocking [`Communicator::scatter_v`].
+        iscatter_v => scatter_v(send: &'scope [T], recv: &'scope mut [T], counts: &'scope [usize], root: usize);
+        /// Nonblocking [`Communicator::reduce_scatter_v`].
+        ireduce_scatter_v => reduce_scatter_v(send: &'scope [T], recv: &'scope mut [T], counts: &'scope [usize], op: ReduceOp);
+        /// Nonblocking [`Communicator::all_to_all_v`].
+        iall_to_all_v => all_to_all_v(send: &'scope [T], send_counts: &'scope [usize], recv: &'scope mut [T], recv_counts: &'scope [usize]);
     }
 
     /// Nonblocking [`Communicator::barrier`].

@@ -96,3 +96,39 @@ fn several_requests_in_flight() {
         });
     }
 }
+
+#[test]
+fn variable_count_requests_and_irecv() {
+    for n in [1, 3, 4] {
+        run_world(n, |comm| {
+            let me = comm.rank();
+            let counts: Vec<usize> = (0..n).map(|r| r + 1).collect();
+            let mine = vec![me as i32; counts[me]];
+            let mut all = vec![0i32; counts.iter().sum()];
+            let big: Vec<f64> = (0..counts.iter().sum::<usize>())
+                .map(|i| i as f64)
+                .collect();
+            let mut part = vec![0f64; counts[me]];
+            let mut got = [0u8; 3];
+            std::thread::scope(|s| {
+                let r0 = comm.irecv(s, &mut got, (me + n - 1) % n, 4);
+                comm.send(&[me as u8; 3], (me + 1) % n, 4).unwrap();
+                let r1 = comm.iall_gather_v(s, &mine, &mut all, &counts);
+                let r2 = comm.ireduce_scatter_v(s, &big, &mut part, &counts, ReduceOp::Sum);
+                r2.wait().unwrap();
+                r1.wait().unwrap();
+                r0.wait().unwrap();
+            });
+            let want: Vec<i32> = (0..n).flat_map(|r| vec![r as i32; r + 1]).collect();
+            assert_eq!(all, want);
+            let start: usize = counts[..me].iter().sum();
+            assert_eq!(
+                part,
+                (start..start + counts[me])
+                    .map(|i| (i * n) as f64)
+                    .collect::<Vec<_>>()
+            );
+            assert_eq!(got, [((me + n - 1) % n) as u8; 3]);
+        });
+    }
+}
