@@ -6,6 +6,9 @@
 //! their place in the communicator's order at call time and run on a thread of their own.
 //! The pure-Python package `accord` re-exports this module and adds the Ray, Dask and MPI glue.
 
+// pyo3 0.22's #[pymethods] expansion trips this lint on every fallible method.
+#![allow(clippy::useless_conversion)]
+
 mod array;
 mod errors;
 
@@ -871,6 +874,7 @@ impl StoreServer {
 /// and `store_external` override `ACCORD_TOKEN` / `ACCORD_STORE_EXTERNAL`, and `store` is a
 /// StoreServer of this process that the communicator takes over.
 #[pyfunction]
+#[allow(clippy::too_many_arguments)]
 #[pyo3(signature = (method="env://", rank=None, world_size=None, timeout=None, token=None, store_external=false, store=None))]
 fn init(
     py: Python<'_>,
