@@ -1,0 +1,223 @@
+//! The `accord` command: launcher, benchmark and standalone rendezvous store.
+//!
+//! Also a library, so that other front ends (the Python package's `python -m accord`) can run
+//! the same command line in-process with [`main_with`].
+
+mod bench;
+mod launch;
+
+use accord::DataType;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "accord",
+    version,
+    about = "Collective communication for distributed CPUs and GPUs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Clone)]
+struct BenchArgs {
+    /// Operation: allreduce, broadcast, reduce, allgather, gather, scatter, reduce_scatter,
+    /// alltoall, sendrecv, barrier.
+    op: String,
+    /// Size range in bytes, MIN:MAX (suffixes K, M, G).
+    #[arg(long, default_value = "4:4M")]
+    sizes: String,
+    /// Multiply the size by this between rows.
+    #[arg(long, default_value_t = 2)]
+    factor: usize,
+    /// Element type (f32, f64, i32, i64).
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// Print the tuner's cost table for each size.
+    #[arg(long)]
+    explain: bool,
+    /// Write the rows as JSON to this file.
+    #[arg(long)]
+    json: Option<String>,
+    /// Timed iterations per size (default: automatic by size).
+    #[arg(long, default_value_t = 0)]
+    iters: usize,
+    /// Force an algorithm for this operation (sets ACCORD_ALGO_<OP>).
+    #[arg(long)]
+    algo: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Launch N ranks of PROGRAM on this host with a fresh store and token.
+    Run {
+        /// Number of ranks.
+        #[arg(short = 'n', long = "np")]
+        n: usize,
+        /// Do not prefix output lines with `[rank] `.
+        #[arg(long)]
+        no_prefix: bool,
+        /// The program and its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        program: Vec<String>,
+    },
+    /// Benchmark an operation on N local ranks and check every result.
+    Bench {
+        /// Number of ranks.
+        #[arg(short = 'n', long = "np", default_value_t = 2)]
+        n: usize,
+        #[command(flatten)]
+        args: BenchArgs,
+    },
+    /// Run a standalone rendezvous store until interrupted.
+    Store {
+        /// Port to listen on.
+        #[arg(long, default_value_t = 29400)]
+        port: u16,
+        /// Address to bind.
+        #[arg(long, default_value = "0.0.0.0")]
+        host: String,
+    },
+    /// One benchmark rank (started by `accord bench`).
+    #[command(hide = true)]
+    BenchRank {
+        #[command(flatten)]
+        args: BenchArgs,
+    },
+}
+
+fn bench_opts(a: &BenchArgs) -> Result<bench::BenchOpts, String> {
+    let (lo, hi) = a.sizes.split_once(':').unwrap_or((&a.sizes, &a.sizes));
+    let dtype = DataType::parse(&a.dtype).map_err(|e| e.to_string())?;
+    if !bench::OPS.contains(&a.op.as_str()) {
+        return Err(format!(
+            "unknown operation {:?}; choose one of {}",
+            a.op,
+            bench::OPS.join(", ")
+        ));
+    }
+    Ok(bench::BenchOpts {
+        op: a.op.clone(),
+        min_bytes: bench::parse_size(lo)?,
+        max_bytes: bench::parse_size(hi)?,
+        factor: a.factor,
+        dtype,
+        explain: a.explain,
+        json: a.json.clone(),
+        iters: a.iters,
+    })
+}
+
+/// Run the `accord` command line `args` (`args[0]` is the program name) and return the exit code.
+///
+/// `self_cmd` is the command that starts this same command line again (the `accord` binary, or
+/// `python -m accord`): `accord bench` launches its ranks with it.
+pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ACCORD_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    let code = match cli.cmd {
+        Cmd::Run {
+            n,
+            no_prefix,
+            program,
+        } => launch::run(launch::Launch {
+            n,
+            program,
+            env: vec![],
+            prefix: !no_prefix,
+        }),
+        Cmd::Bench { n, args: bargs } => match bench_opts(&bargs) {
+            Err(e) => {
+                eprintln!("accord bench: {e}");
+                2
+            }
+            Ok(_) => {
+                let mut program = self_cmd.clone();
+                program.push("bench-rank".into());
+                program.extend(args.iter().skip(2).filter(|a| !a.is_empty()).cloned());
+                let mut env = vec![];
+                if let Some(algo) = &bargs.algo {
+                    env.push((
+                        format!("ACCORD_ALGO_{}", bargs.op.to_ascii_uppercase()),
+                        algo.clone(),
+                    ));
+                }
+                launch::run(launch::Launch {
+                    n,
+                    program: strip_np(program),
+                    env,
+                    prefix: false,
+                })
+            }
+        },
+        Cmd::BenchRank { args: bargs } => match bench_opts(&bargs) {
+            Ok(o) => bench::rank_main(&o),
+            Err(e) => {
+                eprintln!("accord bench: {e}");
+                2
+            }
+        },
+        Cmd::Store { port, host } => store_main(&host, port),
+    };
+    code
+}
+
+/// Remove `-n N` / `--np N` / `-nN` from the forwarded benchmark arguments.
+fn strip_np(args: Vec<String>) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut skip = false;
+    for a in args {
+        if skip {
+            skip = false;
+            continue;
+        }
+        if a == "-n" || a == "--np" {
+            skip = true;
+            continue;
+        }
+        if a.starts_with("--np=")
+            || (a.starts_with("-n") && a.len() > 2 && a[2..].chars().all(|c| c.is_ascii_digit()))
+        {
+            continue;
+        }
+        out.push(a);
+    }
+    out
+}
+
+fn store_main(host: &str, port: u16) -> i32 {
+    let token = match std::env::var("ACCORD_TOKEN") {
+        Ok(t) => accord::auth::Token::new(t),
+        Err(_) => {
+            let t = accord::auth::Token::random();
+            eprintln!("accord store: no ACCORD_TOKEN set; generated one. Give it to every rank:");
+            println!("ACCORD_TOKEN={}", t.as_str());
+            t
+        }
+    };
+    match accord::rendezvous::StoreServer::bind(&format!("{host}:{port}"), token) {
+        Ok(s) => {
+            eprintln!("accord store: listening on {}", s.addr());
+            loop {
+                std::thread::park();
+            }
+        }
+        Err(e) => {
+            eprintln!("accord store: {e}");
+            1
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! Accord errors as Python exceptions.
+//!
+//! The exception classes live in `accord/_errors.py` (so that they can inherit from both
+//! `AccordError` and a builtin such as `TimeoutError` or `ValueError`); this module picks the
+//! class for each [`Error`] variant and copies the variant's fields onto the instance.
+
+use accord::Error;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+fn make<'py>(
+    py: Python<'py>,
+    class: &str,
+    msg: String,
+    attrs: Vec<(&str, PyObject)>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let module = py.import_bound("accord._errors")?;
+    let exc = module.getattr(class)?.call1((msg,))?;
+    for (k, v) in attrs {
+        exc.setattr(k, v)?;
+    }
+    Ok(exc)
+}
+
+fn convert(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
+    let msg = e.to_string();
+    let exc = match e {
+        Error::Timeout {
+            op,
+            seq,
+            comm,
+            waiting_for,
+            after,
+            hint,
+        } => make(
+            py,
+            "TimeoutError",
+            msg,
+            vec![
+                ("op", op.into_py(py)),
+                ("seq", seq.into_py(py)),
+                ("comm", comm.into_py(py)),
+                (
+                    "waiting_for",
+                    PyList::new_bound(py, waiting_for).into_py(py),
+                ),
+                ("after", after.as_secs_f64().into_py(py)),
+                ("hint", hint.into_py(py)),
+            ],
+        )?,
+        Error::Desync {
+            me,
+            mine,
+            peer,
+            theirs,
+            comm,
+            seq,
+        } => make(
+            py,
+            "DesyncError",
+            msg,
+            vec![
+                ("rank", me.into_py(py)),
+                ("mine", mine.into_py(py)),
+                ("peer", peer.into_py(py)),
+                ("theirs", theirs.into_py(py)),
+                ("comm", comm.into_py(py)),
+                ("seq", seq.into_py(py)),
+            ],
+        )?,
+        Error::PeerLost { rank, cause } => make(
+            py,
+            "PeerLostError",
+            msg,
+            vec![
+                ("rank", rank.into_py(py)),
+                ("peer", rank.into_py(py)),
+                ("cause", cause.into_py(py)),
+            ],
+        )?,
+        Error::Aborted { reason } => make(
+            py,
+            "AbortedError",
+            msg,
+            vec![("reason", reason.into_py(py))],
+        )?,
+        Error::InvalidArgument(m) => make(
+            py,
+            "InvalidArgumentError",
+            msg,
+            vec![("detail", m.into_py(py))],
+        )?,
+        Error::Unauthorized(m) => make(
+            py,
+            "UnauthorizedError",
+            msg,
+            vec![("detail", m.into_py(py))],
+        )?,
+        Error::Unsupported(m) => {
+            make(py, "UnsupportedError", msg, vec![("detail", m.into_py(py))])?
+        }
+        Error::Protocol(m) => make(py, "ProtocolError", msg, vec![("detail", m.into_py(py))])?,
+        Error::Io {
+            context, message, ..
+        } => make(
+            py,
+            "ConnectionError",
+            msg,
+            vec![
+                ("context", context.into_py(py)),
+                ("detail", message.into_py(py)),
+            ],
+        )?,
+        Error::Store(m) => make(py, "StoreError", msg, vec![("detail", m.into_py(py))])?,
+    };
+    Ok(PyErr::from_value_bound(exc))
+}
+
+/// The Python exception for `e`.
+pub fn to_py(e: Error) -> PyErr {
+    Python::with_gil(|py| convert(py, &e).unwrap_or_else(|err| err))
+}
+
+/// `accord.UnsupportedError` for a device array reaching a host-only path.
+pub fn unsupported_device<'py>(
+    py: Python<'py>,
+    what: &str,
+    device: &str,
+    id: i32,
+) -> PyResult<Bound<'py, PyAny>> {
+    make(
+        py,
+        "UnsupportedError",
+        format!(
+            "{what} lives in {device} memory (device {id}); GPU arrays need accord's GPU backend, \
+             which this build does not include. Copy it to the host (e.g. tensor.cpu()) or use a \
+             host array"
+        ),
+        vec![("device", device.into_py(py))],
+    )
+}

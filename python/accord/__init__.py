@@ -1,0 +1,239 @@
+"""Accord: collective communication for distributed CPUs and GPUs.
+
+A thin layer over the Rust core (``accord._native``)::
+
+    import accord, numpy as np
+    comm = accord.init()                 # env:// (accord run, torchrun, mpirun + ACCORD_STORE)
+    x = np.full(4, comm.rank, np.float32)
+    comm.allreduce(x)                    # in place: x now holds the sum over ranks
+    accord.allreduce(x, op="max")        # the same through the default group
+
+Arrays are numpy arrays, torch CPU tensors, or anything exporting ``__dlpack__``,
+``__array_interface__`` or the buffer protocol; they must be C-contiguous, and outputs
+writable. Every call releases the GIL; ``async_op=True`` returns a :class:`Request`.
+
+Bootstrapping: :func:`init` (env://, tcp://host:port, file:///path, or ``mpi_comm=``),
+:mod:`accord.collective` (Ray), :mod:`accord.dask` (Dask).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import socket
+from typing import Any, Optional
+
+from . import _native
+from ._errors import (
+    AbortedError,
+    AccordError,
+    ConnectionError,
+    DesyncError,
+    InvalidArgumentError,
+    PeerLostError,
+    ProtocolError,
+    StoreError,
+    TimeoutError,
+    UnauthorizedError,
+    UnsupportedError,
+)
+from ._native import Communicator, Request, StoreServer
+
+__version__ = _native.__version__
+
+
+class ReduceOp(str, enum.Enum):
+    """Reduction operators; plain strings (``"sum"``) work everywhere too."""
+
+    SUM = "sum"
+    PROD = "prod"
+    MIN = "min"
+    MAX = "max"
+    AVG = "avg"
+    BAND = "band"
+    BOR = "bor"
+    BXOR = "bxor"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_default: Optional[Communicator] = None
+
+
+def advertised_host() -> str:
+    """The address other machines use to reach a store hosted here: ``ACCORD_STORE_HOST`` if
+    set, else this host name's address."""
+    host = os.environ.get("ACCORD_STORE_HOST")
+    if host:
+        return host
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def init_from_store(
+    rank: int,
+    world_size: int,
+    address: str,
+    token: str,
+    timeout: Optional[float] = None,
+    store: Optional[StoreServer] = None,
+) -> Communicator:
+    """Join a group whose store someone already runs at ``address`` (``host:port``) with
+    ``token``. The rank that runs the store in this process passes it as ``store`` so that the
+    communicator keeps it alive. Used by the Ray, Dask and MPI bootstraps."""
+    return _native.init(
+        f"tcp://{address}",
+        rank,
+        world_size,
+        timeout,
+        token=token,
+        store_external=True,
+        store=store,
+    )
+
+
+def _init_mpi(mpi_comm: Any, timeout: Optional[float]) -> Communicator:
+    rank, size = mpi_comm.Get_rank(), mpi_comm.Get_size()
+    server = None
+    info = None
+    if rank == 0:
+        server = StoreServer("0.0.0.0", 0)
+        info = (f"{advertised_host()}:{server.port}", server.token)
+    address, token = mpi_comm.bcast(info, root=0)
+    return init_from_store(rank, size, address, token, timeout, store=server)
+
+
+def init(
+    method: str = "env://",
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+    timeout: Optional[float] = None,
+    mpi_comm: Any = None,
+) -> Communicator:
+    """Join the job and return the world communicator; it also becomes the default group of
+    the module-level functions (:func:`allreduce` ...).
+
+    ``method``: ``env://`` (variables set by ``accord run``, torchrun, or mpirun/Slurm plus
+    ``ACCORD_STORE=host:port`` or ``MASTER_ADDR``/``MASTER_PORT``), ``tcp://host:port`` (rank 0
+    hosts the store there) or ``file:///shared/path``. ``rank``/``world_size`` override the
+    environment. ``timeout`` (seconds) bounds the rendezvous and every later call (default
+    ``ACCORD_TIMEOUT`` or 300). ``mpi_comm``: an mpi4py communicator; rank and size come from it
+    and rank 0 starts a store and broadcasts its address, so nothing else needs configuring.
+    """
+    global _default
+    if mpi_comm is not None:
+        comm = _init_mpi(mpi_comm, timeout)
+    else:
+        comm = _native.init(method, rank, world_size, timeout)
+    _default = comm
+    return comm
+
+
+def is_initialized() -> bool:
+    """Whether :func:`init` has set a default group."""
+    return _default is not None
+
+
+def default_group() -> Communicator:
+    """The communicator of the last :func:`init`."""
+    if _default is None:
+        raise RuntimeError("accord is not initialized: call accord.init() first")
+    return _default
+
+
+def destroy() -> None:
+    """Forget the default group (its connections close once no reference remains)."""
+    global _default
+    _default = None
+
+
+def get_rank(group: Optional[Communicator] = None) -> int:
+    """This process's rank in ``group`` (default: the default group)."""
+    return (group or default_group()).rank
+
+
+def get_world_size(group: Optional[Communicator] = None) -> int:
+    """Number of ranks of ``group`` (default: the default group)."""
+    return (group or default_group()).size
+
+
+def _forward(name: str):
+    def call(*args: Any, group: Optional[Communicator] = None, **kwargs: Any) -> Any:
+        return getattr(group or default_group(), name)(*args, **kwargs)
+
+    call.__name__ = name
+    call.__qualname__ = name
+    call.__doc__ = (
+        f"``Communicator.{name}`` on ``group`` (default: the default group).\n\n"
+        + (getattr(Communicator, name).__doc__ or "")
+    )
+    return call
+
+
+send = _forward("send")
+recv = _forward("recv")
+sendrecv = _forward("sendrecv")
+barrier = _forward("barrier")
+broadcast = _forward("broadcast")
+allreduce = _forward("allreduce")
+reduce = _forward("reduce")
+allgather = _forward("allgather")
+allgatherv = _forward("allgatherv")
+gather = _forward("gather")
+gatherv = _forward("gatherv")
+scatter = _forward("scatter")
+scatterv = _forward("scatterv")
+reduce_scatter = _forward("reduce_scatter")
+reduce_scatterv = _forward("reduce_scatterv")
+alltoall = _forward("alltoall")
+alltoallv = _forward("alltoallv")
+split = _forward("split")
+subgroup = _forward("subgroup")
+
+__all__ = [
+    "AbortedError",
+    "AccordError",
+    "Communicator",
+    "ConnectionError",
+    "DesyncError",
+    "InvalidArgumentError",
+    "PeerLostError",
+    "ProtocolError",
+    "ReduceOp",
+    "Request",
+    "StoreError",
+    "StoreServer",
+    "TimeoutError",
+    "UnauthorizedError",
+    "UnsupportedError",
+    "advertised_host",
+    "allgather",
+    "allgatherv",
+    "allreduce",
+    "alltoall",
+    "alltoallv",
+    "barrier",
+    "broadcast",
+    "default_group",
+    "destroy",
+    "gather",
+    "gatherv",
+    "get_rank",
+    "get_world_size",
+    "init",
+    "init_from_store",
+    "is_initialized",
+    "recv",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatterv",
+    "scatter",
+    "scatterv",
+    "send",
+    "sendrecv",
+    "split",
+    "subgroup",
+]

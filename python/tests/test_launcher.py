@@ -1,0 +1,30 @@
+"""Every operation, every dtype, world sizes 1..5, through the launcher."""
+
+import pytest
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_all_operations(run_ranks, n):
+    p = run_ranks(n, "worker_ops.py")
+    assert p.returncode == 0, p.stdout + p.stderr
+    for r in range(n):
+        assert f"OK {r} of {n}" in p.stdout, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_bad_input(run_ranks, n):
+    p = run_ranks(n, "worker_errors.py")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("ERRORS-OK") == n
+
+
+def test_bf16_available_or_reason():
+    pytest.importorskip("ml_dtypes", reason="bfloat16 via numpy needs ml_dtypes (pip install ml_dtypes)")
+
+
+def test_cli_help():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "accord", "--help"], capture_output=True, text=True, timeout=30, cwd="/")
+    assert p.returncode == 0 and "run" in p.stdout

@@ -1,0 +1,50 @@
+"""One rank of the bad-input check (`accord run -n N python worker_errors.py`): local argument
+errors are raised before any communication; mismatched sizes across ranks end in DesyncError."""
+
+import numpy as np
+
+import accord
+
+comm = accord.init(timeout=30)
+me = comm.rank
+
+
+def expect(exc, fn, words):
+    try:
+        fn()
+    except exc as e:
+        msg = str(e)
+        assert all(w in msg for w in words), (exc, msg)
+        return e
+    raise AssertionError(f"expected {exc.__name__}")
+
+
+expect(TypeError, lambda: comm.allreduce(np.zeros(4, np.complex64)), ["dtype"])
+expect(TypeError, lambda: comm.allreduce(np.zeros(4, np.int16)), ["dtype", "supported"])
+expect(ValueError, lambda: comm.allreduce(np.zeros(8, np.float32)[::2]), ["contiguous"])
+expect(ValueError, lambda: comm.allreduce(np.zeros((4, 4), np.float32).T), ["contiguous"])
+ro = np.zeros(4, np.float32)
+ro.flags.writeable = False
+expect(ValueError, lambda: comm.allreduce(ro), ["read-only"])
+expect(ValueError, lambda: comm.allreduce(np.ones(4, np.float32), out=ro), ["read-only"])
+comm.allreduce(ro, out=np.zeros(4, np.float32))  # read-only input is fine
+expect(TypeError, lambda: comm.allreduce(np.ones(4, np.float32), out=np.zeros(4, np.float64)), ["dtype"])
+expect(ValueError, lambda: comm.allreduce(np.ones(4, np.float32), op="median"), ["median"])
+expect(TypeError, lambda: comm.allreduce([1, 2, 3]), ["array"])
+e = expect(accord.InvalidArgumentError, lambda: comm.allreduce(np.ones(4, np.float32), op="band"), ["band"])
+assert isinstance(e, ValueError) and isinstance(e, accord.AccordError)
+expect(accord.InvalidArgumentError, lambda: comm.allgather(np.ones(4, np.float32), np.zeros(3, np.float32)), [])
+
+
+class FakeGpuArray:
+    __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (0, False), "version": 3}
+
+
+e = expect(accord.UnsupportedError, lambda: comm.allreduce(FakeGpuArray()), ["GPU"])
+assert isinstance(e, TypeError)
+comm.barrier()  # still healthy after local argument errors
+
+if comm.size > 1:
+    e = expect(accord.DesyncError, lambda: comm.allreduce(np.ones(4 + me, np.float32)), ["desync"])
+    assert e.mine and e.theirs and e.peer != me and e.seq >= 0, vars(e)
+print(f"ERRORS-OK {me}", flush=True)

@@ -1,0 +1,195 @@
+"""One rank of the all-operations check: run by `accord run -n N python worker_ops.py`.
+
+Every rank derives every rank's random input from a shared seed, so each can compute the numpy
+reference of every collective and compare. Values are small integers, so sums and products are
+exact in every dtype (averages are compared with a tolerance). Prints `OK <rank>` at the end.
+"""
+
+import sys
+
+import numpy as np
+
+import accord
+
+try:
+    import ml_dtypes
+
+    BF16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:
+    BF16 = None
+
+comm = accord.init(timeout=60)
+n, me = comm.size, comm.rank
+DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int32, np.int64, np.uint8, np.uint32, np.uint64]
+DTYPES = [np.dtype(d) for d in DTYPES] + ([BF16] if BF16 is not None else [])
+COUNT = 7  # elements per rank: odd, to exercise uneven chunking
+
+
+def data(rank, dtype, count=COUNT, salt=0):
+    rng = np.random.default_rng(1000 * rank + 17 * salt + count)
+    lo = 0 if dtype.kind == "u" else -2
+    return rng.integers(lo, 4, size=count).astype(dtype)
+
+
+def is_float(d):
+    return d.kind == "f" or d == BF16
+
+
+def check(name, got, want, dtype):
+    g = np.asarray(got).astype(np.float64)
+    w = np.asarray(want).astype(np.float64)
+    tol = 0.05 * np.maximum(1, np.abs(w)) if is_float(dtype) else 0
+    if g.shape != w.shape or not np.all(np.abs(g - w) <= tol):
+        print(f"FAIL rank {me} {name} {dtype}: got {g} want {w}", flush=True)
+        sys.exit(1)
+
+
+def ref_reduce(op, arrays, dtype):
+    a = np.stack([x.astype(np.float64) if is_float(dtype) else x for x in arrays])
+    if op == "sum":
+        r = a.sum(0)
+    elif op == "prod":
+        r = a.prod(0)
+    elif op == "min":
+        r = a.min(0)
+    elif op == "max":
+        r = a.max(0)
+    elif op == "avg":
+        r = a.mean(0)
+    elif op == "band":
+        r = np.bitwise_and.reduce(a, 0)
+    elif op == "bor":
+        r = np.bitwise_or.reduce(a, 0)
+    elif op == "bxor":
+        r = np.bitwise_xor.reduce(a, 0)
+    return r.astype(dtype) if not is_float(dtype) else r
+
+
+for dt in DTYPES:
+    mine = data(me, dt)
+    alls = [data(r, dt) for r in range(n)]
+    ops = ["sum", "prod", "min", "max"] + (["avg"] if is_float(dt) else ["band", "bor", "bxor"])
+    for op in ops:
+        # allreduce in place: the same array object and memory, changed.
+        x = mine.copy()
+        ptr = x.__array_interface__["data"][0]
+        y = comm.allreduce(x, op=op)
+        assert y is x and x.__array_interface__["data"][0] == ptr
+        check(f"allreduce {op} in place", x, ref_reduce(op, alls, dt), dt)
+        out = np.zeros_like(mine)
+        r = comm.allreduce(mine, op=accord.ReduceOp(op), out=out)
+        assert r is out
+        check(f"allreduce {op} out", out, ref_reduce(op, alls, dt), dt)
+        check("allreduce input untouched", mine, data(me, dt), dt)
+        for root in {0, n - 1}:
+            x = mine.copy()
+            comm.reduce(x, op=op, root=root)
+            check(f"reduce {op} root {root}", x, ref_reduce(op, alls, dt) if me == root else mine, dt)
+            out = np.zeros_like(mine)
+            comm.reduce(mine, op=op, root=root, out=out if me == root else None)
+            if me == root:
+                check(f"reduce {op} out", out, ref_reduce(op, alls, dt), dt)
+        # reduce_scatter: input n*COUNT, output COUNT
+        big = [data(r, dt, n * COUNT, 1) for r in range(n)]
+        out = np.zeros(COUNT, dt)
+        comm.reduce_scatter(big[me], out, op=op)
+        check(f"reduce_scatter {op}", out, ref_reduce(op, big, dt)[me * COUNT:(me + 1) * COUNT], dt)
+    # reduce_scatterv: rank r gets r+1 elements
+    counts = [r + 1 for r in range(n)]
+    big = [data(r, dt, sum(counts), 2) for r in range(n)]
+    out = np.zeros(counts[me], dt)
+    comm.reduce_scatterv(big[me], out, counts, op="sum")
+    off = sum(counts[:me])
+    check("reduce_scatterv", out, ref_reduce("sum", big, dt)[off:off + counts[me]], dt)
+    for root in {0, n - 1}:
+        x = data(root, dt) if me == root else np.zeros(COUNT, dt)
+        comm.broadcast(x, root=root)
+        check("broadcast", x, data(root, dt), dt)
+    out = np.zeros(n * COUNT, dt)
+    comm.allgather(mine, out)
+    check("allgather", out, np.concatenate(alls), dt)
+    vdata = [data(r, dt, r + 1, 3) for r in range(n)]
+    out = np.zeros(sum(counts), dt)
+    comm.allgatherv(vdata[me], out, counts)
+    check("allgatherv", out, np.concatenate(vdata), dt)
+    root = n - 1
+    out = np.zeros(n * COUNT, dt) if me == root else None
+    comm.gather(mine, out, root=root)
+    if me == root:
+        check("gather", out, np.concatenate(alls), dt)
+    out = np.zeros(sum(counts), dt) if me == root else None
+    comm.gatherv(vdata[me], out, counts, root=root)
+    if me == root:
+        check("gatherv", out, np.concatenate(vdata), dt)
+    src = data(root, dt, n * COUNT, 4)
+    out = np.zeros(COUNT, dt)
+    comm.scatter(src if me == root else None, out, root=root)
+    check("scatter", out, src[me * COUNT:(me + 1) * COUNT], dt)
+    src = data(root, dt, sum(counts), 5)
+    out = np.zeros(counts[me], dt)
+    comm.scatterv(src if me == root else None, out, counts, root=root)
+    check("scatterv", out, src[off:off + counts[me]], dt)
+    # alltoall: rank r's block j is data(r, ..., salt=6)[j*COUNT:(j+1)*COUNT]
+    a2a = [data(r, dt, n * COUNT, 6) for r in range(n)]
+    out = np.zeros(n * COUNT, dt)
+    comm.alltoall(a2a[me], out)
+    check("alltoall", out, np.concatenate([a2a[r][me * COUNT:(me + 1) * COUNT] for r in range(n)]), dt)
+    # alltoallv: rank r sends (r + j) % 3 + 1 elements to rank j
+    sc = lambda r: [(r + j) % 3 + 1 for j in range(n)]
+    a2av = [data(r, dt, sum(sc(r)), 7) for r in range(n)]
+    rc = [sc(r)[me] for r in range(n)]
+    out = np.zeros(sum(rc), dt)
+    comm.alltoallv(a2av[me], sc(me), out, rc)
+    want = np.concatenate([a2av[r][sum(sc(r)[:me]):sum(sc(r)[:me + 1])] for r in range(n)])
+    check("alltoallv", out, want, dt)
+    # point to point around the ring
+    right, left = (me + 1) % n, (me - 1) % n
+    out = np.zeros(COUNT, dt)
+    comm.sendrecv(mine, right, out, left, tag=3)
+    check("sendrecv", out, alls[left], dt)
+    if n > 1:
+        if me % 2 == 0:
+            comm.send(mine, right, tag=5)
+            comm.recv(out, left, tag=5)
+        else:
+            comm.recv(out, left, tag=5)
+            comm.send(mine, right, tag=5)
+        check("send/recv", out, alls[left], dt)
+    comm.barrier()
+
+# Nonblocking: several requests in flight, completed in reverse order.
+f = np.dtype(np.float32)
+xs = [data(me, f, 1000, s).copy() for s in range(4)]
+reqs = [comm.allreduce(x, async_op=True) for x in xs]
+reqs.append(comm.barrier(async_op=True))
+for r in reversed(reqs):
+    r.wait(timeout=60)
+    assert r.test()
+for s, x in enumerate(xs):
+    check("iallreduce", x, ref_reduce("sum", [data(r, f, 1000, s) for r in range(n)], f), f)
+out = np.zeros(n * COUNT, f)
+assert comm.allgather(data(me, f), out, async_op=True).wait(60) is out
+check("iallgather", out, np.concatenate([data(r, f) for r in range(n)]), f)
+
+# Module-level functions use the default group.
+x = np.ones(3, np.int64)
+accord.allreduce(x)
+check("accord.allreduce", x, np.full(3, n), np.dtype(np.int64))
+assert accord.get_rank() == me and accord.get_world_size() == n
+
+# Groups: split by parity, reversed order by key; subgroup of the even ranks.
+sub = comm.split(me % 2, key=-me)
+members = [r for r in range(n) if r % 2 == me % 2][::-1]
+assert sub.size == len(members) and sub.rank == members.index(me), (sub.size, sub.rank)
+x = np.array([me], np.int64)
+sub.allreduce(x)
+check("split allreduce", x, [sum(members)], np.dtype(np.int64))
+evens = list(range(0, n, 2))
+g = comm.subgroup(evens)
+assert (g is None) == (me % 2 == 1)
+if g is not None:
+    x = np.array([me], np.int64)
+    g.allreduce(x)
+    check("subgroup allreduce", x, [sum(evens)], np.dtype(np.int64))
+comm.barrier()
+print(f"OK {me} of {n} dtypes={len(DTYPES)}", flush=True)
