@@ -101,10 +101,9 @@ fn launcher_names_the_failed_rank_and_stops_the_others() {
     assert_eq!(out.status.code(), Some(7));
     let err = text(&out.stderr);
     assert!(err.contains("rank 1 failed with exit status 7"), "{err}");
+    // The failed rank's output is complete; the others may be stopped before they print.
     let stdout = text(&out.stdout);
-    for r in 0..3 {
-        assert!(stdout.contains(&format!("[{r}] hello")), "{stdout}");
-    }
+    assert!(stdout.contains("[1] hello"), "{stdout}");
 }
 
 #[test]
