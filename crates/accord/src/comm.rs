@@ -115,9 +115,8 @@ impl Communicator {
             }),
         };
         if let Some(w) = shm_world.filter(|w| w.host_of.len() == comm.size()) {
-            let leaders = (!w.single_host())
-                .then(|| comm.child(&w.leaders.clone(), u64::MAX, "leaders", 0x5348_4d4c))
-                .filter(|_| w.leaders.contains(&rank));
+            let leaders = (!w.single_host() && w.leaders.contains(&rank))
+                .then(|| comm.child(&w.leaders.clone(), u64::MAX, "leaders", 0x5348_4d4c));
             if let Some(inner) = Arc::get_mut(&mut comm.inner) {
                 inner.shm = Some((w, leaders));
             }
