@@ -311,9 +311,9 @@ fn matrix(comm: &Communicator) {
         let mut recv = vec![0.0f32; count];
         comm.reduce_scatter(&send, &mut recv, ReduceOp::Sum)
             .unwrap();
-        for i in 0..count {
+        for (i, &got) in recv.iter().enumerate() {
             let want: f64 = (0..n).map(|r| v(r, me * count + i)).sum();
-            assert_eq!(recv[i], want as f32, "reduce_scatter");
+            assert_eq!(got, want as f32, "reduce_scatter");
         }
         // alltoall: rank r sends block j = 1000 r + j + i.
         let send: Vec<i64> = (0..count * n)

@@ -173,7 +173,7 @@ impl ShmWorld {
             Collective::AllReduce { count } => {
                 let out = output.as_mut_ptr();
                 let inp = input.map_or(out as *const u8, <[u8]>::as_ptr);
-                if self.group.is_none() && inp != out as *const u8 {
+                if self.group.is_none() && !std::ptr::eq(inp, out) {
                     // SAFETY: both buffers hold count elements (checked by the caller).
                     unsafe { std::ptr::copy(inp, out, count * call.dtype.size()) };
                 }
@@ -392,7 +392,7 @@ impl Ctx<'_> {
             }
             self.finalize(mine, l * esz, world);
             self.barrier(h, false)?;
-            if root.map_or(true, |r| r == me) {
+            if !matches!(root, Some(r) if r != me) {
                 for p in 0..n {
                     let (s, l) = part(m, n, p);
                     // SAFETY: slice p of this chunk, inside both buffers.

@@ -17,8 +17,9 @@
 //!
 //! A rank "arrives" by incrementing its counter (a 32-bit word in the shared mapping) and waking
 //! waiters with `FUTEX_WAKE` — a *shared* futex (no `FUTEX_PRIVATE_FLAG`), since the waiters are
-//! other processes. Waiting for a peer's counter spins a bounded number of times (less when the
-//! host has fewer cores than local ranks), then yields, then sleeps in `FUTEX_WAIT` in slices of
+//! other processes. Waiting for a peer's counter spins for a bounded time (`ACCORD_SHM_SPIN_US`, 50 us;
+//! 2 us when the host has fewer cores than local ranks), then yields the core
+//! (`ACCORD_SHM_YIELD_US`, 0.5 ms; 5 ms when crowded), then sleeps in `FUTEX_WAIT` in slices of
 //! at most 10 ms. Between slices it checks, in this order: an abort or lost-peer notice from the
 //! TCP side channel (every rank keeps its TCP connections, which also carry aborts), whether the
 //! peer process still exists (a pidfd, else `kill(pid, 0)`), and the call's deadline. A dead peer
@@ -186,8 +187,9 @@ pub struct ShmGroup {
     epoch: AtomicU32,
     /// Chunks run so far: selects the staging half.
     chunks: AtomicU64,
-    spin: usize,
-    yields: usize,
+    /// How long a wait spins, then how long (in total) it yields, before sleeping.
+    spin: Duration,
+    yields: Duration,
     /// Where aborts and lost connections of the side channel are reported.
     side: Option<Arc<dyn Fn() -> Option<Error> + Send + Sync>>,
     /// One collective at a time uses the staging areas.
@@ -325,8 +327,11 @@ impl ShmGroup {
 
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let crowded = members.len() > cores;
-        let spin = env_usize("ACCORD_SHM_SPIN").unwrap_or(if crowded { 64 } else { 1 << 16 });
-        let yields = env_usize("ACCORD_SHM_YIELDS").unwrap_or(if crowded { 64 } else { 16 });
+        let us = |name: &str, default: u64| {
+            Duration::from_micros(env_usize(name).map_or(default, |v| v as u64))
+        };
+        let spin = us("ACCORD_SHM_SPIN_US", if crowded { 2 } else { 50 });
+        let yields = us("ACCORD_SHM_YIELD_US", if crowded { 5000 } else { 500 });
         Ok(Some(ShmGroup {
             members,
             me,
@@ -435,13 +440,24 @@ impl ShmGroup {
     /// Wait until local rank `r` has arrived at `epoch`.
     pub fn wait_for(&self, r: usize, epoch: u32, deadline: Instant) -> Result<(), ShmWaitError> {
         let w = self.word(r, OFF_ARRIVE);
-        for _ in 0..self.spin {
+        if reached(w.load(Ordering::Acquire), epoch) {
+            return Ok(());
+        }
+        let start = Instant::now();
+        let mut i = 0u32;
+        loop {
             if reached(w.load(Ordering::Acquire), epoch) {
                 return Ok(());
             }
+            i = i.wrapping_add(1);
+            if i & 63 == 0 && start.elapsed() >= self.spin {
+                break;
+            }
             std::hint::spin_loop();
         }
-        for _ in 0..self.yields {
+        // Yielding hands the core to a runnable peer (several ranks per core) without the cost
+        // of a futex sleep and wake-up.
+        while start.elapsed() < self.yields {
             if reached(w.load(Ordering::Acquire), epoch) {
                 return Ok(());
             }
