@@ -241,7 +241,13 @@ fn bench_typed<T: Num>(comm: &Communicator, o: &BenchOpts) -> Result<Vec<Row>> {
         }
         wrong += check(&o.op, n, me, &case);
         let mut times = vec![0f64; iters];
+        // ACCORD_BENCH_SYNC=1: a barrier before every timed call, as the MPI and gloo baseline
+        // scripts do, so that the tables compare like with like.
+        let sync = std::env::var("ACCORD_BENCH_SYNC").is_ok_and(|v| v.trim() == "1");
         for t in times.iter_mut() {
+            if sync {
+                comm.barrier()?;
+            }
             let start = Instant::now();
             run_once(comm, &o.op, &mut case)?;
             *t = start.elapsed().as_secs_f64() * 1e6;

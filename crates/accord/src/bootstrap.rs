@@ -4,6 +4,8 @@
 use crate::comm::{timeout_from_env, Communicator};
 use crate::error::Result;
 use crate::rendezvous::{self, InitMethod, Rendezvous};
+use crate::shm_coll::ShmWorld;
+use crate::transport::shm::{host_id, shm_enabled, ShmGroup};
 use crate::transport::tcp::{TcpOptions, TcpTransport};
 use crate::transport::Transport;
 use std::sync::Arc;
@@ -47,7 +49,47 @@ pub fn from_rendezvous(rdv: Rendezvous, timeout: Duration) -> Result<Communicato
     };
     let transport: Arc<dyn Transport> =
         TcpTransport::connect(rdv.rank, rdv.world_size, &rdv.token, &book, opts)?;
-    let comm = Communicator::with_resources(transport, vec![Arc::new(rdv)]);
+    let mut keep: Vec<Arc<dyn std::any::Any + Send + Sync>> = Vec::new();
+    if let Some(w) = shm_world(&rdv, &transport, timeout)? {
+        keep.push(Arc::new(w));
+    }
+    keep.push(Arc::new(rdv));
+    let comm = Communicator::with_resources(transport, keep);
     comm.set_timeout(timeout);
     Ok(comm)
+}
+
+/// Placement and this host's shared-memory group. Every rank publishes its host id (or that it
+/// wants TCP only: `ACCORD_TRANSPORT=tcp` on any rank turns shared memory off for all); ranks
+/// with equal ids share memory. `None` when shared memory is off or no two ranks share a host.
+fn shm_world(
+    rdv: &Rendezvous,
+    transport: &Arc<dyn Transport>,
+    timeout: Duration,
+) -> Result<Option<ShmWorld>> {
+    let store = rdv.store.with_prefix("accord/shm");
+    let me = if shm_enabled() {
+        host_id()
+    } else {
+        String::new()
+    };
+    store.set(&format!("host/{}", rdv.rank), &me)?;
+    let keys: Vec<String> = (0..rdv.world_size).map(|r| format!("host/{r}")).collect();
+    let hosts: Vec<String> = store
+        .multi_get(&keys, timeout)?
+        .into_iter()
+        .map(|v| String::from_utf8_lossy(&v).into_owned())
+        .collect();
+    if hosts.iter().any(String::is_empty) {
+        return Ok(None);
+    }
+    let shared = (0..hosts.len()).any(|r| hosts[..r].contains(&hosts[r]));
+    if !shared {
+        return Ok(None);
+    }
+    let mut group = ShmGroup::join(&store, rdv.rank, &hosts, timeout)?;
+    if let Some(g) = group.as_mut() {
+        g.watch_mailbox(transport.clone(), (0..rdv.world_size).collect());
+    }
+    Ok(Some(ShmWorld::new(group, &hosts)))
 }

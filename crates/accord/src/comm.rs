@@ -67,6 +67,10 @@ struct Inner {
     /// Per-communicator algorithm choices that override the tuner (tests, tuning).
     forced: Mutex<HashMap<OpKind, Algorithm>>,
     model: tuner::CostModel,
+    /// The shared-memory fast path (world communicators bootstrapped with a
+    /// [`crate::shm_coll::ShmWorld`]), and the communicator of the host leaders for
+    /// hierarchical collectives when the world spans hosts.
+    shm: Option<(Arc<crate::shm_coll::ShmWorld>, Option<Communicator>)>,
     /// Things that must live as long as the communicator (store client and server...).
     _keep: Vec<Arc<dyn Any + Send + Sync>>,
 }
@@ -89,7 +93,10 @@ impl Communicator {
             "shm" => tuner::CostModel::shm(),
             _ => tuner::CostModel::tcp(),
         };
-        Communicator {
+        let shm_world = keep
+            .iter()
+            .find_map(|k| k.clone().downcast::<crate::shm_coll::ShmWorld>().ok());
+        let mut comm = Communicator {
             inner: Arc::new(Inner {
                 transport,
                 ranks,
@@ -103,9 +110,18 @@ impl Communicator {
                 cache: Mutex::new(HashMap::new()),
                 forced: Mutex::new(HashMap::new()),
                 model,
+                shm: None,
                 _keep: keep,
             }),
+        };
+        if let Some(w) = shm_world.filter(|w| w.host_of.len() == comm.size()) {
+            let leaders = (!w.single_host() && w.leaders.contains(&rank))
+                .then(|| comm.child(&w.leaders.clone(), u64::MAX, "leaders", 0x5348_4d4c));
+            if let Some(inner) = Arc::get_mut(&mut comm.inner) {
+                inner.shm = Some((w, leaders));
+            }
         }
+        comm
     }
 
     /// This process's rank in the communicator.
@@ -600,7 +616,37 @@ impl Communicator {
 
     fn run_new(&self, job: Job, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
         self.check_buffers(&job.coll, input.map(<[u8]>::len), output.len(), job.dtype)?;
-        self.run(self.next_seq(), &job, input, output)
+        // Nonblocking requests may run concurrently and in any order on each rank: they take the
+        // message path, which matches by sequence number. Blocking calls may take the
+        // shared-memory path, which runs calls in program order.
+        let reserved =
+            RESERVED_SEQ.with(|c| matches!(c.get(), Some((id, _)) if id == self.inner.id));
+        let seq = self.next_seq();
+        if let Some((w, leaders)) = &self.inner.shm {
+            if !reserved && w.supports(&job.coll, &job.fp) {
+                self.check_poison()?;
+                let call = crate::shm_coll::ShmCall {
+                    seq,
+                    fp: job.fp,
+                    dtype: job.dtype,
+                    op: job.op.unwrap_or(ReduceOp::Sum),
+                    timeout: self.timeout(),
+                    comm_name: &self.inner.name,
+                };
+                return w
+                    .run(self, leaders.as_ref(), &call, &job.coll, input, output)
+                    .map_err(|e| self.fail(e));
+            }
+        }
+        self.run(seq, &job, input, output)
+    }
+
+    /// Whether collectives of this communicator can take the shared-memory path.
+    pub fn uses_shm(&self) -> bool {
+        self.inner
+            .shm
+            .as_ref()
+            .is_some_and(|(w, _)| !w.single_host() || w.group.is_some())
     }
 
     /// Erased [`Communicator::broadcast`].
@@ -1035,6 +1081,7 @@ impl Communicator {
                 cache: Mutex::new(HashMap::new()),
                 forced: Mutex::new(HashMap::new()),
                 model: p.model,
+                shm: None,
                 _keep: p._keep.clone(),
             }),
         }

@@ -67,6 +67,7 @@ mod exec;
 pub mod fingerprint;
 pub mod rendezvous;
 pub mod schedule;
+pub mod shm_coll;
 pub mod testing;
 pub mod transport;
 

@@ -14,6 +14,7 @@
 
 pub mod inproc;
 pub mod mailbox;
+pub mod shm;
 pub mod tcp;
 pub mod wire;
 

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# One comparison run: `accord bench` against OpenMPI (mpi4py, vader shared memory) and
+# torch.distributed gloo on the same operations, sizes and world sizes, printed as one table
+# with ratio columns (bench/compare_table.py).
+#
+#   bench/compare.sh                      # allreduce broadcast allgather, N=2 and 4, 4 B..64 MiB
+#   OPS="allreduce" NS="2" MAX_BYTES=1M bench/compare.sh
+#
+# Knobs: OPS, NS, MAX_BYTES (64M), BUDGET (0.5 s per size for the baselines), SKIP ("mpi gloo"),
+# BASELINE_STATE (~/.cache/accord-baselines: the Python venv with numpy, mpi4py, torch;
+# created on first use, with openmpi-bin from apt if mpirun is missing), OUT (results folder).
+# Accord times each call after a barrier (ACCORD_BENCH_SYNC=1), as the baseline scripts do.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(dirname "$HERE")
+OPS=${OPS:-"allreduce broadcast allgather"}
+NS=${NS:-"2 4"}
+MAX_BYTES=${MAX_BYTES:-64M}
+BUDGET=${BUDGET:-0.5}
+SKIP=${SKIP:-}
+STATE=${BASELINE_STATE:-$HOME/.cache/accord-baselines}
+OUT=${OUT:-$STATE/compare-$(date +%Y%m%d-%H%M%S)}
+PY=$STATE/.venv/bin/python
+mkdir -p "$OUT"
+skip() { case " $SKIP " in *" $1 "*) return 0;; esac; return 1; }
+
+if ! skip mpi || ! skip gloo; then
+  if ! command -v mpirun >/dev/null 2>&1 && ! skip mpi; then
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openmpi-bin libopenmpi-dev
+  fi
+  [ -x "$PY" ] || python3 -m venv "$STATE/.venv"
+  "$PY" -c "import numpy, mpi4py" 2>/dev/null || "$PY" -m pip install -q numpy mpi4py
+  skip gloo || "$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q torch
+fi
+
+(cd "$ROOT" && cargo build -q --release -p accord-cli)
+ACCORD=${CARGO_TARGET_DIR:-$ROOT/target}/release/accord
+export OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo
+MPIRUN="mpirun --allow-run-as-root --oversubscribe --mca btl self,vader --mca oob_tcp_if_include lo"
+{
+  echo "# host: $(uname -srm) | nproc=$(nproc --all) | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//') | mem=$(free -g | awk '/Mem:/{print $2}')GiB"
+  echo "# $(mpirun --version 2>&1 | head -1) | $("$PY" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null || echo 'no torch')"
+} > "$OUT/machine.txt"
+
+for n in $NS; do
+  for op in $OPS; do
+    echo "== accord $op n=$n" >&2
+    ACCORD_BENCH_SYNC=1 "$ACCORD" bench "$op" -n "$n" --sizes "4:$MAX_BYTES" --factor 4 \
+      > "$OUT/accord-$op-$n.txt"
+  done
+  ops=$(echo $OPS | tr ' ' ,)
+  if ! skip mpi; then
+    echo "== mpi n=$n" >&2
+    timeout 900 $MPIRUN -n "$n" "$PY" "$HERE/mpi_allreduce.py" --ops "$ops" --budget "$BUDGET" \
+      --max-bytes "$MAX_BYTES" > "$OUT/mpi-$n.txt" || echo "mpi n=$n failed" >&2
+  fi
+  if ! skip gloo; then
+    echo "== gloo n=$n" >&2
+    timeout 900 "$PY" "$HERE/gloo_allreduce.py" -n "$n" --ops "$ops" --budget "$BUDGET" \
+      --max-bytes "$MAX_BYTES" > "$OUT/gloo-$n.txt" || echo "gloo n=$n failed" >&2
+  fi
+done
+cat "$OUT/machine.txt"
+python3 "$HERE/compare_table.py" "$OUT" | tee "$OUT/table.md"
+echo "raw outputs: $OUT" >&2

@@ -1,0 +1,530 @@
+//! Collectives over shared memory, for the ranks of one host, and hierarchical ones (shared
+//! memory inside each host, TCP between one leader per host) when a world spans hosts.
+//!
+//! These bypass the message schedules: every rank copies its contribution into its own staging
+//! area ([`ShmGroup::stage`]), everyone meets at a barrier (arrival counters in shared memory,
+//! see [`crate::transport::shm`]), and then each rank reads its peers' staging areas directly.
+//!
+//! - **allreduce**: small messages (at most `ACCORD_SHM_SMALL_BYTES`, default 16 KiB): one
+//!   barrier, then every rank reduces the whole vector from every staging area (same order on
+//!   every rank, so every rank gets identical bits). Larger ones: each rank reduces *its* slice
+//!   from every staging area in place, a second barrier, then everyone gathers the reduced
+//!   slices. Messages larger than a staging half are pipelined chunk by chunk.
+//! - **reduce**: the large-message allreduce where only the root gathers.
+//! - **broadcast**: the root copies a chunk in, one barrier, everyone copies it out.
+//! - **allgather**, **reduce_scatter**, **alltoall**: one barrier per chunk.
+//!
+//! **Reusing staging safely.** Chunks alternate between two staging halves. A rank writes half
+//! `h` for chunk `k + 2` only after passing the first barrier of chunk `k + 1`, which every peer
+//! reaches only after it finished reading chunk `k`. So one barrier per chunk suffices, also
+//! across consecutive calls (the chunk counter runs on across calls).
+//!
+//! **Desync detection.** With the first chunk of a call, every rank writes the call's sequence
+//! number and fingerprint next to its staging half; after the first barrier each rank compares
+//! every peer's with its own and reports [`Error::Desync`] naming the peer.
+
+use crate::dtype::{self, DataType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprint;
+use crate::schedule::Collective;
+use crate::transport::shm::{ShmGroup, ShmWaitError};
+use crate::Communicator;
+use std::time::{Duration, Instant};
+
+/// The placement of a world over hosts, and this host's shared-memory group.
+#[derive(Debug)]
+pub struct ShmWorld {
+    /// This host's group (`None` when this rank is alone on its host).
+    pub group: Option<ShmGroup>,
+    /// Host index of every world rank (hosts numbered by their lowest rank).
+    pub host_of: Vec<usize>,
+    /// Lowest world rank of every host: the leaders of hierarchical collectives.
+    pub leaders: Vec<usize>,
+    small: usize,
+}
+
+/// One call, as the shared-memory path sees it.
+pub(crate) struct ShmCall<'a> {
+    pub seq: u64,
+    pub fp: Fingerprint,
+    pub dtype: DataType,
+    pub op: ReduceOp,
+    pub timeout: Duration,
+    pub comm_name: &'a str,
+}
+
+impl ShmWorld {
+    /// Placement from every rank's host id.
+    pub fn new(group: Option<ShmGroup>, hosts: &[String]) -> ShmWorld {
+        let mut leaders: Vec<usize> = Vec::new();
+        let host_of = (0..hosts.len())
+            .map(
+                |r| match leaders.iter().position(|&l| hosts[l] == hosts[r]) {
+                    Some(i) => i,
+                    None => {
+                        leaders.push(r);
+                        leaders.len() - 1
+                    }
+                },
+            )
+            .collect();
+        let small = std::env::var("ACCORD_SHM_SMALL_BYTES")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(16 << 10);
+        ShmWorld {
+            group,
+            host_of,
+            leaders,
+            small,
+        }
+    }
+
+    /// Whether the whole world shares one host.
+    pub fn single_host(&self) -> bool {
+        self.leaders.len() == 1
+    }
+
+    /// Whether `coll` (of kind described by `fp`) runs on the shared-memory path.
+    pub(crate) fn supports(&self, coll: &Collective, fp: &Fingerprint) -> bool {
+        use crate::fingerprint::OpKind as K;
+        if self.single_host() {
+            if self.group.is_none() {
+                return false;
+            }
+            return match coll {
+                Collective::AllReduce { .. }
+                | Collective::Broadcast { .. }
+                | Collective::Reduce { .. }
+                | Collective::Barrier => true,
+                Collective::AllGather { counts } | Collective::ReduceScatter { counts } => {
+                    counts.windows(2).all(|w| w[0] == w[1])
+                }
+                Collective::AllToAll { .. } => fp.kind == K::AllToAll,
+                _ => false,
+            };
+        }
+        matches!(
+            coll,
+            Collective::AllReduce { .. } | Collective::Broadcast { .. }
+        )
+    }
+
+    /// Run a supported collective. `input == None` is in place.
+    pub(crate) fn run(
+        &self,
+        comm: &Communicator,
+        leaders: Option<&Communicator>,
+        call: &ShmCall<'_>,
+        coll: &Collective,
+        input: Option<&[u8]>,
+        output: &mut [u8],
+    ) -> Result<()> {
+        let inp = input.map_or(output.as_ptr(), <[u8]>::as_ptr);
+        let out = output.as_mut_ptr();
+        let deadline = Instant::now() + call.timeout;
+        if !self.single_host() {
+            return self.hierarchical(comm, leaders, call, coll, input, output);
+        }
+        let g = self.group.as_ref().expect("single host implies a group");
+        let _serial = g.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let c = Ctx { g, call, deadline };
+        match *coll {
+            Collective::AllReduce { count } => c.allreduce(inp, out, count, true, None, self.small),
+            Collective::Reduce { count, root } => c.allreduce(inp, out, count, true, Some(root), 0),
+            Collective::Broadcast { count, root } => c.broadcast(out, count, root),
+            Collective::AllGather { ref counts } => c.allgather(inp, out, counts[0]),
+            Collective::ReduceScatter { ref counts } => c.reduce_scatter(inp, out, counts[0]),
+            Collective::AllToAll {
+                ref send_counts, ..
+            } => c.alltoall(inp, out, send_counts[0]),
+            Collective::Barrier => c.allgather(inp, out, 0),
+            _ => Err(Error::Unsupported(format!(
+                "internal: {} on the shared-memory path",
+                call.fp
+            ))),
+        }
+    }
+
+    /// Shared memory inside each host, the leaders' communicator (TCP) between hosts.
+    fn hierarchical(
+        &self,
+        comm: &Communicator,
+        leaders: Option<&Communicator>,
+        call: &ShmCall<'_>,
+        coll: &Collective,
+        input: Option<&[u8]>,
+        output: &mut [u8],
+    ) -> Result<()> {
+        let me = comm.rank();
+        let host = self.host_of[me];
+        let leader = self.leaders[host];
+        let deadline = Instant::now() + call.timeout;
+        let local = |f: &dyn Fn(&Ctx<'_>) -> Result<()>| -> Result<()> {
+            match &self.group {
+                Some(g) => {
+                    let _serial = g.lock.lock().unwrap_or_else(|p| p.into_inner());
+                    f(&Ctx { g, call, deadline })
+                }
+                None => Ok(()),
+            }
+        };
+        match *coll {
+            Collective::AllReduce { count } => {
+                let out = output.as_mut_ptr();
+                let inp = input.map_or(out as *const u8, <[u8]>::as_ptr);
+                if self.group.is_none() && !std::ptr::eq(inp, out) {
+                    // SAFETY: both buffers hold count elements (checked by the caller).
+                    unsafe { std::ptr::copy(inp, out, count * call.dtype.size()) };
+                }
+                // Sum-like partial results per host; Avg is finished once, over the world.
+                local(&|c| c.allreduce(inp, out, count, false, None, self.small))?;
+                if me == leader {
+                    let op = if call.op == ReduceOp::Avg {
+                        ReduceOp::Sum
+                    } else {
+                        call.op
+                    };
+                    let l = leaders.expect("leader communicator");
+                    l.all_reduce_bytes(None, output, call.dtype, op)?;
+                }
+                let out = output.as_mut_ptr();
+                local(&|c| c.broadcast(out, count, 0))?;
+                dtype::finalize(call.dtype, call.op, output, comm.size());
+                Ok(())
+            }
+            Collective::Broadcast { count, root } => {
+                let out = output.as_mut_ptr();
+                let root_host = self.host_of[root];
+                let local_idx = |r: usize| {
+                    self.group
+                        .as_ref()
+                        .and_then(|g| g.members.iter().position(|&m| m == r))
+                        .unwrap_or(0)
+                };
+                if host == root_host {
+                    local(&|c| c.broadcast(out, count, local_idx(root)))?;
+                }
+                if me == leader {
+                    let l = leaders.expect("leader communicator");
+                    l.broadcast_bytes(output, call.dtype, root_host)?;
+                }
+                if host != root_host {
+                    let out = output.as_mut_ptr();
+                    local(&|c| c.broadcast(out, count, 0))?;
+                }
+                Ok(())
+            }
+            _ => Err(Error::Unsupported(format!(
+                "internal: {} on the hierarchical path",
+                call.fp
+            ))),
+        }
+    }
+}
+
+/// One call on one host's group.
+struct Ctx<'a> {
+    g: &'a ShmGroup,
+    call: &'a ShmCall<'a>,
+    deadline: Instant,
+}
+
+/// `(start, len)` of part `i` when `m` elements are split into `n` near-equal parts.
+fn part(m: usize, n: usize, i: usize) -> (usize, usize) {
+    let base = m / n;
+    let rem = m % n;
+    (i * base + i.min(rem), base + usize::from(i < rem))
+}
+
+impl Ctx<'_> {
+    fn n(&self) -> usize {
+        self.g.size()
+    }
+
+    fn me(&self) -> usize {
+        self.g.me
+    }
+
+    fn esz(&self) -> usize {
+        self.call.dtype.size()
+    }
+
+    fn error(&self, e: ShmWaitError) -> Error {
+        match e {
+            ShmWaitError::Timeout(missing) => Error::Timeout {
+                op: self.call.fp.to_string(),
+                seq: self.call.seq,
+                comm: self.call.comm_name.to_string(),
+                waiting_for: missing.iter().map(|&r| self.g.members[r]).collect(),
+                after: self.call.timeout,
+                hint: " (shared memory)".into(),
+            },
+            ShmWaitError::Dead(r) => Error::PeerLost {
+                rank: self.g.members[r],
+                cause: format!(
+                    "process {} exited (seen while waiting in shared memory)",
+                    self.g.pid(r)
+                ),
+            },
+            ShmWaitError::Side(e) => e,
+        }
+    }
+
+    /// Take the next staging half; with the call's first chunk, publish its fingerprint.
+    fn begin(&self, first: bool) -> usize {
+        let h = self.g.next_chunk();
+        if first {
+            self.g.put_fp(h, self.call.seq, &self.call.fp);
+        }
+        h
+    }
+
+    /// Arrive and wait for every peer; after the call's first barrier, compare fingerprints.
+    fn barrier(&self, h: usize, first: bool) -> Result<()> {
+        let e = self.g.arrive();
+        self.g
+            .wait_all(e, self.deadline)
+            .map_err(|e| self.error(e))?;
+        if first {
+            for p in 0..self.n() {
+                if p == self.me() {
+                    continue;
+                }
+                let (seq, fp) = self.g.get_fp(p, h);
+                if seq != self.call.seq || fp != Some(self.call.fp) {
+                    let theirs = match fp {
+                        Some(f) if seq == self.call.seq => f.to_string(),
+                        Some(f) => format!("{f} as op #{seq}"),
+                        None => format!("an unknown operation as op #{seq}"),
+                    };
+                    return Err(Error::Desync {
+                        me: self.g.members[self.me()],
+                        mine: self.call.fp.to_string(),
+                        peer: self.g.members[p],
+                        theirs,
+                        comm: self.call.comm_name.to_string(),
+                        seq: self.call.seq,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn stage(&self, r: usize, h: usize, byte_off: usize) -> *mut u8 {
+        // SAFETY: callers keep byte_off + len within half_bytes.
+        unsafe { self.g.stage(r, h).add(byte_off) }
+    }
+
+    /// Number of chunks of `total` elements at `per` elements per chunk (at least one).
+    fn chunks(total: usize, per: usize) -> usize {
+        total.div_ceil(per.max(1)).max(1)
+    }
+
+    /// `dst op= src` over `bytes` bytes.
+    fn reduce(&self, dst: *mut u8, src: *const u8, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        // SAFETY: both ranges are valid for `bytes` and do not overlap (different staging
+        // areas, or a staging area and the caller's buffer).
+        let (d, s) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(dst, bytes),
+                std::slice::from_raw_parts(src, bytes),
+            )
+        };
+        dtype::reduce_into(self.call.dtype, self.call.op, d, s);
+    }
+
+    fn finalize(&self, dst: *mut u8, bytes: usize, world: usize) {
+        if self.call.op == ReduceOp::Avg && bytes > 0 {
+            // SAFETY: valid for `bytes`, exclusively ours during this step.
+            let d = unsafe { std::slice::from_raw_parts_mut(dst, bytes) };
+            dtype::finalize(self.call.dtype, self.call.op, d, world);
+        }
+    }
+
+    /// Allreduce (`root == None`) or reduce to local rank `root`. `finish`: apply Avg's division
+    /// (false when a later stage finishes it). Up to `small` bytes take the one-barrier path.
+    fn allreduce(
+        &self,
+        inp: *const u8,
+        out: *mut u8,
+        count: usize,
+        finish: bool,
+        root: Option<usize>,
+        small: usize,
+    ) -> Result<()> {
+        let (n, me, esz) = (self.n(), self.me(), self.esz());
+        let world = if finish { n } else { 1 };
+        let per = (self.g.half_bytes() / esz).max(1);
+        if count * esz <= small && count <= per && root.is_none() {
+            let h = self.begin(true);
+            let bytes = count * esz;
+            // SAFETY: count elements fit a staging half; `inp` holds count elements.
+            unsafe { std::ptr::copy_nonoverlapping(inp, self.stage(me, h, 0), bytes) };
+            self.barrier(h, true)?;
+            // SAFETY: out holds count elements; staging 0 is not `out`.
+            unsafe { std::ptr::copy_nonoverlapping(self.stage(0, h, 0), out, bytes) };
+            for p in 1..n {
+                self.reduce(out, self.stage(p, h, 0), bytes);
+            }
+            self.finalize(out, bytes, world);
+            return Ok(());
+        }
+        for k in 0..Self::chunks(count, per) {
+            let off = k * per;
+            let m = per.min(count - off.min(count));
+            let h = self.begin(k == 0);
+            // SAFETY: m elements from `off` are inside the input and fit a staging half.
+            unsafe {
+                std::ptr::copy_nonoverlapping(inp.add(off * esz), self.stage(me, h, 0), m * esz)
+            };
+            self.barrier(h, k == 0)?;
+            let (s, l) = part(m, n, me);
+            let mine = self.stage(me, h, s * esz);
+            for p in 0..n {
+                if p != me {
+                    self.reduce(mine, self.stage(p, h, s * esz), l * esz);
+                }
+            }
+            self.finalize(mine, l * esz, world);
+            self.barrier(h, false)?;
+            if !matches!(root, Some(r) if r != me) {
+                for p in 0..n {
+                    let (s, l) = part(m, n, p);
+                    // SAFETY: slice p of this chunk, inside both buffers.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            self.stage(p, h, s * esz),
+                            out.add((off + s) * esz),
+                            l * esz,
+                        )
+                    };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn broadcast(&self, buf: *mut u8, count: usize, root: usize) -> Result<()> {
+        let (me, esz) = (self.me(), self.esz());
+        let per = (self.g.half_bytes() / esz).max(1);
+        for k in 0..Self::chunks(count, per) {
+            let off = k * per;
+            let m = per.min(count - off.min(count));
+            let h = self.begin(k == 0);
+            if me == root {
+                // SAFETY: m elements from off are inside buf and fit a staging half.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(buf.add(off * esz), self.stage(me, h, 0), m * esz)
+                };
+            }
+            self.barrier(h, k == 0)?;
+            if me != root {
+                // SAFETY: as above.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        self.stage(root, h, 0),
+                        buf.add(off * esz),
+                        m * esz,
+                    )
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Every rank's `block` elements land in block `r` of `out`. Also the barrier (`block == 0`).
+    fn allgather(&self, inp: *const u8, out: *mut u8, block: usize) -> Result<()> {
+        let (n, me, esz) = (self.n(), self.me(), self.esz());
+        let per = (self.g.half_bytes() / esz).max(1);
+        for k in 0..Self::chunks(block, per) {
+            let off = k * per;
+            let m = per.min(block - off.min(block));
+            let h = self.begin(k == 0);
+            // SAFETY: m elements from off are inside the input and fit a staging half.
+            unsafe {
+                std::ptr::copy_nonoverlapping(inp.add(off * esz), self.stage(me, h, 0), m * esz)
+            };
+            self.barrier(h, k == 0)?;
+            for p in 0..n {
+                // SAFETY: block p of out has room for these m elements at off.
+                unsafe {
+                    let dst = out.add((p * block + off) * esz);
+                    if p == me {
+                        std::ptr::copy(inp.add(off * esz), dst, m * esz);
+                    } else {
+                        std::ptr::copy_nonoverlapping(self.stage(p, h, 0), dst, m * esz);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Staging layout shared by reduce_scatter and alltoall: block `q`'s chunk at `q * m`.
+    fn scatter_in(&self, inp: *const u8, h: usize, block: usize, off: usize, m: usize) {
+        let esz = self.esz();
+        for q in 0..self.n() {
+            if q != self.me() {
+                // SAFETY: block q of the input, m elements from off; n * m fits the half.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        inp.add((q * block + off) * esz),
+                        self.stage(self.me(), h, q * m * esz),
+                        m * esz,
+                    )
+                };
+            }
+        }
+    }
+
+    fn reduce_scatter(&self, inp: *const u8, out: *mut u8, block: usize) -> Result<()> {
+        let (n, me, esz) = (self.n(), self.me(), self.esz());
+        let per = (self.g.half_bytes() / (esz * n)).max(1);
+        for k in 0..Self::chunks(block, per) {
+            let off = k * per;
+            let m = per.min(block - off.min(block));
+            let h = self.begin(k == 0);
+            self.scatter_in(inp, h, block, off, m);
+            self.barrier(h, k == 0)?;
+            let dst = unsafe { out.add(off * esz) };
+            // SAFETY: my block's chunk of the input; out has room for m elements at off.
+            unsafe { std::ptr::copy(inp.add((me * block + off) * esz), dst, m * esz) };
+            for p in 0..n {
+                if p != me {
+                    self.reduce(dst, self.stage(p, h, me * m * esz), m * esz);
+                }
+            }
+            self.finalize(dst, m * esz, n);
+        }
+        Ok(())
+    }
+
+    fn alltoall(&self, inp: *const u8, out: *mut u8, block: usize) -> Result<()> {
+        let (n, me, esz) = (self.n(), self.me(), self.esz());
+        let per = (self.g.half_bytes() / (esz * n)).max(1);
+        for k in 0..Self::chunks(block, per) {
+            let off = k * per;
+            let m = per.min(block - off.min(block));
+            let h = self.begin(k == 0);
+            self.scatter_in(inp, h, block, off, m);
+            self.barrier(h, k == 0)?;
+            for p in 0..n {
+                // SAFETY: block p of out, m elements at off.
+                unsafe {
+                    let dst = out.add((p * block + off) * esz);
+                    if p == me {
+                        std::ptr::copy(inp.add((me * block + off) * esz), dst, m * esz);
+                    } else {
+                        std::ptr::copy_nonoverlapping(self.stage(p, h, me * m * esz), dst, m * esz);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,505 @@
+//! Shared memory between the ranks of one host: segments, cross-process futex waits, liveness.
+//!
+//! # Segments
+//!
+//! Every local rank creates one anonymous segment with `memfd_create` and publishes
+//! `pid fd bytes` through the store. Peers map it by opening `/proc/<pid>/fd/<fd>`, so the
+//! segment never has a name in `/dev/shm`: once every local rank has mapped every segment (a
+//! store barrier), each rank closes its descriptor and the memory lives exactly as long as the
+//! mappings. A normal exit, a panic or `kill -9` therefore leaves nothing behind.
+//!
+//! A segment is a header page (this rank's arrival counter, its waiter count, and per staging
+//! half the fingerprint of the call that last wrote it) followed by two staging halves of
+//! [`ShmGroup::half_bytes`] each. Collectives alternate halves chunk by chunk; see
+//! [`crate::shm_coll`] for why two halves make one barrier per chunk enough to reuse them safely.
+//!
+//! # Waiting
+//!
+//! A rank "arrives" by incrementing its counter (a 32-bit word in the shared mapping) and waking
+//! waiters with `FUTEX_WAKE` — a *shared* futex (no `FUTEX_PRIVATE_FLAG`), since the waiters are
+//! other processes. Waiting for a peer's counter spins for a bounded time (`ACCORD_SHM_SPIN_US`, 50 us;
+//! 2 us when the host has fewer cores than local ranks), then yields the core
+//! (`ACCORD_SHM_YIELD_US`, 0.5 ms; 5 ms when crowded), then sleeps in `FUTEX_WAIT` in slices of
+//! at most 10 ms. Between slices it checks, in this order: an abort or lost-peer notice from the
+//! TCP side channel (every rank keeps its TCP connections, which also carry aborts), whether the
+//! peer process still exists (a pidfd, else `kill(pid, 0)`), and the call's deadline. A dead peer
+//! is reported as [`Error::PeerLost`] naming its rank within about 10 ms of the wait reaching
+//! the sleeping stage.
+//!
+//! # Host identity
+//!
+//! Ranks share memory when they publish the same host id: `ACCORD_HOST_ID` if set (tests use it
+//! to simulate several hosts on one machine), else the host name and the kernel boot id.
+
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, FINGERPRINT_WIRE_LEN};
+use crate::rendezvous::StoreClient;
+use crate::transport::Transport;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes of the header page at the start of every segment.
+const HEADER: usize = 4096;
+const OFF_ARRIVE: usize = 0;
+const OFF_WAITERS: usize = 64;
+/// Per half: sequence number (u64) then the fingerprint bytes.
+const OFF_FP: usize = 256;
+const FP_SLOT: usize = 64;
+
+/// Default size of one staging half.
+pub const DEFAULT_HALF_BYTES: usize = 256 << 10;
+
+/// This machine's identity for placement: `ACCORD_HOST_ID`, else host name + boot id.
+pub fn host_id() -> String {
+    if let Ok(h) = std::env::var("ACCORD_HOST_ID") {
+        if !h.is_empty() {
+            return h;
+        }
+    }
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    format!("{name}/{boot}")
+}
+
+/// Whether `ACCORD_TRANSPORT` allows shared memory (`tcp` forbids it).
+pub fn shm_enabled() -> bool {
+    !matches!(
+        std::env::var("ACCORD_TRANSPORT").as_deref().map(str::trim),
+        Ok("tcp") | Ok("TCP")
+    )
+}
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+/// One mapped segment.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; all access goes through atomics or through the
+// collective protocol that gives each byte range a single writer at a time.
+unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len come from a successful mmap and nothing refers to them any more.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+fn last_os(context: &str) -> Error {
+    Error::io(context.to_string(), std::io::Error::last_os_error())
+}
+
+fn map_fd(fd: libc::c_int, len: usize) -> Result<Mapping> {
+    // SAFETY: mapping a file descriptor we own, shared, read-write.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(last_os("mapping a shared-memory segment"));
+    }
+    Ok(Mapping {
+        ptr: p as *mut u8,
+        len,
+    })
+}
+
+/// A peer process we can ask "are you still there?".
+struct Peer {
+    pid: i32,
+    pidfd: Option<libc::c_int>,
+}
+
+impl Peer {
+    fn open(pid: i32) -> Peer {
+        // SAFETY: plain syscall; a failure leaves us with kill(pid, 0).
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        Peer {
+            pid,
+            pidfd: (fd >= 0).then_some(fd as libc::c_int),
+        }
+    }
+
+    fn alive(&self) -> bool {
+        if let Some(fd) = self.pidfd {
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd; zero timeout. Readable means the process has exited.
+            let r = unsafe { libc::poll(&mut p, 1, 0) };
+            return !(r > 0 && p.revents & libc::POLLIN != 0);
+        }
+        // SAFETY: signal 0 only checks existence.
+        let r = unsafe { libc::kill(self.pid, 0) };
+        r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Some(fd) = self.pidfd {
+            // SAFETY: we own this descriptor.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// How a wait ended badly, before it is turned into an [`Error`] naming the call.
+#[derive(Debug)]
+pub enum ShmWaitError {
+    /// The deadline passed while waiting for these local ranks.
+    Timeout(Vec<usize>),
+    /// The local rank's process is gone.
+    Dead(usize),
+    /// The side channel reported an abort or a lost peer.
+    Side(Error),
+}
+
+/// The ranks of one host that share memory, as seen from one of them.
+pub struct ShmGroup {
+    /// World ranks of the members, ascending; index = local rank.
+    pub members: Vec<usize>,
+    /// This process's index in `members`.
+    pub me: usize,
+    maps: Vec<Mapping>,
+    peers: Vec<Option<Peer>>,
+    half: usize,
+    /// This rank's arrival count (the value last published).
+    epoch: AtomicU32,
+    /// Chunks run so far: selects the staging half.
+    chunks: AtomicU64,
+    /// How long a wait spins, then how long (in total) it yields, before sleeping.
+    spin: Duration,
+    yields: Duration,
+    /// Where aborts and lost connections of the side channel are reported.
+    side: Option<Arc<dyn Fn() -> Option<Error> + Send + Sync>>,
+    /// One collective at a time uses the staging areas.
+    pub(crate) lock: std::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for ShmGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmGroup")
+            .field("members", &self.members)
+            .field("me", &self.me)
+            .field("half_bytes", &self.half)
+            .finish()
+    }
+}
+
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: the word lives in a shared mapping that outlives the call; FUTEX_WAIT (shared,
+    // no private flag) because the waker is another process.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+        )
+    };
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: as above; wakes every process sleeping on the word.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+}
+
+/// `a` has reached `b` in wrapping 32-bit order.
+fn reached(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) >= 0
+}
+
+impl ShmGroup {
+    /// Join the shared-memory group of this host: publish this rank's host id and segment
+    /// through `store` (keys under its prefix), map every local peer's segment, and wait until
+    /// all of them have mapped this one. `hosts[r]` is the host id of world rank `r` (as
+    /// gathered by the caller). Returns `None` when this rank is alone on its host.
+    pub fn join(
+        store: &StoreClient,
+        rank: usize,
+        hosts: &[String],
+        timeout: Duration,
+    ) -> Result<Option<ShmGroup>> {
+        let members: Vec<usize> = (0..hosts.len())
+            .filter(|&r| hosts[r] == hosts[rank])
+            .collect();
+        if members.len() < 2 {
+            return Ok(None);
+        }
+        let me = members.iter().position(|&r| r == rank).expect("member");
+        let half = env_usize("ACCORD_SHM_CHUNK_BYTES")
+            .map(|v| (v.clamp(4096, 256 << 20) / 64) * 64)
+            .unwrap_or(DEFAULT_HALF_BYTES);
+        let len = HEADER + 2 * half;
+
+        let name = c"accord-shm";
+        // SAFETY: creating an anonymous memory file; close-on-exec.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(last_os("memfd_create for the shared-memory segment"));
+        }
+        struct Fd(libc::c_int);
+        impl Drop for Fd {
+            fn drop(&mut self) {
+                // SAFETY: we own this descriptor.
+                unsafe { libc::close(self.0) };
+            }
+        }
+        let own = Fd(fd);
+        // SAFETY: sizing our own memfd.
+        if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
+            return Err(last_os("sizing the shared-memory segment"));
+        }
+        let mine = map_fd(fd, len)?;
+        let pid = std::process::id();
+        store.set(&format!("seg/{rank}"), format!("{pid} {fd} {len}"))?;
+
+        let keys: Vec<String> = members.iter().map(|r| format!("seg/{r}")).collect();
+        let vals = store.multi_get(&keys, timeout)?;
+        let mut maps = Vec::with_capacity(members.len());
+        let mut peers = Vec::with_capacity(members.len());
+        let mut mine = Some(mine);
+        for (i, v) in vals.iter().enumerate() {
+            if i == me {
+                maps.push(mine.take().expect("own mapping"));
+                peers.push(None);
+                continue;
+            }
+            let text = String::from_utf8_lossy(v);
+            let f: Vec<usize> = text
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            if f.len() != 3 || f[2] != len {
+                return Err(Error::Protocol(format!(
+                    "rank {} published a shared-memory segment {text:?}; expected `pid fd {len}` \
+                     (do all ranks use the same ACCORD_SHM_CHUNK_BYTES?)",
+                    members[i]
+                )));
+            }
+            let path = std::ffi::CString::new(format!("/proc/{}/fd/{}", f[0], f[1])).unwrap();
+            // SAFETY: opening a path; the result is checked.
+            let pfd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+            if pfd < 0 {
+                return Err(Error::io(
+                    format!(
+                        "opening rank {}'s shared-memory segment {path:?} (set ACCORD_TRANSPORT=tcp \
+                         if processes cannot see each other's /proc)",
+                        members[i]
+                    ),
+                    std::io::Error::last_os_error(),
+                ));
+            }
+            let pfd = Fd(pfd);
+            maps.push(map_fd(pfd.0, len)?);
+            peers.push(Some(Peer::open(f[0] as i32)));
+        }
+        // Everyone has mapped everything before anyone closes its descriptor.
+        store.set(&format!("mapped/{rank}"), b"1")?;
+        let keys: Vec<String> = members.iter().map(|r| format!("mapped/{r}")).collect();
+        store.wait_timeout(&keys, timeout)?;
+        drop(own);
+
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let crowded = members.len() > cores;
+        let us = |name: &str, default: u64| {
+            Duration::from_micros(env_usize(name).map_or(default, |v| v as u64))
+        };
+        let spin = us("ACCORD_SHM_SPIN_US", if crowded { 2 } else { 50 });
+        let yields = us("ACCORD_SHM_YIELD_US", if crowded { 5000 } else { 500 });
+        Ok(Some(ShmGroup {
+            members,
+            me,
+            maps,
+            peers,
+            half,
+            epoch: AtomicU32::new(0),
+            chunks: AtomicU64::new(0),
+            spin,
+            yields,
+            side: None,
+            lock: std::sync::Mutex::new(()),
+        }))
+    }
+
+    /// Report aborts and lost connections of the side channel (the TCP transport's mailbox)
+    /// while waiting, so a failure anywhere ends every wait at once.
+    pub fn watch_mailbox(&mut self, side: Arc<dyn Transport>, world: Vec<usize>) {
+        self.side = Some(Arc::new(move || {
+            let m = side.mailbox();
+            if let Some((by, reason)) = m.aborted() {
+                return Some(Error::Aborted {
+                    reason: format!("rank {by} gave up: {reason}"),
+                });
+            }
+            for &r in &world {
+                if let Some(cause) = m.lost(r) {
+                    return Some(Error::PeerLost { rank: r, cause });
+                }
+            }
+            None
+        }));
+    }
+
+    /// Number of local ranks.
+    pub fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Bytes of one staging half.
+    pub fn half_bytes(&self) -> usize {
+        self.half
+    }
+
+    fn word(&self, r: usize, off: usize) -> &AtomicU32 {
+        // SAFETY: off < HEADER, aligned; the mapping lives as long as self.
+        unsafe { &*(self.maps[r].ptr.add(off) as *const AtomicU32) }
+    }
+
+    /// Start of local rank `r`'s staging half `h`.
+    pub fn stage(&self, r: usize, h: usize) -> *mut u8 {
+        // SAFETY: HEADER + h * half is inside the mapping for h < 2.
+        unsafe { self.maps[r].ptr.add(HEADER + h * self.half) }
+    }
+
+    /// Take the next chunk number; its parity picks the staging half.
+    pub fn next_chunk(&self) -> usize {
+        (self.chunks.fetch_add(1, Ordering::Relaxed) & 1) as usize
+    }
+
+    /// Publish the fingerprint and sequence number of the call now writing half `h`.
+    pub fn put_fp(&self, h: usize, seq: u64, fp: &Fingerprint) {
+        let base = unsafe { self.maps[self.me].ptr.add(OFF_FP + h * FP_SLOT) };
+        // SAFETY: inside the header; only this rank writes its own slots.
+        unsafe {
+            (base as *mut u64).write_volatile(seq);
+            let b = fp.encode();
+            std::ptr::copy_nonoverlapping(b.as_ptr(), base.add(8), FINGERPRINT_WIRE_LEN);
+        }
+    }
+
+    /// The (sequence, fingerprint) local rank `r` published for half `h`.
+    pub fn get_fp(&self, r: usize, h: usize) -> (u64, Option<Fingerprint>) {
+        let base = unsafe { self.maps[r].ptr.add(OFF_FP + h * FP_SLOT) };
+        let mut b = [0u8; FINGERPRINT_WIRE_LEN];
+        // SAFETY: inside the header; the writer finished before arriving (release/acquire).
+        let seq = unsafe {
+            std::ptr::copy_nonoverlapping(base.add(8), b.as_mut_ptr(), FINGERPRINT_WIRE_LEN);
+            (base as *const u64).read_volatile()
+        };
+        (seq, Fingerprint::decode(&b))
+    }
+
+    /// Announce that this rank has finished the current phase; returns the new epoch.
+    pub fn arrive(&self) -> u32 {
+        let e = self.epoch.load(Ordering::Relaxed).wrapping_add(1);
+        self.epoch.store(e, Ordering::Relaxed);
+        let w = self.word(self.me, OFF_ARRIVE);
+        w.store(e, Ordering::SeqCst);
+        if self.word(self.me, OFF_WAITERS).load(Ordering::SeqCst) > 0 {
+            futex_wake(w);
+        }
+        e
+    }
+
+    /// Wait until every other local rank has arrived at `epoch`.
+    pub fn wait_all(&self, epoch: u32, deadline: Instant) -> Result<(), ShmWaitError> {
+        for r in 0..self.size() {
+            if r != self.me {
+                self.wait_for(r, epoch, deadline)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait until local rank `r` has arrived at `epoch`.
+    pub fn wait_for(&self, r: usize, epoch: u32, deadline: Instant) -> Result<(), ShmWaitError> {
+        let w = self.word(r, OFF_ARRIVE);
+        if reached(w.load(Ordering::Acquire), epoch) {
+            return Ok(());
+        }
+        let start = Instant::now();
+        let mut i = 0u32;
+        loop {
+            if reached(w.load(Ordering::Acquire), epoch) {
+                return Ok(());
+            }
+            i = i.wrapping_add(1);
+            if i & 63 == 0 && start.elapsed() >= self.spin {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        // Yielding hands the core to a runnable peer (several ranks per core) without the cost
+        // of a futex sleep and wake-up.
+        while start.elapsed() < self.yields {
+            if reached(w.load(Ordering::Acquire), epoch) {
+                return Ok(());
+            }
+            std::thread::yield_now();
+        }
+        let waiters = self.word(r, OFF_WAITERS);
+        loop {
+            let v = w.load(Ordering::Acquire);
+            if reached(v, epoch) {
+                return Ok(());
+            }
+            if let Some(side) = &self.side {
+                if let Some(e) = side() {
+                    return Err(ShmWaitError::Side(e));
+                }
+            }
+            if let Some(p) = &self.peers[r] {
+                if !p.alive() {
+                    return Err(ShmWaitError::Dead(r));
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let missing = (0..self.size())
+                    .filter(|&q| {
+                        q != self.me
+                            && !reached(self.word(q, OFF_ARRIVE).load(Ordering::Acquire), epoch)
+                    })
+                    .collect();
+                return Err(ShmWaitError::Timeout(missing));
+            }
+            waiters.fetch_add(1, Ordering::SeqCst);
+            let v = w.load(Ordering::SeqCst);
+            if !reached(v, epoch) {
+                futex_wait(w, v, (deadline - now).min(Duration::from_millis(10)));
+            }
+            waiters.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Pid of local rank `r` (0 for this rank).
+    pub fn pid(&self, r: usize) -> i32 {
+        self.peers[r].as_ref().map_or(0, |p| p.pid)
+    }
+}
