@@ -17,7 +17,7 @@ if ! command -v mpicc >/dev/null 2>&1; then
 fi
 
 echo "== cargo test (release; builds the accord binary and examples the multi-process tests run)"
-cargo build --release -p accord-cli --examples
+cargo build --release -p accord-cli --bins --examples
 cargo test --workspace --release -- --test-threads=2
 
 echo "== python tests"

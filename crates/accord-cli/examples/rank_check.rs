@@ -135,8 +135,13 @@ fn main() -> ExitCode {
     let me = comm.rank();
     let result: Result<String, Box<dyn std::error::Error>> = match mode.as_str() {
         "ops" => ops(&comm).map(|n| {
+            let shm = if comm.uses_shm() {
+                " and shared memory"
+            } else {
+                ""
+            };
             format!(
-                "ok: {n} checks on {} ranks over {}",
+                "ok: {n} checks on {} ranks over {}{shm}",
                 comm.size(),
                 comm.transport_name()
             )
@@ -160,6 +165,22 @@ fn main() -> ExitCode {
                     break Ok(format!("ok: {i} iterations"));
                 }
             }
+        }
+        "latency" => {
+            let mut v = [1.0f32];
+            let iters = 20_000;
+            let start = Instant::now();
+            let mut r = Ok(());
+            for _ in 0..iters {
+                r = r.and_then(|_| comm.all_reduce(&mut v, ReduceOp::Sum));
+            }
+            r.map(|_| {
+                format!(
+                    "4-byte allreduce: {:.2} us",
+                    start.elapsed().as_secs_f64() * 1e6 / iters as f64
+                )
+            })
+            .map_err(Into::into)
         }
         "skip" => {
             if Some(me) == env_rank("ACCORD_CHECK_SKIP") {

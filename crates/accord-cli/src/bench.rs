@@ -215,17 +215,17 @@ fn bench_typed<T: Num>(comm: &Communicator, o: &BenchOpts) -> Result<Vec<Row>> {
     let me = comm.rank();
     let esz = T::DTYPE.size();
     let mut rows = Vec::new();
-    let mut bytes = o.min_bytes.max(if o.op == "barrier" { 0 } else { esz });
+    // Sizes follow nccl-tests: the whole buffer; per-rank blocks are size / n.
+    let unit = if matches!(
+        o.op.as_str(),
+        "allgather" | "gather" | "scatter" | "reduce_scatter" | "alltoall"
+    ) {
+        esz * n
+    } else {
+        esz
+    };
+    let mut bytes = o.min_bytes.max(if o.op == "barrier" { 0 } else { unit });
     loop {
-        // Sizes follow nccl-tests: the whole buffer; per-rank blocks are size / n.
-        let unit = if matches!(
-            o.op.as_str(),
-            "allgather" | "gather" | "scatter" | "reduce_scatter" | "alltoall"
-        ) {
-            esz * n
-        } else {
-            esz
-        };
         let count = (bytes / unit) * unit / esz;
         let shown = count * esz;
         if o.explain && me == 0 {
@@ -362,10 +362,15 @@ fn print_table(comm: &Communicator, o: &BenchOpts, rows: &[Row]) {
         "-"
     };
     println!(
-        "# accord bench {}: {} ranks, transport {}, dtype {}",
+        "# accord bench {}: {} ranks, transport {}{}, dtype {}",
         o.op,
         comm.size(),
         comm.transport_name(),
+        if comm.uses_shm() {
+            " + shared memory"
+        } else {
+            ""
+        },
         o.dtype
     );
     println!(

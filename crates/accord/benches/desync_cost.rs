@@ -40,6 +40,12 @@ fn main() {
     let call_ns = times.iter().cloned().fold(0.0, f64::max);
     // Recursive doubling on 2 ranks: one frame received per call.
     println!("fingerprint decode + compare per frame: {check_ns:.1} ns");
-    println!("4-byte allreduce, 2 in-process ranks:   {:.2} us per call", call_ns / 1e3);
-    println!("desync check share of a small call:     {:.2} %", 100.0 * check_ns / call_ns);
+    println!(
+        "4-byte allreduce, 2 in-process ranks:   {:.2} us per call",
+        call_ns / 1e3
+    );
+    println!(
+        "desync check share of a small call:     {:.2} %",
+        100.0 * check_ns / call_ns
+    );
 }

@@ -61,7 +61,11 @@ fn a_dead_rank_is_detected_promptly() {
                     }
                     // A rank still finishing the first call when a faster one hits the dead rank
                     // in the second is stopped by the abort notice; either way it names rank 3.
-                    Some(first.and_then(|_| comm.all_reduce(&mut v, ReduceOp::Sum)).unwrap_err())
+                    Some(
+                        first
+                            .and_then(|_| comm.all_reduce(&mut v, ReduceOp::Sum))
+                            .unwrap_err(),
+                    )
                 })
             })
             .collect();
