@@ -61,13 +61,14 @@ fn spawn_world(n: usize, mode: &str, env: impl Fn(usize) -> Vec<(String, String)
         .collect()
 }
 
-#[test]
-fn every_operation_through_the_launcher() {
+/// `accord run -n N rank_check ops` for several N; `transport` is `ACCORD_TRANSPORT`.
+fn every_operation(transport: &str, expect: &str) {
     for n in [1, 2, 3, 4, 5, 7] {
         let out = accord()
             .args(["run", "-n", &n.to_string()])
             .arg(rank_check())
             .arg("ops")
+            .env("ACCORD_TRANSPORT", transport)
             .output()
             .unwrap();
         let stdout = text(&out.stdout);
@@ -82,7 +83,23 @@ fn every_operation_through_the_launcher() {
                 "n={n}: rank {r} missing in\n{stdout}"
             );
         }
+        if n > 1 {
+            assert!(
+                stdout.contains(expect),
+                "n={n}: expected {expect:?} in\n{stdout}"
+            );
+        }
     }
+}
+
+#[test]
+fn every_operation_through_the_launcher() {
+    every_operation("auto", "over tcp and shared memory");
+}
+
+#[test]
+fn every_operation_over_tcp_only() {
+    every_operation("tcp", "ranks over tcp\n");
 }
 
 #[test]
