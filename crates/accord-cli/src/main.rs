@@ -1,6 +1,7 @@
 //! The `accord` command: launcher, benchmark and standalone rendezvous store.
 
 mod bench;
+mod bench_gpu;
 mod launch;
 
 use accord::DataType;
@@ -43,6 +44,10 @@ struct BenchArgs {
     /// Force an algorithm for this operation (sets ACCORD_ALGO_<OP>).
     #[arg(long)]
     algo: Option<String>,
+    /// Where the buffers live: `cpu`, or `cuda` (one GPU per rank through NCCL; LOCAL_RANK
+    /// picks the device).
+    #[arg(long, default_value = "cpu")]
+    device: String,
 }
 
 #[derive(Subcommand)]
@@ -103,6 +108,10 @@ fn bench_opts(a: &BenchArgs) -> Result<bench::BenchOpts, String> {
         explain: a.explain,
         json: a.json.clone(),
         iters: a.iters,
+        device: match a.device.as_str() {
+            "cpu" | "cuda" => a.device.clone(),
+            d => return Err(format!("unknown device {d:?}; choose cpu or cuda")),
+        },
     })
 }
 

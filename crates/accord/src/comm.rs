@@ -130,7 +130,8 @@ impl Communicator {
             if let Some(r) = k.downcast_ref::<crate::rendezvous::Rendezvous>() {
                 return Some(r.store.clone());
             }
-            k.downcast_ref::<crate::rendezvous::StoreClient>().map(|c| Arc::new(c.clone()))
+            k.downcast_ref::<crate::rendezvous::StoreClient>()
+                .map(|c| Arc::new(c.clone()))
         })
     }
 

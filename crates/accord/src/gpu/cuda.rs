@@ -86,10 +86,12 @@ static DRIVER: OnceLock<std::result::Result<Driver, String>> = OnceLock::new();
 pub fn driver() -> Result<&'static Driver> {
     DRIVER
         .get_or_init(|| {
-            let name = std::env::var("ACCORD_CUDA_LIBRARY").unwrap_or_else(|_| "libcuda.so.1".into());
+            let name =
+                std::env::var("ACCORD_CUDA_LIBRARY").unwrap_or_else(|_| "libcuda.so.1".into());
             // SAFETY: opening the CUDA driver runs its initialisers, which have no preconditions.
-            let lib = unsafe { Library::new(&name) }
-                .map_err(|e| format!("{name} not found (no NVIDIA driver on this machine?): {e}"))?;
+            let lib = unsafe { Library::new(&name) }.map_err(|e| {
+                format!("{name} not found (no NVIDIA driver on this machine?): {e}")
+            })?;
             let d = Driver::load(lib)?;
             // SAFETY: cuInit takes flags that must be 0.
             let rc = unsafe { (d.init)(0) };
@@ -112,7 +114,10 @@ impl Driver {
             format!("CUDA error {rc}")
         } else {
             // SAFETY: non-null strings from the driver are static and NUL-terminated.
-            format!("{} (CUDA error {rc})", unsafe { CStr::from_ptr(s) }.to_string_lossy())
+            format!(
+                "{} (CUDA error {rc})",
+                unsafe { CStr::from_ptr(s) }.to_string_lossy()
+            )
         }
     }
 
@@ -131,7 +136,10 @@ impl Driver {
     pub fn device_count(&self) -> Result<usize> {
         let mut n = 0;
         // SAFETY: writes one int.
-        self.check(unsafe { (self.device_get_count)(&mut n) }, "cuDeviceGetCount")?;
+        self.check(
+            unsafe { (self.device_get_count)(&mut n) },
+            "cuDeviceGetCount",
+        )?;
         Ok(n as usize)
     }
 
@@ -185,7 +193,10 @@ impl Driver {
     pub fn new_event(&self, flags: c_uint) -> Result<CuEvent> {
         let mut e = std::ptr::null_mut();
         // SAFETY: writes one handle.
-        self.check(unsafe { (self.event_create)(&mut e, flags) }, "cuEventCreate")?;
+        self.check(
+            unsafe { (self.event_create)(&mut e, flags) },
+            "cuEventCreate",
+        )?;
         Ok(e)
     }
 

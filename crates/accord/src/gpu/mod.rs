@@ -317,6 +317,8 @@ struct Inner {
     host: Communicator,
     store: Option<StoreClient>,
     multi: bool,
+    /// Whether the watchdog runs (`ACCORD_GPU_WATCHDOG=0` turns it off, to measure its cost).
+    watch: bool,
     state: Mutex<OpState>,
     events: Arc<EventPool>,
     poisoned: AtomicBool,
@@ -364,7 +366,9 @@ pub struct GpuRequest {
 
 impl std::fmt::Debug for GpuRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GpuRequest").field("seq", &self.seq).finish()
+        f.debug_struct("GpuRequest")
+            .field("seq", &self.seq)
+            .finish()
     }
 }
 
@@ -539,9 +543,7 @@ impl GpuCommunicator {
             .iter()
             .map(|&d| cu.primary_context(d))
             .collect::<Result<_>>()?;
-        let mut uid = NcclUniqueId {
-            internal: [0; 128],
-        };
+        let mut uid = NcclUniqueId { internal: [0; 128] };
         if host.rank() == 0 {
             // SAFETY: writes 128 bytes.
             let rc = unsafe { (n.get_unique_id)(&mut uid) };
@@ -636,6 +638,7 @@ impl GpuCommunicator {
             id,
             host: host.clone(),
             multi,
+            watch: std::env::var("ACCORD_GPU_WATCHDOG").map_or(true, |v| v != "0"),
             state: Mutex::new(OpState {
                 seq: 0,
                 cseq: 0,
@@ -655,7 +658,9 @@ impl GpuCommunicator {
             splits: AtomicU64::new(0),
             scratch,
         });
-        watchdog::start(&inner);
+        if inner.watch {
+            watchdog::start(&inner);
+        }
         Ok(GpuCommunicator { inner })
     }
 
@@ -681,7 +686,10 @@ impl GpuCommunicator {
 
     /// The loaded NCCL's version, e.g. `2.28.9`, and where it came from.
     pub fn nccl_version(&self) -> (String, String) {
-        (self.inner.nccl.version_string(), self.inner.nccl.path.clone())
+        (
+            self.inner.nccl.version_string(),
+            self.inner.nccl.path.clone(),
+        )
     }
 
     /// The communicator's own stream as a raw `CUstream`.
@@ -786,18 +794,18 @@ impl GpuCommunicator {
         if !in_group {
             event.record(s);
         }
-        inner
-            .state
-            .lock()
-            .expect("gpu op state")
-            .outstanding
-            .push_back(Outstanding {
-                seq,
-                cseq: collective.then_some(cseq),
-                fp,
-                event: event.clone(),
-                since: Instant::now(),
-            });
+        let mut st = inner.state.lock().expect("gpu op state");
+        if !inner.watch {
+            // Nobody retires finished operations: keep only the newest (for synchronize).
+            st.outstanding.clear();
+        }
+        st.outstanding.push_back(Outstanding {
+            seq,
+            cseq: collective.then_some(cseq),
+            fp,
+            event: event.clone(),
+            since: Instant::now(),
+        });
         Ok(GpuRequest {
             event,
             inner: inner.clone(),
@@ -820,7 +828,15 @@ impl GpuCommunicator {
         self.launch(fp, stream, |n, c, s| {
             // SAFETY: buffers validated above; the caller keeps them alive (DeviceSlice contract).
             self.inner.rc("allreduce", unsafe {
-                (n.all_reduce)(send.as_ptr(), recv.as_mut_ptr(), send.count, nccl_dtype(send.dtype), o, c, s)
+                (n.all_reduce)(
+                    send.as_ptr(),
+                    recv.as_mut_ptr(),
+                    send.count,
+                    nccl_dtype(send.dtype),
+                    o,
+                    c,
+                    s,
+                )
             })
         })
     }
@@ -844,7 +860,15 @@ impl GpuCommunicator {
         self.launch(fp, stream, |n, c, s| {
             // SAFETY: as for all_reduce.
             self.inner.rc("broadcast", unsafe {
-                (n.broadcast)(send.as_ptr(), recv.as_mut_ptr(), count, nccl_dtype(recv.dtype), root as i32, c, s)
+                (n.broadcast)(
+                    send.as_ptr(),
+                    recv.as_mut_ptr(),
+                    count,
+                    nccl_dtype(recv.dtype),
+                    root as i32,
+                    c,
+                    s,
+                )
             })
         })
     }
@@ -870,7 +894,16 @@ impl GpuCommunicator {
         self.launch(fp, stream, |n, c, s| {
             // SAFETY: as for all_reduce.
             self.inner.rc("reduce", unsafe {
-                (n.reduce)(send.as_ptr(), recv.as_mut_ptr(), send.count, nccl_dtype(send.dtype), o, root as i32, c, s)
+                (n.reduce)(
+                    send.as_ptr(),
+                    recv.as_mut_ptr(),
+                    send.count,
+                    nccl_dtype(send.dtype),
+                    o,
+                    root as i32,
+                    c,
+                    s,
+                )
             })
         })
     }
@@ -888,7 +921,14 @@ impl GpuCommunicator {
         self.launch(fp, stream, |n, c, s| {
             // SAFETY: as for all_reduce.
             self.inner.rc("allgather", unsafe {
-                (n.all_gather)(send.as_ptr(), recv.as_mut_ptr(), send.count, nccl_dtype(send.dtype), c, s)
+                (n.all_gather)(
+                    send.as_ptr(),
+                    recv.as_mut_ptr(),
+                    send.count,
+                    nccl_dtype(send.dtype),
+                    c,
+                    s,
+                )
             })
         })
     }
@@ -1087,7 +1127,15 @@ impl GpuCommunicator {
         self.launch(fp, stream, |n, c, s| {
             // SAFETY: as for all_reduce.
             self.inner.rc("reduce_scatter", unsafe {
-                (n.reduce_scatter)(send.as_ptr(), recv.as_mut_ptr(), recv.count, nccl_dtype(send.dtype), o, c, s)
+                (n.reduce_scatter)(
+                    send.as_ptr(),
+                    recv.as_mut_ptr(),
+                    recv.count,
+                    nccl_dtype(send.dtype),
+                    o,
+                    c,
+                    s,
+                )
             })
         })
     }
@@ -1117,7 +1165,11 @@ impl GpuCommunicator {
                 let mut off = 0;
                 for (r, &cnt) in counts.iter().enumerate() {
                     let src = send.sub(off, cnt)?;
-                    let dst = if r == me { recv.as_mut_ptr() } else { std::ptr::null_mut() };
+                    let dst = if r == me {
+                        recv.as_mut_ptr()
+                    } else {
+                        std::ptr::null_mut()
+                    };
                     // SAFETY: range checked by `sub`; `dst` only used on the root `r`.
                     inner.rc("reduce_scatterv", unsafe {
                         (n.reduce)(src.as_ptr(), dst, cnt, dt, o, r as i32, c, s)
@@ -1199,8 +1251,14 @@ impl GpuCommunicator {
                     } else {
                         // SAFETY: ranges checked by `sub`.
                         unsafe {
-                            inner.rc("alltoall", (n.send)(src.as_ptr(), src.count, dt, r as i32, c, s))?;
-                            inner.rc("alltoall", (n.recv)(dst.as_mut_ptr(), dst.count, dt, r as i32, c, s))?;
+                            inner.rc(
+                                "alltoall",
+                                (n.send)(src.as_ptr(), src.count, dt, r as i32, c, s),
+                            )?;
+                            inner.rc(
+                                "alltoall",
+                                (n.recv)(dst.as_mut_ptr(), dst.count, dt, r as i32, c, s),
+                            )?;
                         }
                     }
                     so += send_counts[r];
@@ -1219,7 +1277,14 @@ impl GpuCommunicator {
         self.launch_p2p(fp, stream, |n, c, s| {
             // SAFETY: DeviceSlice contract.
             self.inner.rc("send", unsafe {
-                (n.send)(buf.as_ptr(), buf.count, nccl_dtype(buf.dtype), peer as i32, c, s)
+                (n.send)(
+                    buf.as_ptr(),
+                    buf.count,
+                    nccl_dtype(buf.dtype),
+                    peer as i32,
+                    c,
+                    s,
+                )
             })
         })
     }
@@ -1231,7 +1296,14 @@ impl GpuCommunicator {
         self.launch_p2p(fp, stream, |n, c, s| {
             // SAFETY: DeviceSlice contract.
             self.inner.rc("recv", unsafe {
-                (n.recv)(buf.as_mut_ptr(), buf.count, nccl_dtype(buf.dtype), peer as i32, c, s)
+                (n.recv)(
+                    buf.as_mut_ptr(),
+                    buf.count,
+                    nccl_dtype(buf.dtype),
+                    peer as i32,
+                    c,
+                    s,
+                )
             })
         })
     }
@@ -1252,8 +1324,28 @@ impl GpuCommunicator {
             self.grouped(n, |inner| {
                 // SAFETY: DeviceSlice contract.
                 unsafe {
-                    inner.rc("sendrecv", (n.send)(send.as_ptr(), send.count, nccl_dtype(send.dtype), to as i32, c, s))?;
-                    inner.rc("sendrecv", (n.recv)(recv.as_mut_ptr(), recv.count, nccl_dtype(recv.dtype), from as i32, c, s))
+                    inner.rc(
+                        "sendrecv",
+                        (n.send)(
+                            send.as_ptr(),
+                            send.count,
+                            nccl_dtype(send.dtype),
+                            to as i32,
+                            c,
+                            s,
+                        ),
+                    )?;
+                    inner.rc(
+                        "sendrecv",
+                        (n.recv)(
+                            recv.as_mut_ptr(),
+                            recv.count,
+                            nccl_dtype(recv.dtype),
+                            from as i32,
+                            c,
+                            s,
+                        ),
+                    )
                 }
             })
         })
@@ -1301,9 +1393,15 @@ impl GpuCommunicator {
         let n = inner.nccl;
         let mut newcomm: NcclComm = std::ptr::null_mut();
         let c = color.map_or(-1, |c| c as i32); // NCCL_SPLIT_NOCOLOR
-        // SAFETY: a live communicator; null config means defaults.
+                                                // SAFETY: a live communicator; null config means defaults.
         let rc = unsafe {
-            (n.comm_split)(inner.comm as NcclComm, c, key as i32, &mut newcomm, std::ptr::null_mut())
+            (n.comm_split)(
+                inner.comm as NcclComm,
+                c,
+                key as i32,
+                &mut newcomm,
+                std::ptr::null_mut(),
+            )
         };
         inner.rc("ncclCommSplit", rc)?;
         let host = inner.host.split(color, key)?;
@@ -1330,7 +1428,8 @@ impl GpuCommunicator {
     fn grouped(&self, n: &Nccl, f: impl FnOnce(&Inner) -> Result<()>) -> Result<()> {
         // Raw group calls: nest inside a caller's `group` without arming its events.
         // SAFETY: no arguments.
-        self.inner.rc("ncclGroupStart", unsafe { (n.group_start)() })?;
+        self.inner
+            .rc("ncclGroupStart", unsafe { (n.group_start)() })?;
         let r = f(&self.inner);
         // SAFETY: paired with the start above.
         let e = self.inner.rc("ncclGroupEnd", unsafe { (n.group_end)() });

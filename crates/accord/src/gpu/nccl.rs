@@ -240,8 +240,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn env_of(pairs: &[(&str, String)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
         move |k| m.get(k).cloned()
     }
 
