@@ -23,7 +23,7 @@ def bus_factor(op, n):
 
 
 def iterations(nbytes):
-    iters = min(max((256 << 20) // max(nbytes, 4096), 5), 300)
+    iters = min(max((2 << 30) // max(nbytes, 4096), 20), 300)
     return iters // 10 + 2, iters
 
 

@@ -5,7 +5,7 @@
 //! back-to-back operations on the communicator's stream, divided by `iters`; the slowest rank's
 //! time is reported. Results are checked once per size (small integers, exact in every type).
 
-use crate::bench::{bus_factor, iterations, BenchOpts, Row};
+use crate::bench::{bus_factor, BenchOpts, Row};
 use accord::gpu::{cuda, DeviceBuffer, DeviceSlice, GpuCommunicator, Stream};
 use accord::{Communicator, DataType, Error, ReduceOp, Result};
 
@@ -94,6 +94,16 @@ fn wrong(g: &GpuCommunicator, op: &str, b: &Bufs) -> Result<u64> {
         "sendrecv" => bad(&|i| val((me + n - 1) % n, i)),
         _ => 0,
     })
+}
+
+/// (warm-up, timed) iterations: GPU calls are cheap, so more than on the host, which steadies
+/// the mean (bench/nccl_torch.py uses the same policy).
+fn iterations(bytes: usize, forced: usize) -> (usize, usize) {
+    if forced > 0 {
+        return (forced.div_ceil(10).max(1), forced);
+    }
+    let iters = ((2usize << 30) / bytes.max(1 << 12)).clamp(20, 300);
+    (iters / 10 + 2, iters)
 }
 
 /// Time `iters` operations between two CUDA events on the communicator's stream (µs each).

@@ -56,6 +56,16 @@ fn tick(inner: &Inner, published: &mut Published) -> Option<Error> {
     // SAFETY: a live, not yet aborted communicator (checked by the caller).
     unsafe { (inner.nccl.comm_get_async_error)(inner.comm as NcclComm, &mut async_rc) };
     if async_rc != 0 && async_rc != super::nccl::NCCL_IN_PROGRESS {
+        // A peer that detected a desync aborts, which shows up here as a remote error: prefer
+        // the desync, which names the culprit, when the progress records show one.
+        if let Ok(st) = inner.state.lock() {
+            let (seq, hash) = (st.cseq, st.hash);
+            let last = st.last.map(|f| f.to_string()).unwrap_or_default();
+            drop(st);
+            if let Some(e) = compare(inner, seq, hash, &last) {
+                return Some(e);
+            }
+        }
         let head = oldest(inner);
         let what = head
             .map(|(seq, fp, _)| format!(" during {fp} (op #{seq})"))
