@@ -80,8 +80,22 @@ fn e2s(e: Error) -> String {
     e.to_string()
 }
 
+/// Wait for an operation, naming it in the error.
+fn done(what: &str, r: accord::Result<gpu::GpuRequest>) -> Result<(), String> {
+    r.and_then(|r| r.wait()).map_err(|e| format!("{what}: {e}"))
+}
+
 /// Every primitive for one element type at one per-rank count.
 fn check_type<T: Num>(g: &GpuCommunicator, count: usize, stream: Stream) -> Result<(), String> {
+    check_type_inner::<T>(g, count, stream)
+        .map_err(|e| format!("{} x {count} on {stream:?}: {e}", T::DTYPE))
+}
+
+fn check_type_inner<T: Num>(
+    g: &GpuCommunicator,
+    count: usize,
+    stream: Stream,
+) -> Result<(), String> {
     let n = g.size();
     let me = g.rank();
     let up = |v: &[T]| DeviceBuffer::from_host(g, v).map_err(e2s);
@@ -92,22 +106,25 @@ fn check_type<T: Num>(g: &GpuCommunicator, count: usize, stream: Stream) -> Resu
 
     // allreduce: sum, max, in place, avg for floats.
     let recv = zeros(count)?;
-    g.all_reduce(send.slice(), recv.slice(), ReduceOp::Sum, stream)
-        .and_then(|r| r.wait())
-        .map_err(e2s)?;
+    done(
+        "all_reduce",
+        g.all_reduce(send.slice(), recv.slice(), ReduceOp::Sum, stream),
+    )?;
     expect("allreduce sum", &recv.to_host().map_err(e2s)?, |i| {
         T::of(tri * (i % 7 + 1) as i64)
     })?;
-    g.all_reduce(send.slice(), recv.slice(), ReduceOp::Max, stream)
-        .and_then(|r| r.wait())
-        .map_err(e2s)?;
+    done(
+        "all_reduce",
+        g.all_reduce(send.slice(), recv.slice(), ReduceOp::Max, stream),
+    )?;
     expect("allreduce max", &recv.to_host().map_err(e2s)?, |i| {
         val(n - 1, i)
     })?;
     let inplace = up(&mine)?;
-    g.all_reduce(inplace.slice(), inplace.slice(), ReduceOp::Min, stream)
-        .and_then(|r| r.wait())
-        .map_err(e2s)?;
+    done(
+        "all_reduce",
+        g.all_reduce(inplace.slice(), inplace.slice(), ReduceOp::Min, stream),
+    )?;
     expect(
         "allreduce min in place",
         &inplace.to_host().map_err(e2s)?,
@@ -118,9 +135,10 @@ fn check_type<T: Num>(g: &GpuCommunicator, count: usize, stream: Stream) -> Resu
         let same = up(&(0..count)
             .map(|i| T::of((i % 7) as i64 * 2))
             .collect::<Vec<_>>())?;
-        g.all_reduce(same.slice(), recv.slice(), ReduceOp::Avg, stream)
-            .and_then(|r| r.wait())
-            .map_err(e2s)?;
+        done(
+            "all_reduce",
+            g.all_reduce(same.slice(), recv.slice(), ReduceOp::Avg, stream),
+        )?;
         expect("allreduce avg", &recv.to_host().map_err(e2s)?, |i| {
             T::of((i % 7) as i64 * 2)
         })?;
@@ -133,16 +151,15 @@ fn check_type<T: Num>(g: &GpuCommunicator, count: usize, stream: Stream) -> Resu
     } else {
         zeros(count)?
     };
-    g.broadcast(b.slice(), b.slice(), root, stream)
-        .and_then(|r| r.wait())
-        .map_err(e2s)?;
+    done("broadcast", g.broadcast(b.slice(), b.slice(), root, stream))?;
     expect("broadcast", &b.to_host().map_err(e2s)?, |i| val(root, i))?;
 
     // reduce to rank 0.
     let r0 = zeros(count)?;
-    g.reduce(send.slice(), r0.slice(), ReduceOp::Sum, 0, stream)
-        .and_then(|r| r.wait())
-        .map_err(e2s)?;
+    done(
+        "reduce",
+        g.reduce(send.slice(), r0.slice(), ReduceOp::Sum, 0, stream),
+    )?;
     if me == 0 {
         expect("reduce", &r0.to_host().map_err(e2s)?, |i| {
             T::of(tri * (i % 7 + 1) as i64)
@@ -151,9 +168,7 @@ fn check_type<T: Num>(g: &GpuCommunicator, count: usize, stream: Stream) -> Resu
 
     // allgather / allgatherv (uneven counts: count + r).
     let ag = zeros(count * n)?;
-    g.all_gather(send.slice(), ag.slice(), stream)
-        .and_then(|r| r.wait())
-        .map_err(e2s)?;
+    done("all_gather", g.all_gather(send.slice(), ag.slice(), stream))?;
     expect("allgather", &ag.to_host().map_err(e2s)?, |j| {
         val(j / count, j % count)
     })?;
@@ -170,9 +185,10 @@ fn check_type<T: Num>(g: &GpuCommunicator, count: usize, stream: Stream) -> Resu
     let owner = |j: usize| (0..n).rev().find(|&r| offs[r] <= j).unwrap();
     let mine_v = up(&(0..counts[me]).map(|i| val(me, i)).collect::<Vec<_>>())?;
     let agv = zeros(total)?;
-    g.all_gather_v(mine_v.slice(), agv.slice(), &counts, stream)
-        .and_then(|r| r.wait())
-        .map_err(e2s)?;
+    done(
+        "all_gather_v",
+        g.all_gather_v(mine_v.slice(), agv.slice(), &counts, stream),
+    )?;
     expect("allgatherv", &agv.to_host().map_err(e2s)?, |j| {
         let r = owner(j);
         val(r, j - offs[r])
@@ -181,18 +197,17 @@ fn check_type<T: Num>(g: &GpuCommunicator, count: usize, stream: Stream) -> Resu
     // gather / gatherv to rank 1 % n.
     let groot = 1 % n;
     let gb = zeros(if me == groot { count * n } else { 0 })?;
-    g.gather(send.slice(), gb.slice(), groot, stream)
-        .and_then(|r| r.wait())
-        .map_err(e2s)?;
+    done("gather", g.gather(send.slice(), gb.slice(), groot, stream))?;
     if me == groot {
         expect("gather", &gb.to_host().map_err(e2s)?, |j| {
             val(j / count, j % count)
         })?;
     }
     let gv = zeros(if me == groot { total } else { 0 })?;
-    g.gather_v(mine_v.slice(), gv.slice(), &counts, groot, stream)
-        .and_then(|r| r.wait())
-        .map_err(e2s)?;
+    done(
+        "gather_v",
+        g.gather_v(mine_v.slice(), gv.slice(), &counts, groot, stream),
+    )?;
     if me == groot {
         expect("gatherv", &gv.to_host().map_err(e2s)?, |j| {
             let r = owner(j);
@@ -204,9 +219,7 @@ fn check_type<T: Num>(g: &GpuCommunicator, count: usize, stream: Stream) -> Resu
     let all: Vec<T> = (0..count * n).map(|j| val(j / count, j % count)).collect();
     let sc_src = if me == 0 { up(&all)? } else { zeros(0)? };
     let sc = zeros(count)?;
-    g.scatter(sc_src.slice(), sc.slice(), 0, stream)
-        .and_then(|r| r.wait())
-        .map_err(e2s)?;
+    done("scatter", g.scatter(sc_src.slice(), sc.slice(), 0, stream))?;
     expect("scatter", &sc.to_host().map_err(e2s)?, |i| val(me, i))?;
     let allv: Vec<T> = (0..total)
         .map(|j| {
@@ -216,31 +229,34 @@ fn check_type<T: Num>(g: &GpuCommunicator, count: usize, stream: Stream) -> Resu
         .collect();
     let scv_src = if me == 0 { up(&allv)? } else { zeros(0)? };
     let scv = zeros(counts[me])?;
-    g.scatter_v(scv_src.slice(), scv.slice(), &counts, 0, stream)
-        .and_then(|r| r.wait())
-        .map_err(e2s)?;
+    done(
+        "scatter_v",
+        g.scatter_v(scv_src.slice(), scv.slice(), &counts, 0, stream),
+    )?;
     expect("scatterv", &scv.to_host().map_err(e2s)?, |i| val(me, i))?;
 
     // reduce_scatter / reduce_scatterv.
     let rs_send = up(&(0..count * n).map(|j| val(me, j)).collect::<Vec<_>>())?;
     let rs = zeros(count)?;
-    g.reduce_scatter(rs_send.slice(), rs.slice(), ReduceOp::Sum, stream)
-        .and_then(|r| r.wait())
-        .map_err(e2s)?;
+    done(
+        "reduce_scatter",
+        g.reduce_scatter(rs_send.slice(), rs.slice(), ReduceOp::Sum, stream),
+    )?;
     expect("reduce_scatter", &rs.to_host().map_err(e2s)?, |i| {
         T::of(tri * ((me * count + i) % 7 + 1) as i64)
     })?;
     let rsv_send = up(&(0..total).map(|j| val(me, j)).collect::<Vec<_>>())?;
     let rsv = zeros(counts[me])?;
-    g.reduce_scatter_v(
-        rsv_send.slice(),
-        rsv.slice(),
-        &counts,
-        ReduceOp::Sum,
-        stream,
-    )
-    .and_then(|r| r.wait())
-    .map_err(e2s)?;
+    done(
+        "reduce_scatter_v",
+        g.reduce_scatter_v(
+            rsv_send.slice(),
+            rsv.slice(),
+            &counts,
+            ReduceOp::Sum,
+            stream,
+        ),
+    )?;
     expect("reduce_scatterv", &rsv.to_host().map_err(e2s)?, |i| {
         T::of(tri * ((offs[me] + i) % 7 + 1) as i64)
     })?;
@@ -251,9 +267,10 @@ fn check_type<T: Num>(g: &GpuCommunicator, count: usize, stream: Stream) -> Resu
         .map(|j| a2a(me, j / count, j % count))
         .collect::<Vec<_>>())?;
     let at = zeros(count * n)?;
-    g.all_to_all(at_send.slice(), at.slice(), stream)
-        .and_then(|r| r.wait())
-        .map_err(e2s)?;
+    done(
+        "all_to_all",
+        g.all_to_all(at_send.slice(), at.slice(), stream),
+    )?;
     expect("alltoall", &at.to_host().map_err(e2s)?, |j| {
         a2a(j / count, me, j % count)
     })?;
@@ -270,22 +287,24 @@ fn check_type<T: Num>(g: &GpuCommunicator, count: usize, stream: Stream) -> Resu
     }
     let atv_send = up(&sendv)?;
     let atv = zeros(wantv.len())?;
-    g.all_to_all_v(atv_send.slice(), &sc_, atv.slice(), &rc_, stream)
-        .and_then(|r| r.wait())
-        .map_err(e2s)?;
+    done(
+        "all_to_all_v",
+        g.all_to_all_v(atv_send.slice(), &sc_, atv.slice(), &rc_, stream),
+    )?;
     expect("alltoallv", &atv.to_host().map_err(e2s)?, |j| wantv[j])?;
 
     // send/recv around a ring, then as separate calls between ranks 0 and 1.
     let ring = zeros(count)?;
-    g.send_recv(
-        send.slice(),
-        (me + 1) % n,
-        ring.slice(),
-        (me + n - 1) % n,
-        stream,
-    )
-    .and_then(|r| r.wait())
-    .map_err(e2s)?;
+    done(
+        "send_recv",
+        g.send_recv(
+            send.slice(),
+            (me + 1) % n,
+            ring.slice(),
+            (me + n - 1) % n,
+            stream,
+        ),
+    )?;
     expect("sendrecv", &ring.to_host().map_err(e2s)?, |i| {
         val((me + n - 1) % n, i)
     })?;
@@ -340,9 +359,7 @@ fn check_all(g: &GpuCommunicator) -> Result<usize, String> {
     {
         return Err("a too-small receive buffer was accepted".into());
     }
-    g.barrier(Stream::Comm)
-        .and_then(|r| r.wait())
-        .map_err(e2s)?;
+    done("barrier", g.barrier(Stream::Comm))?;
     g.synchronize().map_err(e2s)?;
     Ok(checks)
 }
