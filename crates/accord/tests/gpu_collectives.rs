@@ -80,9 +80,28 @@ fn e2s(e: Error) -> String {
     e.to_string()
 }
 
-/// Wait for an operation, naming it in the error.
-fn done(what: &str, r: accord::Result<gpu::GpuRequest>) -> Result<(), String> {
-    r.and_then(|r| r.wait()).map_err(|e| format!("{what}: {e}"))
+thread_local! {
+    /// Set where ranks are threads of one process: see [`sync`].
+    static LOCKSTEP: std::cell::RefCell<Option<Communicator>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Where several GPUs are driven by threads of one process, a thread that allocates or frees
+/// device memory while another's NCCL kernel waits for it can deadlock (peer mappings make
+/// cuMemAlloc/cuMemFree wait for the other device). Such tests meet on a host barrier before
+/// each launch, so no rank allocates while a peer's kernel waits for it.
+fn sync() {
+    LOCKSTEP.with(|l| {
+        if let Some(h) = l.borrow().as_ref() {
+            h.barrier().expect("host barrier");
+        }
+    });
+}
+
+/// Launch and wait for an operation, naming it in the error.
+fn done(what: &str, f: impl FnOnce() -> accord::Result<gpu::GpuRequest>) -> Result<(), String> {
+    sync();
+    f().and_then(|r| r.wait())
+        .map_err(|e| format!("{what}: {e}"))
 }
 
 /// Every primitive for one element type at one per-rank count.
@@ -106,25 +125,22 @@ fn check_type_inner<T: Num>(
 
     // allreduce: sum, max, in place, avg for floats.
     let recv = zeros(count)?;
-    done(
-        "all_reduce",
-        g.all_reduce(send.slice(), recv.slice(), ReduceOp::Sum, stream),
-    )?;
+    done("all_reduce", || {
+        g.all_reduce(send.slice(), recv.slice(), ReduceOp::Sum, stream)
+    })?;
     expect("allreduce sum", &recv.to_host().map_err(e2s)?, |i| {
         T::of(tri * (i % 7 + 1) as i64)
     })?;
-    done(
-        "all_reduce",
-        g.all_reduce(send.slice(), recv.slice(), ReduceOp::Max, stream),
-    )?;
+    done("all_reduce", || {
+        g.all_reduce(send.slice(), recv.slice(), ReduceOp::Max, stream)
+    })?;
     expect("allreduce max", &recv.to_host().map_err(e2s)?, |i| {
         val(n - 1, i)
     })?;
     let inplace = up(&mine)?;
-    done(
-        "all_reduce",
-        g.all_reduce(inplace.slice(), inplace.slice(), ReduceOp::Min, stream),
-    )?;
+    done("all_reduce", || {
+        g.all_reduce(inplace.slice(), inplace.slice(), ReduceOp::Min, stream)
+    })?;
     expect(
         "allreduce min in place",
         &inplace.to_host().map_err(e2s)?,
@@ -135,10 +151,9 @@ fn check_type_inner<T: Num>(
         let same = up(&(0..count)
             .map(|i| T::of((i % 7) as i64 * 2))
             .collect::<Vec<_>>())?;
-        done(
-            "all_reduce",
-            g.all_reduce(same.slice(), recv.slice(), ReduceOp::Avg, stream),
-        )?;
+        done("all_reduce", || {
+            g.all_reduce(same.slice(), recv.slice(), ReduceOp::Avg, stream)
+        })?;
         expect("allreduce avg", &recv.to_host().map_err(e2s)?, |i| {
             T::of((i % 7) as i64 * 2)
         })?;
@@ -151,15 +166,16 @@ fn check_type_inner<T: Num>(
     } else {
         zeros(count)?
     };
-    done("broadcast", g.broadcast(b.slice(), b.slice(), root, stream))?;
+    done("broadcast", || {
+        g.broadcast(b.slice(), b.slice(), root, stream)
+    })?;
     expect("broadcast", &b.to_host().map_err(e2s)?, |i| val(root, i))?;
 
     // reduce to rank 0.
     let r0 = zeros(count)?;
-    done(
-        "reduce",
-        g.reduce(send.slice(), r0.slice(), ReduceOp::Sum, 0, stream),
-    )?;
+    done("reduce", || {
+        g.reduce(send.slice(), r0.slice(), ReduceOp::Sum, 0, stream)
+    })?;
     if me == 0 {
         expect("reduce", &r0.to_host().map_err(e2s)?, |i| {
             T::of(tri * (i % 7 + 1) as i64)
@@ -168,7 +184,9 @@ fn check_type_inner<T: Num>(
 
     // allgather / allgatherv (uneven counts: count + r).
     let ag = zeros(count * n)?;
-    done("all_gather", g.all_gather(send.slice(), ag.slice(), stream))?;
+    done("all_gather", || {
+        g.all_gather(send.slice(), ag.slice(), stream)
+    })?;
     expect("allgather", &ag.to_host().map_err(e2s)?, |j| {
         val(j / count, j % count)
     })?;
@@ -185,10 +203,9 @@ fn check_type_inner<T: Num>(
     let owner = |j: usize| (0..n).rev().find(|&r| offs[r] <= j).unwrap();
     let mine_v = up(&(0..counts[me]).map(|i| val(me, i)).collect::<Vec<_>>())?;
     let agv = zeros(total)?;
-    done(
-        "all_gather_v",
-        g.all_gather_v(mine_v.slice(), agv.slice(), &counts, stream),
-    )?;
+    done("all_gather_v", || {
+        g.all_gather_v(mine_v.slice(), agv.slice(), &counts, stream)
+    })?;
     expect("allgatherv", &agv.to_host().map_err(e2s)?, |j| {
         let r = owner(j);
         val(r, j - offs[r])
@@ -197,17 +214,18 @@ fn check_type_inner<T: Num>(
     // gather / gatherv to rank 1 % n.
     let groot = 1 % n;
     let gb = zeros(if me == groot { count * n } else { 0 })?;
-    done("gather", g.gather(send.slice(), gb.slice(), groot, stream))?;
+    done("gather", || {
+        g.gather(send.slice(), gb.slice(), groot, stream)
+    })?;
     if me == groot {
         expect("gather", &gb.to_host().map_err(e2s)?, |j| {
             val(j / count, j % count)
         })?;
     }
     let gv = zeros(if me == groot { total } else { 0 })?;
-    done(
-        "gather_v",
-        g.gather_v(mine_v.slice(), gv.slice(), &counts, groot, stream),
-    )?;
+    done("gather_v", || {
+        g.gather_v(mine_v.slice(), gv.slice(), &counts, groot, stream)
+    })?;
     if me == groot {
         expect("gatherv", &gv.to_host().map_err(e2s)?, |j| {
             let r = owner(j);
@@ -219,7 +237,9 @@ fn check_type_inner<T: Num>(
     let all: Vec<T> = (0..count * n).map(|j| val(j / count, j % count)).collect();
     let sc_src = if me == 0 { up(&all)? } else { zeros(0)? };
     let sc = zeros(count)?;
-    done("scatter", g.scatter(sc_src.slice(), sc.slice(), 0, stream))?;
+    done("scatter", || {
+        g.scatter(sc_src.slice(), sc.slice(), 0, stream)
+    })?;
     expect("scatter", &sc.to_host().map_err(e2s)?, |i| val(me, i))?;
     let allv: Vec<T> = (0..total)
         .map(|j| {
@@ -229,34 +249,31 @@ fn check_type_inner<T: Num>(
         .collect();
     let scv_src = if me == 0 { up(&allv)? } else { zeros(0)? };
     let scv = zeros(counts[me])?;
-    done(
-        "scatter_v",
-        g.scatter_v(scv_src.slice(), scv.slice(), &counts, 0, stream),
-    )?;
+    done("scatter_v", || {
+        g.scatter_v(scv_src.slice(), scv.slice(), &counts, 0, stream)
+    })?;
     expect("scatterv", &scv.to_host().map_err(e2s)?, |i| val(me, i))?;
 
     // reduce_scatter / reduce_scatterv.
     let rs_send = up(&(0..count * n).map(|j| val(me, j)).collect::<Vec<_>>())?;
     let rs = zeros(count)?;
-    done(
-        "reduce_scatter",
-        g.reduce_scatter(rs_send.slice(), rs.slice(), ReduceOp::Sum, stream),
-    )?;
+    done("reduce_scatter", || {
+        g.reduce_scatter(rs_send.slice(), rs.slice(), ReduceOp::Sum, stream)
+    })?;
     expect("reduce_scatter", &rs.to_host().map_err(e2s)?, |i| {
         T::of(tri * ((me * count + i) % 7 + 1) as i64)
     })?;
     let rsv_send = up(&(0..total).map(|j| val(me, j)).collect::<Vec<_>>())?;
     let rsv = zeros(counts[me])?;
-    done(
-        "reduce_scatter_v",
+    done("reduce_scatter_v", || {
         g.reduce_scatter_v(
             rsv_send.slice(),
             rsv.slice(),
             &counts,
             ReduceOp::Sum,
             stream,
-        ),
-    )?;
+        )
+    })?;
     expect("reduce_scatterv", &rsv.to_host().map_err(e2s)?, |i| {
         T::of(tri * ((offs[me] + i) % 7 + 1) as i64)
     })?;
@@ -267,10 +284,9 @@ fn check_type_inner<T: Num>(
         .map(|j| a2a(me, j / count, j % count))
         .collect::<Vec<_>>())?;
     let at = zeros(count * n)?;
-    done(
-        "all_to_all",
-        g.all_to_all(at_send.slice(), at.slice(), stream),
-    )?;
+    done("all_to_all", || {
+        g.all_to_all(at_send.slice(), at.slice(), stream)
+    })?;
     expect("alltoall", &at.to_host().map_err(e2s)?, |j| {
         a2a(j / count, me, j % count)
     })?;
@@ -287,29 +303,28 @@ fn check_type_inner<T: Num>(
     }
     let atv_send = up(&sendv)?;
     let atv = zeros(wantv.len())?;
-    done(
-        "all_to_all_v",
-        g.all_to_all_v(atv_send.slice(), &sc_, atv.slice(), &rc_, stream),
-    )?;
+    done("all_to_all_v", || {
+        g.all_to_all_v(atv_send.slice(), &sc_, atv.slice(), &rc_, stream)
+    })?;
     expect("alltoallv", &atv.to_host().map_err(e2s)?, |j| wantv[j])?;
 
     // send/recv around a ring, then as separate calls between ranks 0 and 1.
     let ring = zeros(count)?;
-    done(
-        "send_recv",
+    done("send_recv", || {
         g.send_recv(
             send.slice(),
             (me + 1) % n,
             ring.slice(),
             (me + n - 1) % n,
             stream,
-        ),
-    )?;
+        )
+    })?;
     expect("sendrecv", &ring.to_host().map_err(e2s)?, |i| {
         val((me + n - 1) % n, i)
     })?;
+    let p = zeros(count)?;
+    sync();
     if n >= 2 && me < 2 {
-        let p = zeros(count)?;
         let req = if me == 0 {
             g.send(send.slice(), 1, stream)
         } else {
@@ -321,7 +336,7 @@ fn check_type_inner<T: Num>(
         }
     }
 
-    g.barrier(stream).and_then(|r| r.wait()).map_err(e2s)?;
+    done("barrier", || g.barrier(stream))?;
     Ok(())
 }
 
@@ -359,7 +374,7 @@ fn check_all(g: &GpuCommunicator) -> Result<usize, String> {
     {
         return Err("a too-small receive buffer was accepted".into());
     }
-    done("barrier", g.barrier(Stream::Comm))?;
+    done("barrier", || g.barrier(Stream::Comm))?;
     g.synchronize().map_err(e2s)?;
     Ok(checks)
 }
@@ -368,6 +383,7 @@ fn check_all(g: &GpuCommunicator) -> Result<usize, String> {
 fn check_split_and_two_comms(host: &Communicator, g: &GpuCommunicator) -> Result<(), String> {
     let n = g.size();
     let me = g.rank();
+    sync();
     let sub = g
         .split(Some((me % 2) as u32), me as i64)
         .map_err(e2s)?
@@ -377,6 +393,7 @@ fn check_split_and_two_comms(host: &Communicator, g: &GpuCommunicator) -> Result
         return Err(format!("split size {} != {}", sub.size(), members.len()));
     }
     let v = DeviceBuffer::from_host(&sub, &[me as f32 + 1.0; 33]).map_err(e2s)?;
+    sync();
     sub.all_reduce(v.slice(), v.slice(), ReduceOp::Sum, Stream::Comm)
         .and_then(|r| r.wait())
         .map_err(e2s)?;
@@ -386,6 +403,7 @@ fn check_split_and_two_comms(host: &Communicator, g: &GpuCommunicator) -> Result
     let second = GpuCommunicator::new(host, g.device()).map_err(e2s)?;
     let a = DeviceBuffer::from_host(g, &[1i32; 100]).map_err(e2s)?;
     let b = DeviceBuffer::from_host(&second, &[2i32; 100]).map_err(e2s)?;
+    sync();
     let ra = g
         .all_reduce(a.slice(), a.slice(), ReduceOp::Sum, Stream::Comm)
         .map_err(e2s)?;
@@ -411,6 +429,7 @@ fn threads_every_primitive() {
     }
     let world = ndev.min(4);
     let results = accord::testing::run_world(world, |host| {
+        LOCKSTEP.with(|l| *l.borrow_mut() = Some(host.clone()));
         let g = GpuCommunicator::new(&host, host.rank()).map_err(e2s)?;
         let checks = check_all(&g)?;
         check_split_and_two_comms(&host, &g)?;
