@@ -624,6 +624,10 @@ impl GpuCommunicator {
         unsafe {
             cu.check((cu.mem_alloc)(&mut scratch, 8), "cuMemAlloc")?;
             cu.check((cu.memset_d8)(scratch, 0, 8), "cuMemsetD8")?;
+            cu.check(
+                (cu.stream_synchronize)(std::ptr::null_mut()),
+                "cuStreamSynchronize",
+            )?;
         }
         let inner = Arc::new(Inner {
             cu,
@@ -1600,7 +1604,7 @@ impl<T: Element> DeviceBuffer<T> {
         Ok(b)
     }
 
-    /// Overwrite the start of the buffer with `data` (synchronous).
+    /// Overwrite the start of the buffer with `data`; returns once the data is on the device.
     pub fn copy_from_host(&self, data: &[T]) -> Result<()> {
         let cu = cuda::driver()?;
         if data.len() > self.len {
@@ -1615,6 +1619,14 @@ impl<T: Element> DeviceBuffer<T> {
         cu.check(
             unsafe { (cu.memcpy_htod)(self.ptr, bytes.as_ptr().cast(), bytes.len()) },
             "cuMemcpyHtoD",
+        )?;
+        // From pageable memory the copy returns once the data is staged, and the DMA finishes
+        // later on the legacy default stream, which non-blocking streams (ours, PyTorch's) do
+        // not wait for: a collective could read the old contents. Wait for it here.
+        // SAFETY: null is the legacy default stream of the current context.
+        cu.check(
+            unsafe { (cu.stream_synchronize)(std::ptr::null_mut()) },
+            "cuStreamSynchronize",
         )
     }
 
