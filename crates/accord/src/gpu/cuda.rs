@@ -166,7 +166,7 @@ impl Driver {
     }
 
     /// Make `ctx` current on the calling thread if it is not already.
-    pub fn make_current(&self, ctx: CuContext) -> Result<()> {
+    pub(crate) fn make_current(&self, ctx: CuContext) -> Result<()> {
         let mut cur = std::ptr::null_mut();
         // SAFETY: reads/sets the thread's current context.
         unsafe {
@@ -201,7 +201,7 @@ impl Driver {
     }
 
     /// `Ok(true)` if all work before the event's record has finished.
-    pub fn event_done(&self, e: CuEvent) -> Result<bool> {
+    pub(crate) fn event_done(&self, e: CuEvent) -> Result<bool> {
         // SAFETY: `e` is a live event.
         match unsafe { (self.event_query)(e) } {
             0 => Ok(true),

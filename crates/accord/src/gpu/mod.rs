@@ -54,6 +54,11 @@
 //! `host_rank * devices.len() + i`). Issue one operation on each inside [`group`], which wraps
 //! `ncclGroupStart`/`ncclGroupEnd`, so a single thread can drive all of them without deadlock.
 //!
+//! Caveat (CUDA, not Accord): when threads of one process drive several GPUs, a thread that
+//! allocates or frees device memory while another GPU's NCCL kernel waits for it can deadlock,
+//! because peer mappings make `cuMemAlloc`/`cuMemFree` wait for the other device. Allocate
+//! before issuing collectives, or use one process per GPU.
+//!
 //! ## No silent hangs
 //!
 //! Each communicator has a watchdog thread. It retires finished operations (one CUDA event each)
@@ -189,9 +194,11 @@ pub fn group<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
     Ok(r)
 }
 
+/// Open [`group`] depth, and the events to record (on their streams) once the outermost ends.
+type GroupState = (usize, Vec<(Arc<Event>, CuStream)>);
+
 thread_local! {
-    /// Open `group` depth on this thread, and the events to record once the outermost ends.
-    static GROUP: RefCell<(usize, Vec<(Arc<Event>, CuStream)>)> = const { RefCell::new((0, Vec::new())) };
+    static GROUP: RefCell<GroupState> = const { RefCell::new((0, Vec::new())) };
 }
 
 fn group_start(n: &Nccl) -> Result<()> {
@@ -1194,7 +1201,7 @@ impl GpuCommunicator {
         stream: Stream,
     ) -> Result<GpuRequest> {
         let n = self.size();
-        if send.count % n != 0 {
+        if (send.count / n) * n != send.count {
             return Err(Error::invalid(format!(
                 "alltoall send buffer of {} elements does not split into {n} equal blocks",
                 send.count

@@ -103,7 +103,7 @@ impl Nccl {
     }
 
     /// NCCL's text for `rc` plus its last detailed message.
-    pub fn describe(&self, rc: NcclResult, comm: NcclComm) -> String {
+    pub(crate) fn describe(&self, rc: NcclResult, comm: NcclComm) -> String {
         // SAFETY: both return static or library-owned NUL-terminated strings (or null).
         let (s, last) = unsafe { ((self.get_error_string)(rc), (self.get_last_error)(comm)) };
         let text = |p: *const c_char| {
