@@ -38,16 +38,18 @@ pub struct BenchOpts {
     pub json: Option<String>,
     /// Iterations override (0 = automatic).
     pub iters: usize,
+    /// `cpu` (host buffers) or `cuda` (GPU buffers through NCCL, see `bench_gpu`).
+    pub device: String,
 }
 
 /// One row of the table.
 pub struct Row {
-    bytes: usize,
-    count: usize,
-    time_us: f64,
-    algbw: f64,
-    busbw: f64,
-    wrong: u64,
+    pub(crate) bytes: usize,
+    pub(crate) count: usize,
+    pub(crate) time_us: f64,
+    pub(crate) algbw: f64,
+    pub(crate) busbw: f64,
+    pub(crate) wrong: u64,
 }
 
 /// Parse `4`, `64K`, `16M`, `1G` (powers of two).
@@ -66,7 +68,7 @@ pub fn parse_size(s: &str) -> std::result::Result<usize, String> {
 }
 
 /// Bus bandwidth factor (nccl-tests conventions).
-fn bus_factor(op: &str, n: usize) -> f64 {
+pub(crate) fn bus_factor(op: &str, n: usize) -> f64 {
     let n = n as f64;
     match op {
         "allreduce" => 2.0 * (n - 1.0) / n,
@@ -202,7 +204,7 @@ fn check<T: Num>(op: &str, n: usize, me: usize, c: &Case<T>) -> u64 {
     }
 }
 
-fn iterations(bytes: usize, forced: usize) -> (usize, usize) {
+pub(crate) fn iterations(bytes: usize, forced: usize) -> (usize, usize) {
     if forced > 0 {
         return (forced.div_ceil(10).max(1), forced);
     }
@@ -307,6 +309,9 @@ fn collective_of(op: &str, n: usize, count: usize) -> Option<Collective> {
 
 /// Body of one benchmark rank. Returns the process exit code.
 pub fn rank_main(o: &BenchOpts) -> i32 {
+    if o.device == "cuda" {
+        return crate::bench_gpu::rank_main(o);
+    }
     let comm = match accord::init() {
         Ok(c) => c,
         Err(e) => {
@@ -332,9 +337,13 @@ pub fn rank_main(o: &BenchOpts) -> i32 {
     };
     let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
     if comm.rank() == 0 {
-        print_table(&comm, o, &rows);
+        let transport = match comm.uses_shm() {
+            true => format!("{} + shared memory", comm.transport_name()),
+            false => comm.transport_name().to_string(),
+        };
+        print_rows(&comm, o, &rows, &transport);
         if let Some(path) = &o.json {
-            if let Err(e) = std::fs::write(path, to_json(&comm, o, &rows)) {
+            if let Err(e) = std::fs::write(path, rows_json(&comm, o, &rows, &transport)) {
                 eprintln!("accord bench: cannot write {path}: {e}");
                 return 1;
             }
@@ -350,7 +359,7 @@ pub fn rank_main(o: &BenchOpts) -> i32 {
     }
 }
 
-fn print_table(comm: &Communicator, o: &BenchOpts, rows: &[Row]) {
+pub(crate) fn print_rows(comm: &Communicator, o: &BenchOpts, rows: &[Row], transport: &str) {
     let redop = if matches!(o.op.as_str(), "allreduce" | "reduce" | "reduce_scatter") {
         "sum"
     } else {
@@ -362,15 +371,10 @@ fn print_table(comm: &Communicator, o: &BenchOpts, rows: &[Row]) {
         "-"
     };
     println!(
-        "# accord bench {}: {} ranks, transport {}{}, dtype {}",
+        "# accord bench {}: {} ranks, transport {}, dtype {}",
         o.op,
         comm.size(),
-        comm.transport_name(),
-        if comm.uses_shm() {
-            " + shared memory"
-        } else {
-            ""
-        },
+        transport,
         o.dtype
     );
     println!(
@@ -401,7 +405,12 @@ fn print_table(comm: &Communicator, o: &BenchOpts, rows: &[Row]) {
     }
 }
 
-fn to_json(comm: &Communicator, o: &BenchOpts, rows: &[Row]) -> String {
+pub(crate) fn rows_json(
+    comm: &Communicator,
+    o: &BenchOpts,
+    rows: &[Row],
+    transport: &str,
+) -> String {
     let rows: Vec<serde_json::Value> = rows
         .iter()
         .map(|r| {
@@ -412,7 +421,7 @@ fn to_json(comm: &Communicator, o: &BenchOpts, rows: &[Row]) -> String {
         })
         .collect();
     let doc = serde_json::json!({
-        "op": o.op, "ranks": comm.size(), "transport": comm.transport_name(),
+        "op": o.op, "ranks": comm.size(), "transport": transport,
         "dtype": o.dtype.name(), "rows": rows,
     });
     serde_json::to_string_pretty(&doc).unwrap_or_default()

@@ -4,6 +4,7 @@
 //! the same command line in-process with [`main_with`].
 
 mod bench;
+mod bench_gpu;
 mod launch;
 
 use accord::DataType;
@@ -46,6 +47,10 @@ struct BenchArgs {
     /// Force an algorithm for this operation (sets ACCORD_ALGO_<OP>).
     #[arg(long)]
     algo: Option<String>,
+    /// Where the buffers live: `cpu`, or `cuda` (one GPU per rank through NCCL; LOCAL_RANK
+    /// picks the device).
+    #[arg(long, default_value = "cpu")]
+    device: String,
 }
 
 #[derive(Subcommand)]
@@ -106,6 +111,10 @@ fn bench_opts(a: &BenchArgs) -> Result<bench::BenchOpts, String> {
         explain: a.explain,
         json: a.json.clone(),
         iters: a.iters,
+        device: match a.device.as_str() {
+            "cpu" | "cuda" => a.device.clone(),
+            d => return Err(format!("unknown device {d:?}; choose cpu or cuda")),
+        },
     })
 }
 

@@ -65,6 +65,7 @@ pub mod dtype;
 pub mod error;
 mod exec;
 pub mod fingerprint;
+pub mod gpu;
 pub mod rendezvous;
 pub mod schedule;
 pub mod shm_coll;

@@ -1,0 +1,227 @@
+//! `accord bench OP --device cuda`: the same table as the host benchmark, on GPU buffers through
+//! [`accord::gpu::GpuCommunicator`]. One process per GPU; `LOCAL_RANK` selects the device.
+//!
+//! Timing follows nccl-tests and PyTorch's usual method: CUDA events around `iters`
+//! back-to-back operations on the communicator's stream, divided by `iters`; the slowest rank's
+//! time is reported. Results are checked once per size (small integers, exact in every type).
+
+use crate::bench::{bus_factor, BenchOpts, Row};
+use accord::gpu::{cuda, DeviceBuffer, DeviceSlice, GpuCommunicator, Stream};
+use accord::{Communicator, DataType, Error, ReduceOp, Result};
+
+fn val(r: usize, i: usize) -> f32 {
+    ((r + 1) * (i % 7 + 1)) as f32
+}
+
+struct Bufs {
+    send: DeviceBuffer<f32>,
+    recv: DeviceBuffer<f32>,
+}
+
+fn run_once(g: &GpuCommunicator, op: &str, b: &Bufs) -> Result<()> {
+    let n = g.size();
+    let me = g.rank();
+    let (s, r) = (b.send.slice(), b.recv.slice());
+    let st = Stream::Comm;
+    let req = match op {
+        "allreduce" => g.all_reduce(s, r, ReduceOp::Sum, st),
+        "broadcast" => g.broadcast(s, r, 0, st),
+        "reduce" => g.reduce(s, r, ReduceOp::Sum, 0, st),
+        "allgather" => g.all_gather(s, r, st),
+        "gather" => g.gather(s, r, 0, st),
+        "scatter" => g.scatter(s, r, 0, st),
+        "reduce_scatter" => g.reduce_scatter(s, r, ReduceOp::Sum, st),
+        "alltoall" => g.all_to_all(s, r, st),
+        "sendrecv" => g.send_recv(s, (me + 1) % n, r, (me + n - 1) % n, st),
+        "barrier" => g.barrier(st),
+        _ => return Err(Error::invalid(format!("unknown benchmark op {op:?}"))),
+    };
+    req.map(|_| ())
+}
+
+fn make(g: &GpuCommunicator, op: &str, count: usize) -> Result<Bufs> {
+    let n = g.size();
+    let me = g.rank();
+    let block = count / n.max(1);
+    let (send, recv): (Vec<f32>, usize) = match op {
+        "allgather" | "gather" => ((0..block).map(|i| val(me, i)).collect(), block * n),
+        "scatter" => (
+            (0..block * n)
+                .map(|j| val(j / block.max(1), j % block.max(1)))
+                .collect(),
+            block,
+        ),
+        "reduce_scatter" => ((0..block * n).map(|i| val(me, i)).collect(), block),
+        "alltoall" => (
+            (0..block * n)
+                .map(|j| (me * 100 + j / block.max(1)) as f32)
+                .collect(),
+            block * n,
+        ),
+        "barrier" => (vec![], 0),
+        _ => ((0..count).map(|i| val(me, i)).collect(), count),
+    };
+    Ok(Bufs {
+        send: DeviceBuffer::from_host(g, &send)?,
+        recv: DeviceBuffer::from_host(g, &vec![0f32; recv])?,
+    })
+}
+
+fn wrong(g: &GpuCommunicator, op: &str, b: &Bufs) -> Result<u64> {
+    let n = g.size();
+    let me = g.rank();
+    let got = b.recv.to_host()?;
+    let block = got.len() / n.max(1);
+    let tri = (n * (n + 1) / 2) as f32;
+    let bad = |want: &dyn Fn(usize) -> f32| {
+        got.iter()
+            .enumerate()
+            .filter(|(i, v)| **v != want(*i))
+            .count() as u64
+    };
+    Ok(match op {
+        "allreduce" => bad(&|i| tri * (i % 7 + 1) as f32),
+        "reduce" if me == 0 => bad(&|i| tri * (i % 7 + 1) as f32),
+        "broadcast" => bad(&|i| val(0, i)),
+        "allgather" => bad(&|j| val(j / block.max(1), j % block.max(1))),
+        "gather" if me == 0 => bad(&|j| val(j / block.max(1), j % block.max(1))),
+        "scatter" => bad(&|i| val(me, i)),
+        "reduce_scatter" => {
+            let c = got.len();
+            bad(&|i| tri * ((me * c + i) % 7 + 1) as f32)
+        }
+        "alltoall" => bad(&|j| ((j / block.max(1)) * 100 + me) as f32),
+        "sendrecv" => bad(&|i| val((me + n - 1) % n, i)),
+        _ => 0,
+    })
+}
+
+/// (warm-up, timed) iterations: GPU calls are cheap, so more than on the host, which steadies
+/// the mean (bench/nccl_torch.py uses the same policy).
+fn iterations(bytes: usize, forced: usize) -> (usize, usize) {
+    if forced > 0 {
+        return (forced.div_ceil(10).max(1), forced);
+    }
+    let iters = ((2usize << 30) / bytes.max(1 << 12)).clamp(20, 300);
+    (iters / 10 + 2, iters)
+}
+
+/// Time `iters` operations between two CUDA events on the communicator's stream (µs each).
+fn time_loop(g: &GpuCommunicator, op: &str, b: &Bufs, iters: usize) -> Result<f64> {
+    let cu = cuda::driver()?;
+    let s = g.stream() as cuda::CuStream;
+    let e0 = cu.new_event(cuda::CU_EVENT_DEFAULT)?;
+    let e1 = cu.new_event(cuda::CU_EVENT_DEFAULT)?;
+    // SAFETY: live events on the communicator's stream; destroyed below.
+    unsafe {
+        cu.check((cu.event_record)(e0, s), "cuEventRecord")?;
+        for _ in 0..iters {
+            run_once(g, op, b)?;
+        }
+        cu.check((cu.event_record)(e1, s), "cuEventRecord")?;
+    }
+    g.synchronize()?;
+    let mut ms = 0f32;
+    // SAFETY: both events were recorded and have completed.
+    unsafe {
+        cu.check((cu.event_synchronize)(e1), "cuEventSynchronize")?;
+        cu.check((cu.event_elapsed)(&mut ms, e0, e1), "cuEventElapsedTime")?;
+        (cu.event_destroy)(e0);
+        (cu.event_destroy)(e1);
+    }
+    Ok(ms as f64 * 1000.0 / iters as f64)
+}
+
+fn bench(host: &Communicator, g: &GpuCommunicator, o: &BenchOpts) -> Result<Vec<Row>> {
+    let n = g.size();
+    let esz = 4;
+    let mut rows = Vec::new();
+    let mut bytes = o.min_bytes.max(if o.op == "barrier" { 0 } else { esz });
+    loop {
+        let unit = if matches!(
+            o.op.as_str(),
+            "allgather" | "gather" | "scatter" | "reduce_scatter" | "alltoall"
+        ) {
+            esz * n
+        } else {
+            esz
+        };
+        let count = (bytes / unit) * unit / esz;
+        let shown = count * esz;
+        let b = make(g, &o.op, count)?;
+        let (warm, iters) = iterations(shown, o.iters);
+        for _ in 0..warm {
+            run_once(g, &o.op, &b)?;
+        }
+        g.synchronize()?;
+        let mut w = [wrong(g, &o.op, &b)?];
+        host.barrier()?;
+        let mut t = [time_loop(g, &o.op, &b, iters)?];
+        host.all_reduce(&mut t, ReduceOp::Max)?;
+        host.all_reduce(&mut w, ReduceOp::Sum)?;
+        let algbw = shown as f64 / t[0] / 1e3;
+        rows.push(Row {
+            bytes: shown,
+            count,
+            time_us: t[0],
+            algbw,
+            busbw: algbw * bus_factor(&o.op, n),
+            wrong: w[0],
+        });
+        if bytes >= o.max_bytes || o.op == "barrier" {
+            break;
+        }
+        bytes = (bytes * o.factor.max(2)).min(o.max_bytes);
+    }
+    Ok(rows)
+}
+
+/// Body of one GPU benchmark rank. Returns the process exit code.
+pub fn rank_main(o: &BenchOpts) -> i32 {
+    if o.dtype != DataType::F32 {
+        eprintln!("accord bench --device cuda: only f32 is benchmarked");
+        return 2;
+    }
+    let host = match accord::init() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("accord bench: init failed: {e}");
+            return 1;
+        }
+    };
+    let ndev = cuda::driver().and_then(|d| d.device_count()).unwrap_or(0);
+    let local: usize = std::env::var("LOCAL_RANK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(host.rank());
+    let g = match GpuCommunicator::new(&host, local % ndev.max(1)) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("accord bench: rank {}: {e}", host.rank());
+            return 1;
+        }
+    };
+    let rows = match bench(&host, &g, o) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("accord bench: rank {}: {e}", host.rank());
+            return 1;
+        }
+    };
+    let _ = DeviceSlice::empty(DataType::F32);
+    let bad: u64 = rows.iter().map(|r| r.wrong).sum();
+    if host.rank() == 0 {
+        let (v, _) = g.nccl_version();
+        crate::bench::print_rows(&host, o, &rows, &format!("cuda (NCCL {v})"));
+        if let Some(path) = &o.json {
+            if let Err(e) = std::fs::write(path, crate::bench::rows_json(&host, o, &rows, "cuda")) {
+                eprintln!("accord bench: cannot write {path}: {e}");
+                return 1;
+            }
+        }
+        if bad > 0 {
+            eprintln!("accord bench: {bad} wrong result element(s)");
+        }
+    }
+    i32::from(bad > 0)
+}

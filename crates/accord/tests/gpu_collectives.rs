@@ -1,0 +1,630 @@
+//! GPU collectives through NCCL. Without CUDA, a GPU or NCCL every test prints why and passes.
+//!
+//! - `threads_*`: ranks are threads of this process, one GPU each (needs 2+ GPUs).
+//! - `processes_*`: run under the launcher, one process per GPU:
+//!   `accord run -n 2 <this test binary> --test-threads 1 --nocapture processes_`
+//!   (`ACCORD_GPU_KILL_TEST=1` adds the killed-rank test, `ACCORD_GPU_DESYNC_TEST=1` the desync
+//!   test; both end the job deliberately, so run them separately).
+
+use accord::gpu::{self, DeviceBuffer, DeviceSlice, GpuCommunicator, Stream};
+use accord::{Communicator, DataType, Element, Error, ReduceOp};
+use half::{bf16, f16};
+use std::time::{Duration, Instant};
+
+fn skip(test: &str) -> bool {
+    if let Some(why) = gpu::unavailable_reason() {
+        println!("{test}: skipping: {why}");
+        return true;
+    }
+    false
+}
+
+fn device_count() -> usize {
+    gpu::cuda::driver()
+        .and_then(|d| d.device_count())
+        .unwrap_or(0)
+}
+
+trait Num: Element + PartialEq + std::fmt::Debug {
+    const FLOAT: bool;
+    fn of(v: i64) -> Self;
+}
+macro_rules! ints {
+    ($($t:ty),*) => {$( impl Num for $t { const FLOAT: bool = false; fn of(v: i64) -> Self { v as $t } } )*};
+}
+ints!(i32, i64, u8);
+impl Num for f32 {
+    const FLOAT: bool = true;
+    fn of(v: i64) -> Self {
+        v as f32
+    }
+}
+impl Num for f64 {
+    const FLOAT: bool = true;
+    fn of(v: i64) -> Self {
+        v as f64
+    }
+}
+impl Num for f16 {
+    const FLOAT: bool = true;
+    fn of(v: i64) -> Self {
+        f16::from_f32(v as f32)
+    }
+}
+impl Num for bf16 {
+    const FLOAT: bool = true;
+    fn of(v: i64) -> Self {
+        bf16::from_f32(v as f32)
+    }
+}
+
+/// Rank r's value at index i: small integers, exact in every type (sums stay under 256).
+fn val<T: Num>(r: usize, i: usize) -> T {
+    T::of(((r + 1) * (i % 7 + 1)) as i64)
+}
+
+fn expect<T: Num>(what: &str, got: &[T], want: impl Fn(usize) -> T) -> Result<(), String> {
+    for (i, g) in got.iter().enumerate() {
+        let w = want(i);
+        if *g != w {
+            return Err(format!(
+                "{what} ({}): element {i} is {g:?}, expected {w:?}",
+                T::DTYPE
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn e2s(e: Error) -> String {
+    e.to_string()
+}
+
+thread_local! {
+    /// Set where ranks are threads of one process: see [`sync`].
+    static LOCKSTEP: std::cell::RefCell<Option<Communicator>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Where several GPUs are driven by threads of one process, a thread that allocates or frees
+/// device memory while another's NCCL kernel waits for it can deadlock (peer mappings make
+/// cuMemAlloc/cuMemFree wait for the other device). Such tests meet on a host barrier before
+/// each launch, so no rank allocates while a peer's kernel waits for it.
+fn sync() {
+    LOCKSTEP.with(|l| {
+        if let Some(h) = l.borrow().as_ref() {
+            h.barrier().expect("host barrier");
+        }
+    });
+}
+
+/// Launch and wait for an operation, naming it in the error.
+fn done(what: &str, f: impl FnOnce() -> accord::Result<gpu::GpuRequest>) -> Result<(), String> {
+    sync();
+    f().and_then(|r| r.wait())
+        .map_err(|e| format!("{what}: {e}"))
+}
+
+/// Every primitive for one element type at one per-rank count.
+fn check_type<T: Num>(g: &GpuCommunicator, count: usize, stream: Stream) -> Result<(), String> {
+    check_type_inner::<T>(g, count, stream)
+        .map_err(|e| format!("{} x {count} on {stream:?}: {e}", T::DTYPE))
+}
+
+fn check_type_inner<T: Num>(
+    g: &GpuCommunicator,
+    count: usize,
+    stream: Stream,
+) -> Result<(), String> {
+    let n = g.size();
+    let me = g.rank();
+    let up = |v: &[T]| DeviceBuffer::from_host(g, v).map_err(e2s);
+    let zeros = |len: usize| up(&vec![T::of(0); len]);
+    let mine: Vec<T> = (0..count).map(|i| val(me, i)).collect();
+    let send = up(&mine)?;
+    let tri = (n * (n + 1) / 2) as i64;
+
+    // allreduce: sum, max, in place, avg for floats.
+    let recv = zeros(count)?;
+    done("all_reduce", || {
+        g.all_reduce(send.slice(), recv.slice(), ReduceOp::Sum, stream)
+    })?;
+    expect("allreduce sum", &recv.to_host().map_err(e2s)?, |i| {
+        T::of(tri * (i % 7 + 1) as i64)
+    })?;
+    done("all_reduce", || {
+        g.all_reduce(send.slice(), recv.slice(), ReduceOp::Max, stream)
+    })?;
+    expect("allreduce max", &recv.to_host().map_err(e2s)?, |i| {
+        val(n - 1, i)
+    })?;
+    let inplace = up(&mine)?;
+    done("all_reduce", || {
+        g.all_reduce(inplace.slice(), inplace.slice(), ReduceOp::Min, stream)
+    })?;
+    expect(
+        "allreduce min in place",
+        &inplace.to_host().map_err(e2s)?,
+        |i| val(0, i),
+    )?;
+    if T::FLOAT {
+        // Every rank contributes (n+1)/2 * k * 2 / (n+1)... use equal values so avg is exact.
+        let same = up(&(0..count)
+            .map(|i| T::of((i % 7) as i64 * 2))
+            .collect::<Vec<_>>())?;
+        done("all_reduce", || {
+            g.all_reduce(same.slice(), recv.slice(), ReduceOp::Avg, stream)
+        })?;
+        expect("allreduce avg", &recv.to_host().map_err(e2s)?, |i| {
+            T::of((i % 7) as i64 * 2)
+        })?;
+    }
+
+    // broadcast from the last rank.
+    let root = n - 1;
+    let b = if me == root {
+        up(&mine)?
+    } else {
+        zeros(count)?
+    };
+    done("broadcast", || {
+        g.broadcast(b.slice(), b.slice(), root, stream)
+    })?;
+    expect("broadcast", &b.to_host().map_err(e2s)?, |i| val(root, i))?;
+
+    // reduce to rank 0.
+    let r0 = zeros(count)?;
+    done("reduce", || {
+        g.reduce(send.slice(), r0.slice(), ReduceOp::Sum, 0, stream)
+    })?;
+    if me == 0 {
+        expect("reduce", &r0.to_host().map_err(e2s)?, |i| {
+            T::of(tri * (i % 7 + 1) as i64)
+        })?;
+    }
+
+    // allgather / allgatherv (uneven counts: count + r).
+    let ag = zeros(count * n)?;
+    done("all_gather", || {
+        g.all_gather(send.slice(), ag.slice(), stream)
+    })?;
+    expect("allgather", &ag.to_host().map_err(e2s)?, |j| {
+        val(j / count, j % count)
+    })?;
+    let counts: Vec<usize> = (0..n).map(|r| count + r).collect();
+    let offs: Vec<usize> = counts
+        .iter()
+        .scan(0, |acc, c| {
+            let o = *acc;
+            *acc += c;
+            Some(o)
+        })
+        .collect();
+    let total: usize = counts.iter().sum();
+    let owner = |j: usize| (0..n).rev().find(|&r| offs[r] <= j).unwrap();
+    let mine_v = up(&(0..counts[me]).map(|i| val(me, i)).collect::<Vec<_>>())?;
+    let agv = zeros(total)?;
+    done("all_gather_v", || {
+        g.all_gather_v(mine_v.slice(), agv.slice(), &counts, stream)
+    })?;
+    expect("allgatherv", &agv.to_host().map_err(e2s)?, |j| {
+        let r = owner(j);
+        val(r, j - offs[r])
+    })?;
+
+    // gather / gatherv to rank 1 % n.
+    let groot = 1 % n;
+    let gb = zeros(if me == groot { count * n } else { 0 })?;
+    done("gather", || {
+        g.gather(send.slice(), gb.slice(), groot, stream)
+    })?;
+    if me == groot {
+        expect("gather", &gb.to_host().map_err(e2s)?, |j| {
+            val(j / count, j % count)
+        })?;
+    }
+    let gv = zeros(if me == groot { total } else { 0 })?;
+    done("gather_v", || {
+        g.gather_v(mine_v.slice(), gv.slice(), &counts, groot, stream)
+    })?;
+    if me == groot {
+        expect("gatherv", &gv.to_host().map_err(e2s)?, |j| {
+            let r = owner(j);
+            val(r, j - offs[r])
+        })?;
+    }
+
+    // scatter / scatterv from rank 0.
+    let all: Vec<T> = (0..count * n).map(|j| val(j / count, j % count)).collect();
+    let sc_src = if me == 0 { up(&all)? } else { zeros(0)? };
+    let sc = zeros(count)?;
+    done("scatter", || {
+        g.scatter(sc_src.slice(), sc.slice(), 0, stream)
+    })?;
+    expect("scatter", &sc.to_host().map_err(e2s)?, |i| val(me, i))?;
+    let allv: Vec<T> = (0..total)
+        .map(|j| {
+            let r = owner(j);
+            val(r, j - offs[r])
+        })
+        .collect();
+    let scv_src = if me == 0 { up(&allv)? } else { zeros(0)? };
+    let scv = zeros(counts[me])?;
+    done("scatter_v", || {
+        g.scatter_v(scv_src.slice(), scv.slice(), &counts, 0, stream)
+    })?;
+    expect("scatterv", &scv.to_host().map_err(e2s)?, |i| val(me, i))?;
+
+    // reduce_scatter / reduce_scatterv.
+    let rs_send = up(&(0..count * n).map(|j| val(me, j)).collect::<Vec<_>>())?;
+    let rs = zeros(count)?;
+    done("reduce_scatter", || {
+        g.reduce_scatter(rs_send.slice(), rs.slice(), ReduceOp::Sum, stream)
+    })?;
+    expect("reduce_scatter", &rs.to_host().map_err(e2s)?, |i| {
+        T::of(tri * ((me * count + i) % 7 + 1) as i64)
+    })?;
+    let rsv_send = up(&(0..total).map(|j| val(me, j)).collect::<Vec<_>>())?;
+    let rsv = zeros(counts[me])?;
+    done("reduce_scatter_v", || {
+        g.reduce_scatter_v(
+            rsv_send.slice(),
+            rsv.slice(),
+            &counts,
+            ReduceOp::Sum,
+            stream,
+        )
+    })?;
+    expect("reduce_scatterv", &rsv.to_host().map_err(e2s)?, |i| {
+        T::of(tri * ((offs[me] + i) % 7 + 1) as i64)
+    })?;
+
+    // alltoall / alltoallv: rank s sends rank d the block (s*3 + d + i) % 100.
+    let a2a = |s: usize, d: usize, i: usize| T::of(((s * 3 + d + i) % 100) as i64);
+    let at_send = up(&(0..count * n)
+        .map(|j| a2a(me, j / count, j % count))
+        .collect::<Vec<_>>())?;
+    let at = zeros(count * n)?;
+    done("all_to_all", || {
+        g.all_to_all(at_send.slice(), at.slice(), stream)
+    })?;
+    expect("alltoall", &at.to_host().map_err(e2s)?, |j| {
+        a2a(j / count, me, j % count)
+    })?;
+    // rank s sends rank d count + s + d elements.
+    let sc_: Vec<usize> = (0..n).map(|d| count + me + d).collect();
+    let rc_: Vec<usize> = (0..n).map(|s| count + s + me).collect();
+    let mut sendv = Vec::new();
+    for (d, &c) in sc_.iter().enumerate() {
+        sendv.extend((0..c).map(|i| a2a(me, d, i)));
+    }
+    let mut wantv = Vec::new();
+    for (s, &c) in rc_.iter().enumerate() {
+        wantv.extend((0..c).map(|i| a2a(s, me, i)));
+    }
+    let atv_send = up(&sendv)?;
+    let atv = zeros(wantv.len())?;
+    done("all_to_all_v", || {
+        g.all_to_all_v(atv_send.slice(), &sc_, atv.slice(), &rc_, stream)
+    })?;
+    expect("alltoallv", &atv.to_host().map_err(e2s)?, |j| wantv[j])?;
+
+    // send/recv around a ring, then as separate calls between ranks 0 and 1.
+    let ring = zeros(count)?;
+    done("send_recv", || {
+        g.send_recv(
+            send.slice(),
+            (me + 1) % n,
+            ring.slice(),
+            (me + n - 1) % n,
+            stream,
+        )
+    })?;
+    expect("sendrecv", &ring.to_host().map_err(e2s)?, |i| {
+        val((me + n - 1) % n, i)
+    })?;
+    let p = zeros(count)?;
+    sync();
+    if n >= 2 && me < 2 {
+        let req = if me == 0 {
+            g.send(send.slice(), 1, stream)
+        } else {
+            g.recv(p.slice(), 0, stream)
+        };
+        req.and_then(|r| r.wait()).map_err(e2s)?;
+        if me == 1 {
+            expect("send/recv", &p.to_host().map_err(e2s)?, |i| val(0, i))?;
+        }
+    }
+
+    done("barrier", || g.barrier(stream))?;
+    Ok(())
+}
+
+/// Every primitive, every dtype, uneven and odd counts; then errors for unsupported ops.
+fn check_all(g: &GpuCommunicator) -> Result<usize, String> {
+    let own = gpu::cuda::driver()
+        .and_then(|d| d.new_stream())
+        .map_err(e2s)? as usize;
+    let mut checks = 0;
+    for (k, count) in [1usize, 7, 1000, 65537].into_iter().enumerate() {
+        let stream = if k % 2 == 0 {
+            Stream::Comm
+        } else {
+            Stream::Raw(own)
+        };
+        check_type::<f32>(g, count, stream)?;
+        check_type::<f64>(g, count, stream)?;
+        check_type::<i32>(g, count, stream)?;
+        check_type::<i64>(g, count, stream)?;
+        check_type::<u8>(g, count, stream)?;
+        check_type::<f16>(g, count, stream)?;
+        check_type::<bf16>(g, count, stream)?;
+        checks += 7;
+    }
+    let b = DeviceBuffer::<i32>::alloc(g, 4).map_err(e2s)?;
+    match g.all_reduce(b.slice(), b.slice(), ReduceOp::BXor, Stream::Comm) {
+        Err(Error::Unsupported(m)) if m.contains("bitwise") => {}
+        other => return Err(format!("bxor on GPU should be Unsupported, got {other:?}")),
+    }
+    // A usage error is reported and leaves the communicator usable.
+    let small = DeviceBuffer::<f32>::alloc(g, 1).map_err(e2s)?;
+    let big = DeviceBuffer::<f32>::alloc(g, 8).map_err(e2s)?;
+    if g.all_reduce(big.slice(), small.slice(), ReduceOp::Sum, Stream::Comm)
+        .is_ok()
+    {
+        return Err("a too-small receive buffer was accepted".into());
+    }
+    done("barrier", || g.barrier(Stream::Comm))?;
+    g.synchronize().map_err(e2s)?;
+    Ok(checks)
+}
+
+/// Split into even/odd ranks and check an allreduce in each; also two communicators at once.
+fn check_split_and_two_comms(host: &Communicator, g: &GpuCommunicator) -> Result<(), String> {
+    let n = g.size();
+    let me = g.rank();
+    sync();
+    let sub = g
+        .split(Some((me % 2) as u32), me as i64)
+        .map_err(e2s)?
+        .ok_or("split returned no communicator")?;
+    let members: Vec<usize> = (0..n).filter(|r| r % 2 == me % 2).collect();
+    if sub.size() != members.len() {
+        return Err(format!("split size {} != {}", sub.size(), members.len()));
+    }
+    let v = DeviceBuffer::from_host(&sub, &[me as f32 + 1.0; 33]).map_err(e2s)?;
+    sync();
+    sub.all_reduce(v.slice(), v.slice(), ReduceOp::Sum, Stream::Comm)
+        .and_then(|r| r.wait())
+        .map_err(e2s)?;
+    let want: f32 = members.iter().map(|r| *r as f32 + 1.0).sum();
+    expect("split allreduce", &v.to_host().map_err(e2s)?, |_| want)?;
+
+    let second = GpuCommunicator::new(host, g.device()).map_err(e2s)?;
+    let a = DeviceBuffer::from_host(g, &[1i32; 100]).map_err(e2s)?;
+    let b = DeviceBuffer::from_host(&second, &[2i32; 100]).map_err(e2s)?;
+    sync();
+    let ra = g
+        .all_reduce(a.slice(), a.slice(), ReduceOp::Sum, Stream::Comm)
+        .map_err(e2s)?;
+    let rb = second
+        .all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm)
+        .map_err(e2s)?;
+    ra.wait().map_err(e2s)?;
+    rb.wait().map_err(e2s)?;
+    expect("first comm", &a.to_host().map_err(e2s)?, |_| n as i32)?;
+    expect("second comm", &b.to_host().map_err(e2s)?, |_| 2 * n as i32)?;
+    Ok(())
+}
+
+#[test]
+fn threads_every_primitive() {
+    if skip("threads_every_primitive") {
+        return;
+    }
+    let ndev = device_count();
+    if ndev < 2 {
+        println!("threads_every_primitive: skipping: needs 2 GPUs, found {ndev}");
+        return;
+    }
+    let world = ndev.min(4);
+    let results = accord::testing::run_world(world, |host| {
+        LOCKSTEP.with(|l| *l.borrow_mut() = Some(host.clone()));
+        let g = GpuCommunicator::new(&host, host.rank()).map_err(e2s)?;
+        let checks = check_all(&g)?;
+        check_split_and_two_comms(&host, &g)?;
+        Ok::<_, String>(checks)
+    });
+    for (r, res) in results.iter().enumerate() {
+        match res {
+            Ok(c) => println!("threads_every_primitive: rank {r}: {c} dtype x size checks passed"),
+            Err(e) => panic!("rank {r}: {e}"),
+        }
+    }
+}
+
+#[test]
+fn threads_several_gpus_per_process() {
+    if skip("threads_several_gpus_per_process") {
+        return;
+    }
+    let ndev = device_count();
+    if ndev < 2 {
+        println!("threads_several_gpus_per_process: skipping: needs 2 GPUs, found {ndev}");
+        return;
+    }
+    let devices: Vec<usize> = (0..ndev.min(4)).collect();
+    accord::testing::run_world(1, |host| {
+        let comms = GpuCommunicator::new_multi(&host, &devices).unwrap();
+        assert_eq!(comms.len(), devices.len());
+        let bufs: Vec<_> = comms
+            .iter()
+            .map(|c| DeviceBuffer::from_host(c, &vec![c.rank() as f32 + 1.0; 4099]).unwrap())
+            .collect();
+        let reqs = gpu::group(|| {
+            comms
+                .iter()
+                .zip(&bufs)
+                .map(|(c, b)| c.all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm))
+                .collect::<accord::Result<Vec<_>>>()
+        })
+        .unwrap();
+        for r in reqs {
+            r.wait().unwrap();
+        }
+        let want: f32 = (1..=devices.len()).map(|v| v as f32).sum();
+        for b in &bufs {
+            assert!(b.to_host().unwrap().iter().all(|v| *v == want));
+        }
+        println!(
+            "threads_several_gpus_per_process: {} GPUs in one process agree",
+            devices.len()
+        );
+    });
+}
+
+fn launched(test: &str) -> Option<Communicator> {
+    if skip(test) {
+        return None;
+    }
+    if std::env::var("ACCORD_RANK").is_err() {
+        println!("{test}: skipping: not started by `accord run -n N` (one process per GPU)");
+        return None;
+    }
+    Some(accord::init().expect("host communicator"))
+}
+
+fn local_device(host: &Communicator) -> usize {
+    let local: usize = std::env::var("LOCAL_RANK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(host.rank());
+    local % device_count().max(1)
+}
+
+#[test]
+fn processes_every_primitive() {
+    let Some(host) = launched("processes_every_primitive") else {
+        return;
+    };
+    let g = GpuCommunicator::new(&host, local_device(&host)).unwrap();
+    let (v, path) = g.nccl_version();
+    let checks = check_all(&g).unwrap_or_else(|e| panic!("rank {}: {e}", g.rank()));
+    check_split_and_two_comms(&host, &g).unwrap_or_else(|e| panic!("rank {}: {e}", g.rank()));
+    println!(
+        "processes_every_primitive: rank {} of {} on GPU {}: {checks} dtype x size checks, split \
+         and two communicators passed (NCCL {v} from {path})",
+        g.rank(),
+        g.size(),
+        g.device()
+    );
+}
+
+#[test]
+fn processes_rank_killed() {
+    if std::env::var("ACCORD_GPU_KILL_TEST").is_err() {
+        println!("processes_rank_killed: skipping: set ACCORD_GPU_KILL_TEST=1 (ends rank 1)");
+        return;
+    }
+    let Some(host) = launched("processes_rank_killed") else {
+        return;
+    };
+    let g = GpuCommunicator::new(&host, local_device(&host)).unwrap();
+    g.set_timeout(Duration::from_secs(5));
+    let b = DeviceBuffer::from_host(&g, &vec![1.0f32; 1 << 16]).unwrap();
+    for _ in 0..10 {
+        g.all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm)
+            .unwrap()
+            .wait()
+            .unwrap();
+    }
+    host.barrier().unwrap();
+    if g.rank() == 1 {
+        println!("processes_rank_killed: rank 1 exits without warning");
+        // SAFETY: ends the process at once, as a crash would (exit status 0 keeps the launcher
+        // from stopping the others first).
+        unsafe { libc::_exit(0) };
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let start = Instant::now();
+    let r = g
+        .all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm)
+        .and_then(|r| r.wait());
+    let took = start.elapsed();
+    let e = r.expect_err("an allreduce with a dead peer succeeded");
+    println!(
+        "processes_rank_killed: rank {} failed after {took:.2?}: {e}",
+        g.rank()
+    );
+    assert!(
+        took < Duration::from_secs(9),
+        "took {took:?} with a 5 s timeout"
+    );
+    // Later calls fail at once with the same error.
+    let again = g.all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm);
+    assert!(again.is_err());
+}
+
+#[test]
+fn processes_desync_detected() {
+    if std::env::var("ACCORD_GPU_DESYNC_TEST").is_err() {
+        println!("processes_desync_detected: skipping: set ACCORD_GPU_DESYNC_TEST=1");
+        return;
+    }
+    let Some(host) = launched("processes_desync_detected") else {
+        return;
+    };
+    let g = GpuCommunicator::new(&host, local_device(&host)).unwrap();
+    g.set_timeout(Duration::from_secs(20));
+    let b = DeviceBuffer::from_host(&g, &vec![1.0f32; 1024]).unwrap();
+    g.all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let start = Instant::now();
+    // Rank 0 broadcasts 1024 elements, the others reduce 1000: a programming error.
+    let r = if g.rank() == 0 {
+        g.broadcast(b.slice(), b.slice(), 0, Stream::Comm)
+    } else {
+        g.all_reduce(
+            b.slice().sub(0, 1000).unwrap(),
+            b.slice().sub(0, 1000).unwrap(),
+            ReduceOp::Sum,
+            Stream::Comm,
+        )
+    }
+    .and_then(|r| r.wait());
+    // NCCL may finish mismatched calls with garbage instead of hanging: then the watchdog's
+    // cadence (about a second) still reports the desync.
+    let e = match r {
+        Err(e) => e,
+        Ok(()) => {
+            std::thread::sleep(Duration::from_secs(4));
+            g.poisoned().expect("mismatched calls went unnoticed")
+        }
+    };
+    let took = start.elapsed();
+    println!(
+        "processes_desync_detected: rank {} after {took:.2?}: {e}",
+        g.rank()
+    );
+    assert!(
+        matches!(e, Error::Desync { .. }),
+        "expected a desync, got {e}"
+    );
+    assert!(took < Duration::from_secs(10));
+    let _ = DataType::F32;
+    let _ = DeviceSlice::empty(DataType::F32);
+}
+
+#[test]
+fn unavailable_reason_explains_itself() {
+    // Always runs: on a machine without CUDA it must name what is missing.
+    if let Some(why) = gpu::unavailable_reason() {
+        assert!(
+            why.contains("libcuda") || why.contains("device") || why.contains("NCCL"),
+            "{why}"
+        );
+        println!("gpu unavailable here: {why}");
+    }
+}
