@@ -63,7 +63,8 @@ struct Inner {
     splits: AtomicU64,
     timeout_ns: AtomicU64,
     poison: Mutex<Option<Error>>,
-    cache: Mutex<HashMap<(Collective, Algorithm), Arc<Schedule>>>,
+    /// Plans by (collective, element size): the algorithm choice depends on both.
+    cache: Mutex<HashMap<(Collective, usize), Arc<Schedule>>>,
     /// Per-communicator algorithm choices that override the tuner (tests, tuning).
     forced: Mutex<HashMap<OpKind, Algorithm>>,
     model: tuner::CostModel,
@@ -196,6 +197,8 @@ impl Communicator {
             Some(a) => f.insert(kind, a),
             None => f.remove(&kind),
         };
+        // Plans chosen before no longer apply.
+        self.inner.cache.lock().unwrap().clear();
     }
 
     /// The algorithm the tuner picks for `coll` with elements of `dtype`, and its cost table.
@@ -239,7 +242,14 @@ impl Communicator {
         Ok(())
     }
 
+    /// The cached plan for `coll`, choosing the algorithm on first use. The choice is made once
+    /// per (collective, sizes) so the tuner stays off the per-call path; with `ACCORD_EXPLAIN=1`
+    /// rank 0 prints the cost table behind each new choice.
     fn schedule(&self, coll: &Collective, kind: OpKind, dtype: DataType) -> Result<Arc<Schedule>> {
+        let key = (coll.clone(), dtype.size());
+        if let Some(s) = self.inner.cache.lock().unwrap().get(&key) {
+            return Ok(s.clone());
+        }
         let forced = self.inner.forced.lock().unwrap().get(&coll.kind()).copied();
         let algo = match (forced, coll) {
             (Some(a), _) => a,
@@ -248,9 +258,14 @@ impl Communicator {
             (None, Collective::AllToAll { .. }) if kind == OpKind::AllToAllV => Algorithm::Pairwise,
             (None, _) => tuner::select(coll, self.size(), dtype.size(), &self.inner.model),
         };
-        let key = (coll.clone(), algo);
-        if let Some(s) = self.inner.cache.lock().unwrap().get(&key) {
-            return Ok(s.clone());
+        if self.rank() == 0 && std::env::var("ACCORD_EXPLAIN").is_ok_and(|v| v.trim() == "1") {
+            eprintln!(
+                "accord: {} on {} ({} ranks) uses {algo}\n{}",
+                kind,
+                self.name(),
+                self.size(),
+                tuner::explain(coll, self.size(), dtype.size(), &self.inner.model)
+            );
         }
         let s = Arc::new(algorithms::build(coll, self.size(), self.rank(), algo)?);
         let mut cache = self.inner.cache.lock().unwrap();
