@@ -53,7 +53,7 @@ pub struct Row {
 }
 
 /// Parse `4`, `64K`, `16M`, `1G` (powers of two).
-pub fn parse_size(s: &str) -> std::result::Result<usize, String> {
+pub(crate) fn parse_size(s: &str) -> std::result::Result<usize, String> {
     let s = s.trim();
     let (num, mult) = match s.chars().last().map(|c| c.to_ascii_uppercase()) {
         Some('K') => (&s[..s.len() - 1], 1usize << 10),

@@ -6,6 +6,7 @@
 mod bench;
 mod bench_gpu;
 mod launch;
+mod sim;
 
 use accord::DataType;
 use clap::{Parser, Subcommand};
@@ -55,6 +56,24 @@ struct BenchArgs {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Simulate an operation's algorithms on a world of any size with the cost model.
+    Sim {
+        /// Operation: allreduce, broadcast, reduce, allgather, gather, scatter, reduce_scatter,
+        /// alltoall, barrier.
+        op: String,
+        /// Number of ranks (e.g. 1024).
+        #[arg(short = 'n', long = "np", default_value_t = 1024)]
+        n: usize,
+        /// Size range in bytes, MIN:MAX (suffixes K, M, G).
+        #[arg(long, default_value = "8:64M")]
+        sizes: String,
+        /// Multiply the size by this between tables.
+        #[arg(long, default_value_t = 64)]
+        factor: usize,
+        /// Cost model: tcp, shm or inproc.
+        #[arg(long, default_value = "tcp")]
+        model: String,
+    },
     /// Launch N ranks of PROGRAM on this host with a fresh store and token.
     Run {
         /// Number of ranks.
@@ -180,6 +199,19 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
             }
         },
         Cmd::Store { port, host } => store_main(&host, port),
+        Cmd::Sim {
+            op,
+            n,
+            sizes,
+            factor,
+            model,
+        } => match sim::run(&op, n, &sizes, factor, &model) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("accord sim: {e}");
+                2
+            }
+        },
     };
     code
 }

@@ -288,3 +288,25 @@ fn bench_explain_prints_the_cost_table() {
         "{stdout}"
     );
 }
+
+#[test]
+fn sim_predicts_a_thousand_ranks() {
+    let out = accord()
+        .args(["sim", "allreduce", "-n", "1024", "--sizes", "64M:64M"])
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("allreduce on 1024 ranks"), "{stdout}");
+    // Exactly one algorithm is marked as the tuner's choice.
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with('*')).count(),
+        1,
+        "{stdout}"
+    );
+    let bad = accord()
+        .args(["sim", "allreduce", "--model", "carrier-pigeon"])
+        .output()
+        .unwrap();
+    assert!(text(&bad.stderr).contains("unknown cost model"));
+}

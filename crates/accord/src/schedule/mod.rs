@@ -25,6 +25,7 @@ use std::fmt;
 
 pub mod algorithms;
 pub mod check;
+pub mod sim;
 pub mod tuner;
 
 mod allgather;
