@@ -2,7 +2,8 @@
 # Accord's GPU collectives against torch.distributed (NCCL) in the same run, same sizes, same
 # timing method; prints busbw ratios (accord / torch) and latency ratios (torch / accord).
 #
-# Usage: bench/gpu_compare.sh [NRANKS] [OUTDIR]     (ACCORD_BIN: the accord binary)
+# Usage: bench/gpu_compare.sh [NRANKS] [OUTDIR]     (ACCORD_BIN: the accord binary;
+#        ACCORD_COMPARE_OPS="alltoall ...": a subset of the operations)
 set -euo pipefail
 n=${1:-$(nvidia-smi -L | wc -l)}
 out=${2:-/tmp/accord-gpu-compare}
@@ -20,7 +21,8 @@ print(next((x for x in p if os.path.exists(x)), ""))' 2>/dev/null || true)
 fi
 echo "# accord loads NCCL from ${ACCORD_NCCL_LIBRARY:-the default search order}"
 lo=8; hi=$((512 << 20)); fac=4
-ops="allreduce allgather reduce_scatter alltoall broadcast"
+ops=${ACCORD_COMPARE_OPS:-"allreduce allgather reduce_scatter alltoall broadcast"}
+export ACCORD_COMPARE_OPS="$ops"
 for op in $ops; do
   "$bin" bench "$op" --device cuda -n "$n" --sizes "$lo:$hi" --factor "$fac" --json "$out/accord_$op.json" \
     > "$out/accord_$op.txt"

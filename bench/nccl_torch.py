@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-OPS = ["allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast"]
+OPS = os.environ.get("ACCORD_COMPARE_OPS", "allreduce allgather reduce_scatter alltoall broadcast").split()
 
 
 def bus_factor(op, n):

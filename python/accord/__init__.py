@@ -8,9 +8,17 @@ A thin layer over the Rust core (``accord._native``)::
     comm.allreduce(x)                    # in place: x now holds the sum over ranks
     accord.allreduce(x, op="max")        # the same through the default group
 
-Arrays are numpy arrays, torch CPU tensors, or anything exporting ``__dlpack__``,
-``__array_interface__`` or the buffer protocol; they must be C-contiguous, and outputs
-writable. Every call releases the GIL; ``async_op=True`` returns a :class:`Request`.
+Arrays are numpy arrays, torch tensors, CuPy arrays, or anything exporting ``__dlpack__``,
+``__array_interface__``, ``__cuda_array_interface__`` or the buffer protocol; they must be
+C-contiguous, and outputs writable. Every call releases the GIL; ``async_op=True`` returns a
+:class:`Request`.
+
+CUDA arrays run on NCCL: the first call with arrays on a device creates the group's NCCL
+communicator for it (a collective: every rank makes that call together, each with its own
+device), and every call is enqueued on the framework's current stream and returns without
+waiting for the GPU, like torch.distributed's NCCL backend (``comm.synchronize()`` or
+``Request.wait()`` wait for completion). Host and CUDA arrays cannot be mixed in one call.
+See python/README.md.
 
 Bootstrapping: :func:`init` (env://, tcp://host:port, file:///path, or ``mpi_comm=``),
 :mod:`accord.collective` (Ray), :mod:`accord.dask` (Dask).

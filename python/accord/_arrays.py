@@ -1,4 +1,6 @@
-"""Small helpers over numpy arrays and torch tensors for the list-based Ray API."""
+"""Small helpers over numpy arrays, torch tensors (CPU or CUDA) and CuPy arrays for the
+list-based Ray API. New arrays are made on the device of the array they are modelled on, so
+that a group fed GPU tensors stays on the GPU."""
 
 from __future__ import annotations
 
@@ -9,30 +11,44 @@ def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch")
 
 
+def _is_cupy(x: Any) -> bool:
+    return type(x).__module__.startswith("cupy")
+
+
 def empty_stack(like: Any, n: int) -> Any:
-    """A new contiguous array of shape (n, *like.shape) and like's dtype."""
+    """A new contiguous array of shape (n, *like.shape), like's dtype and device."""
     if _is_torch(like):
         import torch
 
-        return torch.empty((n, *like.shape), dtype=like.dtype)
+        return torch.empty((n, *like.shape), dtype=like.dtype, device=like.device)
+    if _is_cupy(like):
+        import cupy
+
+        with like.device:
+            return cupy.empty((n, *like.shape), dtype=like.dtype)
     import numpy as np
 
     return np.empty((n, *like.shape), dtype=like.dtype)
 
 
 def concat(arrays: Sequence[Any]) -> Any:
-    """The arrays, flattened and concatenated into one new contiguous array."""
+    """The arrays, flattened and concatenated into one new contiguous array (on their device)."""
     if _is_torch(arrays[0]):
         import torch
 
         return torch.cat([a.reshape(-1) for a in arrays]).contiguous()
+    if _is_cupy(arrays[0]):
+        import cupy
+
+        with arrays[0].device:
+            return cupy.ascontiguousarray(cupy.concatenate([cupy.ravel(a) for a in arrays]))
     import numpy as np
 
     return np.ascontiguousarray(np.concatenate([np.ravel(a) for a in arrays]))
 
 
 def copy_into(dst: Any, src: Any) -> None:
-    """dst[...] = src (same number of elements)."""
+    """dst[...] = src (same number of elements, same device)."""
     if _is_torch(dst):
         dst.copy_(src.reshape(dst.shape))
     else:

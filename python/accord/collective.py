@@ -16,6 +16,11 @@ Importing this module also registers accord as a backend of Ray's own API when R
 ``ray.util.collective.register_collective_backend`` (Ray >= 2.5x), so
 ``ray.util.collective.init_collective_group(..., backend="accord")`` works as well — in every
 process that uses it, after ``import accord.collective``.
+
+Tensors may be numpy arrays, torch tensors or CuPy arrays, on the host or on a CUDA device: CUDA
+tensors run on NCCL, on the framework's current stream (the group creates its NCCL communicator
+for a device on its first call with tensors there, on every rank together), and the staging
+arrays of the list-based calls are made on the tensors' device.
 """
 
 from __future__ import annotations

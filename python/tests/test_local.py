@@ -6,11 +6,14 @@ import pytest
 import accord
 
 
+def _one_rank():
+    server = accord.StoreServer("127.0.0.1", 0)
+    return accord.init_from_store(0, 1, f"127.0.0.1:{server.port}", server.token, timeout=20, store=server)
+
+
 @pytest.fixture(scope="module")
 def comm():
-    server = accord.StoreServer("127.0.0.1", 0)
-    c = accord.init_from_store(0, 1, f"127.0.0.1:{server.port}", server.token, timeout=20, store=server)
-    yield c
+    yield _one_rank()
 
 
 def test_exception_hierarchy():
@@ -51,15 +54,14 @@ def test_request_wait_and_test(comm):
     assert r.test()
 
 
-def test_recv_timeout_is_structured(comm):
+def test_recv_timeout_is_structured():
+    # A communicator of its own: a timeout fails (poisons) the communicator for good.
+    comm = _one_rank()
     comm.timeout = 0.3
-    try:
-        with pytest.raises(accord.TimeoutError) as e:
-            comm.recv(np.zeros(2, np.float32), 0, tag=9)
-        assert isinstance(e.value, TimeoutError)
-        assert e.value.waiting_for == [0]
-    finally:
-        comm.timeout = 30
+    with pytest.raises(accord.TimeoutError) as e:
+        comm.recv(np.zeros(2, np.float32), 0, tag=9)
+    assert isinstance(e.value, TimeoutError)
+    assert e.value.waiting_for == [0]
 
 
 def test_unauthorized_store():

@@ -2,9 +2,10 @@
 //!
 //! One entry point, [`extract`], looks at an object in this order:
 //!
-//! 1. `__cuda_array_interface__`, or DLPack with a non-CPU device: a device array. Device memory
-//!    is the GPU backend's business; [`Array::Device`] is the single place where such arrays will
-//!    be routed to it. Until then they are refused with `accord.UnsupportedError`.
+//! 1. DLPack with a CUDA device (torch, CuPy, JAX...) or `__cuda_array_interface__` (CuPy,
+//!    Numba...): a [`CudaArray`], for the GPU backend, with the CUDA stream the operation must run
+//!    on (the framework's current stream, see [`CudaArray::stream`]). Other devices (ROCm...)
+//!    are [`Array::Device`] and are refused.
 //! 2. `__dlpack__` (numpy, torch, jax, cupy on the host...): the zero-copy standard.
 //! 3. `__array_interface__` (numpy-likes, including read-only arrays, which DLPack cannot export,
 //!    and `ml_dtypes.bfloat16`, which it does not know).
@@ -54,7 +55,9 @@ struct DLManagedTensor {
 }
 
 const KDL_CPU: i32 = 1;
+const KDL_CUDA: i32 = 2;
 const KDL_CUDA_HOST: i32 = 3;
+const KDL_CUDA_MANAGED: i32 = 13;
 
 /// Keeps an exported array's memory valid.
 enum Owner {
@@ -114,11 +117,34 @@ impl HostArray {
     }
 }
 
+/// CUDA device memory of one array, valid while this value lives (and, for the operation's
+/// sake, until the operation has completed on [`CudaArray::stream`]).
+pub struct CudaArray {
+    /// Device address of the first element.
+    pub ptr: u64,
+    /// Number of elements.
+    pub count: usize,
+    pub dtype: DataType,
+    /// Device ordinal in this process.
+    pub device: usize,
+    /// The `CUstream` to run on: the framework's current stream for `device` (torch:
+    /// `torch.cuda.current_stream(device)`, CuPy: `cupy.cuda.get_current_stream()`), else the
+    /// `stream` of `__cuda_array_interface__`, else 0 (the legacy default stream, which orders
+    /// with every blocking stream).
+    pub stream: usize,
+    _owner: Owner,
+}
+
+// SAFETY: as for HostArray: a plain address plus Python references.
+unsafe impl Send for CudaArray {}
+// SAFETY: as above.
+unsafe impl Sync for CudaArray {}
+
 /// What [`extract`] found.
 pub enum Array {
     Host(HostArray),
-    /// Memory on an accelerator: (device kind, device id). Routed to the GPU backend once it
-    /// exists.
+    Cuda(CudaArray),
+    /// Memory on an accelerator accord cannot use: (device kind, device id).
     Device(&'static str, i32),
 }
 
@@ -212,22 +238,26 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 /// access (outputs and in-place buffers).
 pub fn extract(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<Array> {
     // 1. Device arrays.
-    if obj.hasattr("__cuda_array_interface__")? {
-        return Ok(Array::Device("cuda", 0));
-    }
+    let mut dl_device = None;
     if obj.hasattr("__dlpack_device__")? {
         if let Ok(dev) = obj.call_method0("__dlpack_device__") {
             if let Ok((kind, id)) = dev.extract::<(i32, i32)>() {
-                if kind != KDL_CPU && kind != KDL_CUDA_HOST {
-                    let name = match kind {
-                        2 => "cuda",
-                        10 => "rocm",
-                        _ => "device",
-                    };
-                    return Ok(Array::Device(name, id));
-                }
+                dl_device = Some((kind, id));
             }
         }
+    }
+    match dl_device {
+        Some((KDL_CUDA | KDL_CUDA_MANAGED, id)) => {
+            return extract_cuda(obj, what, writable, Some(id.max(0) as usize)).map(Array::Cuda)
+        }
+        Some((kind, id)) if kind != KDL_CPU && kind != KDL_CUDA_HOST => {
+            let name = if kind == 10 { "rocm" } else { "device" };
+            return Ok(Array::Device(name, id));
+        }
+        _ => {}
+    }
+    if dl_device.is_none() && obj.hasattr("__cuda_array_interface__")? {
+        return extract_cuda(obj, what, writable, None).map(Array::Cuda);
     }
     // 2. DLPack.
     if obj.hasattr("__dlpack__")? {
@@ -276,11 +306,15 @@ pub fn extract(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<A
     )))
 }
 
-fn from_dlpack(
-    obj: &Bound<'_, PyAny>,
-    cap: &Bound<'_, PyAny>,
-    what: &str,
-) -> PyResult<Option<HostArray>> {
+/// A parsed DLPack export: device, address of the first element, element count, dtype.
+struct DlView {
+    device: DLDevice,
+    ptr: usize,
+    count: usize,
+    dtype: DataType,
+}
+
+fn parse_dlpack(cap: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<DlView>> {
     let Ok(capsule) = cap.downcast::<PyCapsule>() else {
         return Ok(None);
     };
@@ -293,12 +327,6 @@ fn from_dlpack(
     // SAFETY: a "dltensor" capsule holds a DLManagedTensor that lives as long as the capsule
     // (we never rename it, so the capsule's destructor frees the export when we drop it).
     let t = unsafe { &(*(ptr as *const DLManagedTensor)).dl_tensor };
-    if t.device.device_type != KDL_CPU && t.device.device_type != KDL_CUDA_HOST {
-        return Err(PyErr::from_value_bound(
-            crate::errors::unsupported_device(obj.py(), what, "device", t.device.device_id)?
-                .into_any(),
-        ));
-    }
     let dtype = dtype_from_dlpack(t.dtype).ok_or_else(|| {
         let d = t.dtype;
         unsupported_dtype(
@@ -322,13 +350,147 @@ fn from_dlpack(
         }
     }
     let count: i64 = shape.iter().product();
-    let base = t.data as usize + t.byte_offset as usize;
-    Ok(Some(HostArray {
-        ptr: base,
-        len: count.max(0) as usize * dtype.size(),
+    Ok(Some(DlView {
+        device: t.device,
+        ptr: t.data as usize + t.byte_offset as usize,
+        count: count.max(0) as usize,
         dtype,
+    }))
+}
+
+fn from_dlpack(
+    obj: &Bound<'_, PyAny>,
+    cap: &Bound<'_, PyAny>,
+    what: &str,
+) -> PyResult<Option<HostArray>> {
+    let Some(v) = parse_dlpack(cap, what)? else {
+        return Ok(None);
+    };
+    if v.device.device_type != KDL_CPU && v.device.device_type != KDL_CUDA_HOST {
+        return Err(PyErr::from_value_bound(
+            crate::errors::unsupported_device(obj.py(), what, "device", v.device.device_id)?
+                .into_any(),
+        ));
+    }
+    Ok(Some(HostArray {
+        ptr: v.ptr,
+        len: v.count * v.dtype.size(),
+        dtype: v.dtype,
         _owner: Owner::Objects(vec![obj.clone().unbind(), cap.clone().unbind()]),
     }))
+}
+
+fn module_of(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .getattr("__module__")
+        .and_then(|m| m.extract::<String>())
+        .unwrap_or_default()
+}
+
+/// The stream an operation on `obj` (on CUDA device `device`, when known) runs on; see
+/// [`CudaArray::stream`].
+fn current_stream(obj: &Bound<'_, PyAny>, device: Option<usize>) -> PyResult<Option<usize>> {
+    let py = obj.py();
+    let module = module_of(obj);
+    if module.starts_with("torch") {
+        let cuda = py.import_bound("torch")?.getattr("cuda")?;
+        let s = match device {
+            Some(d) => cuda.call_method1("current_stream", (d,))?,
+            None => cuda.call_method0("current_stream")?,
+        };
+        return Ok(Some(s.getattr("cuda_stream")?.extract()?));
+    }
+    if module.starts_with("cupy") {
+        let cuda = py.import_bound("cupy")?.getattr("cuda")?;
+        // CuPy keeps a current stream per device; the one-argument form is recent.
+        let s = match device {
+            Some(d) => cuda
+                .call_method1("get_current_stream", (d,))
+                .or_else(|_| cuda.call_method0("get_current_stream"))?,
+            None => cuda.call_method0("get_current_stream")?,
+        };
+        return Ok(Some(s.getattr("ptr")?.extract()?));
+    }
+    Ok(None)
+}
+
+/// A CUDA array: DLPack first (it knows bfloat16 and the device), else
+/// `__cuda_array_interface__`. `device` is the DLPack device id, when there is one.
+fn extract_cuda(
+    obj: &Bound<'_, PyAny>,
+    what: &str,
+    writable: bool,
+    device: Option<usize>,
+) -> PyResult<CudaArray> {
+    let stream = current_stream(obj, device)?;
+    if device.is_some() && obj.hasattr("__dlpack__")? {
+        // The DLPack `stream` argument: the producer makes its pending work on the array visible
+        // to this stream (0 is not allowed for CUDA; 1 means the legacy default stream).
+        let s = match stream {
+            Some(0) | None => 1,
+            Some(s) => s,
+        };
+        let kwargs = PyDict::new_bound(obj.py());
+        kwargs.set_item("stream", s)?;
+        let cap = obj
+            .call_method("__dlpack__", (), Some(&kwargs))
+            .or_else(|_| obj.call_method0("__dlpack__"));
+        if let Ok(cap) = cap {
+            if let Some(v) = parse_dlpack(&cap, what)? {
+                if v.device.device_type == KDL_CUDA || v.device.device_type == KDL_CUDA_MANAGED {
+                    return Ok(CudaArray {
+                        ptr: v.ptr as u64,
+                        count: v.count,
+                        dtype: v.dtype,
+                        device: v.device.device_id.max(0) as usize,
+                        stream: stream.unwrap_or(0),
+                        _owner: Owner::Objects(vec![obj.clone().unbind(), cap.unbind()]),
+                    });
+                }
+            }
+        }
+    }
+    let ai = obj.getattr("__cuda_array_interface__").map_err(|e| {
+        PyTypeError::new_err(format!(
+            "{what} ({}) is a CUDA array that exports neither a usable DLPack capsule nor \
+             __cuda_array_interface__: {e}",
+            type_name(obj)
+        ))
+    })?;
+    let ai = ai
+        .downcast::<PyDict>()
+        .map_err(|_| PyTypeError::new_err(format!("{what}: malformed __cuda_array_interface__")))?;
+    let (ptr, len, dtype) = interface_parts(obj, ai, what, writable)?;
+    let count = len / dtype.size();
+    let device = match device {
+        Some(d) => d,
+        None if count == 0 => 0,
+        None => accord::gpu::cuda::driver()
+            .and_then(|cu| cu.pointer_device(ptr as u64))
+            .map_err(|e| {
+                crate::errors::to_py(accord::Error::Unsupported(format!(
+                    "{what} exports __cuda_array_interface__, but its address {ptr:#x} is not \
+                     CUDA memory this process can use, so the GPU backend cannot take it: {e}"
+                )))
+            })?,
+    };
+    // CAI `stream`: absent or None: nothing to wait for; 1: the legacy default stream (CUstream
+    // 0 in the driver API); 2: the per-thread default stream; else a stream handle.
+    let cai_stream = match ai.get_item("stream")? {
+        Some(s) if !s.is_none() => match s.extract::<usize>()? {
+            1 => 0,
+            s => s,
+        },
+        _ => 0,
+    };
+    Ok(CudaArray {
+        ptr: ptr as u64,
+        count,
+        dtype,
+        device,
+        stream: stream.unwrap_or(cai_stream),
+        _owner: Owner::Objects(vec![obj.clone().unbind()]),
+    })
 }
 
 fn from_array_interface(
@@ -337,7 +499,24 @@ fn from_array_interface(
     what: &str,
     writable: bool,
 ) -> PyResult<HostArray> {
-    let bad = || PyTypeError::new_err(format!("{what}: malformed __array_interface__"));
+    let (ptr, len, dtype) = interface_parts(obj, ai, what, writable)?;
+    Ok(HostArray {
+        ptr,
+        len,
+        dtype,
+        _owner: Owner::Objects(vec![obj.clone().unbind()]),
+    })
+}
+
+/// (address, length in bytes, dtype) from an `__array_interface__` or
+/// `__cuda_array_interface__` dictionary (same layout).
+fn interface_parts(
+    obj: &Bound<'_, PyAny>,
+    ai: &Bound<'_, PyDict>,
+    what: &str,
+    writable: bool,
+) -> PyResult<(usize, usize, DataType)> {
+    let bad = || PyTypeError::new_err(format!("{what}: malformed array interface"));
     let typestr: String = ai.get_item("typestr")?.ok_or_else(bad)?.extract()?;
     let name: Option<String> = obj
         .getattr("dtype")
@@ -360,7 +539,7 @@ fn from_array_interface(
     let data = ai.get_item("data")?.ok_or_else(bad)?;
     let data = data.downcast::<PyTuple>().map_err(|_| {
         PyTypeError::new_err(format!(
-            "{what}: __array_interface__ without a data pointer is not supported"
+            "{what}: an array interface without a data pointer is not supported"
         ))
     })?;
     let (ptr, ro): (usize, bool) = data.extract()?;
@@ -372,12 +551,7 @@ fn from_array_interface(
         _ => 0,
     };
     let count: i64 = shape.iter().product();
-    Ok(HostArray {
-        ptr: ptr + offset,
-        len: count.max(0) as usize * dtype.size(),
-        dtype,
-        _owner: Owner::Objects(vec![obj.clone().unbind()]),
-    })
+    Ok((ptr + offset, count.max(0) as usize * dtype.size(), dtype))
 }
 
 fn from_buffer(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<HostArray> {

@@ -121,7 +121,7 @@ pub fn to_py(e: Error) -> PyErr {
     Python::with_gil(|py| convert(py, &e).unwrap_or_else(|err| err))
 }
 
-/// `accord.UnsupportedError` for a device array reaching a host-only path.
+/// `accord.UnsupportedError` for an array on a device accord cannot use (not CUDA).
 pub fn unsupported_device<'py>(
     py: Python<'py>,
     what: &str,
@@ -132,9 +132,8 @@ pub fn unsupported_device<'py>(
         py,
         "UnsupportedError",
         format!(
-            "{what} lives in {device} memory (device {id}); GPU arrays need accord's GPU backend, \
-             which this build does not include. Copy it to the host (e.g. tensor.cpu()) or use a \
-             host array"
+            "{what} lives in {device} memory (device {id}); accord's GPU backend takes CUDA \
+             arrays only. Copy it to the host (e.g. tensor.cpu()) or use a host array"
         ),
         vec![("device", device.into_py(py))],
     )

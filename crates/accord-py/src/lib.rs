@@ -4,6 +4,12 @@
 //! through [`array::extract`] (DLPack, `__array_interface__`, buffer protocol), every
 //! communication runs with the GIL released, and nonblocking calls (`async_op=True`) reserve
 //! their place in the communicator's order at call time and run on a thread of their own.
+//!
+//! CUDA arrays (DLPack device CUDA, `__cuda_array_interface__`) go to the NCCL backend instead
+//! ([`accord::gpu`]): each Python communicator creates one [`GpuCommunicator`] per CUDA device
+//! the first time it is given arrays on that device, and enqueues every operation on the array
+//! framework's current stream without waiting for the GPU. [`Communicator::run`] is the single
+//! dispatch point between the two.
 //! The pure-Python package `accord` re-exports this module and adds the Ray, Dask and MPI glue.
 
 // pyo3 0.22's #[pymethods] expansion trips this lint on every fallible method.
@@ -12,39 +18,67 @@
 mod array;
 mod errors;
 
+use accord::gpu::{DeviceSlice, GpuCommunicator, GpuRequest, Stream};
 use accord::rendezvous::{self, InitMethod, StoreServer as CoreServer};
 use accord::{Communicator as CoreComm, DataType, ReduceOp};
-use array::{Array, HostArray};
+use array::{Array, CudaArray, HostArray};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+/// An operation on host buffers.
 type Job = Box<dyn FnOnce(&CoreComm, &[HostArray]) -> accord::Result<()> + Send>;
+/// The same operation on CUDA buffers (in the same order), enqueued on `Stream`.
+type GpuJob =
+    Box<dyn FnOnce(&GpuCommunicator, &[DeviceSlice], Stream) -> accord::Result<GpuRequest> + Send>;
 
 fn err(e: accord::Error) -> PyErr {
     errors::to_py(e)
 }
 
-/// Host memory of `obj`, or the single routing point for device arrays (refused until the GPU
-/// backend exists).
-fn host(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<HostArray> {
+/// One array argument: host memory, or CUDA memory for the GPU backend.
+enum Buf {
+    Host(HostArray),
+    Cuda(CudaArray),
+}
+
+impl Buf {
+    fn dtype(&self) -> DataType {
+        match self {
+            Buf::Host(a) => a.dtype,
+            Buf::Cuda(a) => a.dtype,
+        }
+    }
+}
+
+/// The memory of `obj` (`what` names the argument in messages). Devices other than CUDA are
+/// refused.
+fn buf(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<Buf> {
     match array::extract(obj, what, writable)? {
-        Array::Host(a) => Ok(a),
+        Array::Host(a) => Ok(Buf::Host(a)),
+        Array::Cuda(a) => Ok(Buf::Cuda(a)),
         Array::Device(kind, id) => Err(PyErr::from_value_bound(
             errors::unsupported_device(obj.py(), what, kind, id)?.into_any(),
         )),
     }
 }
 
-fn same_dtype(a: &HostArray, b: &HostArray, what: &str) -> PyResult<()> {
-    if a.dtype != b.dtype {
+fn same_dtype(a: &Buf, b: &Buf, what: &str) -> PyResult<()> {
+    if a.dtype() != b.dtype() {
         return Err(PyTypeError::new_err(format!(
             "{what}: input has dtype {} but output has dtype {}; they must match",
-            a.dtype, b.dtype
+            a.dtype(),
+            b.dtype()
         )));
     }
     Ok(())
+}
+
+/// A reduce/gather input on a rank that has no output: stands in for the output slot.
+fn or_self(b: &[DeviceSlice], i: usize) -> DeviceSlice {
+    b.get(i).copied().unwrap_or(b[0])
 }
 
 fn reduce_op(op: &Bound<'_, PyAny>) -> PyResult<ReduceOp> {
@@ -73,54 +107,83 @@ struct Done {
     cv: Condvar,
 }
 
+/// What a [`Request`] waits for.
+enum Pending {
+    /// A host operation running on a thread.
+    Host(Arc<Done>),
+    /// An operation enqueued on a CUDA stream.
+    Gpu(GpuRequest),
+}
+
 /// A nonblocking operation. `wait()` returns the output array (or `None`) once it is done; the
 /// arrays stay alive until then.
 #[pyclass(module = "accord._native")]
 struct Request {
-    done: Arc<Done>,
+    pending: Pending,
     output: Option<PyObject>,
     /// The arrays, kept alive for the caller's sake until completion is observed.
     _keep: Vec<PyObject>,
 }
 
+fn wait_timeout_error(timeout: Option<f64>) -> PyErr {
+    err(accord::Error::Timeout {
+        op: "Request.wait".into(),
+        seq: 0,
+        comm: "-".into(),
+        waiting_for: vec![],
+        after: Duration::from_secs_f64(timeout.unwrap_or(0.0).max(0.0)),
+        hint: "; the operation is still running".into(),
+    })
+}
+
 #[pymethods]
 impl Request {
     /// Block until the operation finishes (at most `timeout` seconds: then `accord.TimeoutError`,
-    /// and the operation keeps running). Raises the operation's error, if any.
+    /// and the operation keeps running). Raises the operation's error, if any. For GPU arrays
+    /// this blocks the host until the operation has completed on the GPU.
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyObject>> {
-        let done = self.done.clone();
-        let finished = py.allow_threads(move || {
-            let mut g = done.result.lock().unwrap_or_else(|e| e.into_inner());
-            let deadline =
-                timeout.map(|t| std::time::Instant::now() + Duration::from_secs_f64(t.max(0.0)));
-            while g.is_none() {
-                match deadline {
-                    None => g = done.cv.wait(g).unwrap_or_else(|e| e.into_inner()),
-                    Some(d) => {
-                        let now = std::time::Instant::now();
-                        if now >= d {
-                            return None;
+        let deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t.max(0.0)));
+        let finished = match &self.pending {
+            Pending::Host(done) => {
+                let done = done.clone();
+                py.allow_threads(move || {
+                    let mut g = done.result.lock().unwrap_or_else(|e| e.into_inner());
+                    while g.is_none() {
+                        match deadline {
+                            None => g = done.cv.wait(g).unwrap_or_else(|e| e.into_inner()),
+                            Some(d) => {
+                                let now = Instant::now();
+                                if now >= d {
+                                    return None;
+                                }
+                                g = done
+                                    .cv
+                                    .wait_timeout(g, d - now)
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .0;
+                            }
                         }
-                        g = done
-                            .cv
-                            .wait_timeout(g, d - now)
-                            .unwrap_or_else(|e| e.into_inner())
-                            .0;
                     }
-                }
+                    g.clone()
+                })
             }
-            g.clone()
-        });
+            Pending::Gpu(req) => py.allow_threads(|| match deadline {
+                // The watchdog bounds an unbounded wait by the communicator's timeout.
+                None => Some(req.wait()),
+                Some(d) => loop {
+                    match req.test() {
+                        Ok(false) if Instant::now() < d => {
+                            std::thread::sleep(Duration::from_micros(50))
+                        }
+                        Ok(false) => break None,
+                        r => break Some(r.map(|_| ())),
+                    }
+                },
+            }),
+        };
         match finished {
-            None => Err(err(accord::Error::Timeout {
-                op: "Request.wait".into(),
-                seq: 0,
-                comm: "-".into(),
-                waiting_for: vec![],
-                after: Duration::from_secs_f64(timeout.unwrap_or(0.0).max(0.0)),
-                hint: "; the operation is still running".into(),
-            })),
+            None => Err(wait_timeout_error(timeout)),
             Some(Ok(())) => Ok(self.output.as_ref().map(|o| o.clone_ref(py))),
             Some(Err(e)) => Err(err(e)),
         }
@@ -128,17 +191,38 @@ impl Request {
 
     /// Whether the operation has finished (successfully or not).
     fn test(&self) -> bool {
-        self.done
-            .result
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
+        match &self.pending {
+            Pending::Host(done) => done
+                .result
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some(),
+            // A failed communicator has finished the operation, unsuccessfully: wait() raises.
+            Pending::Gpu(req) => req.test().unwrap_or(true),
+        }
     }
 
     /// Alias of `test()`, like torch's `Work.is_completed()`.
     fn is_completed(&self) -> bool {
         self.test()
     }
+
+    /// Whether the operation runs on a GPU stream (CUDA arrays) rather than on the host.
+    #[getter]
+    fn is_gpu(&self) -> bool {
+        matches!(self.pending, Pending::Gpu(_))
+    }
+}
+
+/// One call: its name, mode and arrays (named as in messages), what it returns and keeps alive.
+struct Call {
+    op: &'static str,
+    async_op: bool,
+    /// Collective (takes a place in the host order); point-to-point calls are not.
+    ordered: bool,
+    bufs: Vec<(&'static str, Buf)>,
+    output: Option<PyObject>,
+    keep: Vec<PyObject>,
 }
 
 /// A group of ranks that communicate. Every member must call the same operations in the same
@@ -146,9 +230,128 @@ impl Request {
 #[pyclass(module = "accord._native", subclass)]
 struct Communicator {
     inner: CoreComm,
+    /// The NCCL communicators of this group, by CUDA device, created on first use.
+    gpus: Arc<Mutex<BTreeMap<usize, GpuCommunicator>>>,
 }
 
 impl Communicator {
+    fn wrap(inner: CoreComm) -> Communicator {
+        Communicator {
+            inner,
+            gpus: Arc::default(),
+        }
+    }
+
+    /// The NCCL communicator for `device`, created (collectively over this group) the first
+    /// time.
+    fn gpu(&self, py: Python<'_>, device: usize) -> PyResult<GpuCommunicator> {
+        let gpus = self.gpus.clone();
+        let host = self.inner.clone();
+        py.allow_threads(move || {
+            let mut m = gpus.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(g) = m.get(&device) {
+                return Ok(g.clone());
+            }
+            let g = GpuCommunicator::new(&host, device)?;
+            m.insert(device, g.clone());
+            Ok(g)
+        })
+        .map_err(err)
+    }
+
+    fn gpu_list(&self) -> Vec<GpuCommunicator> {
+        let m = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
+        m.values().cloned().collect()
+    }
+
+    /// Run one call: on the host (`job`) when every array is host memory, on the GPU (`gpu_job`)
+    /// when every array is CUDA memory of one device; mixing is a TypeError. Host calls run now
+    /// with the GIL released, or (`async_op`) on a thread, returning a Request. GPU calls are
+    /// enqueued on the arrays' current stream and return at once (a Request for `async_op`).
+    fn run(&self, py: Python<'_>, call: Call, job: Job, gpu_job: GpuJob) -> PyResult<PyObject> {
+        let Call {
+            op,
+            async_op,
+            ordered,
+            bufs,
+            output,
+            keep,
+        } = call;
+        let host = bufs.iter().find(|(_, b)| matches!(b, Buf::Host(_)));
+        let cuda = bufs.iter().find(|(_, b)| matches!(b, Buf::Cuda(_)));
+        match (host, cuda) {
+            (Some((h, _)), Some((c, Buf::Cuda(ca)))) => Err(PyTypeError::new_err(format!(
+                "{op}: `{c}` is in CUDA memory (device {}) but `{h}` is in host memory; pass \
+                 all arrays of one call on the same device (e.g. tensor.cuda() or tensor.cpu())",
+                ca.device
+            ))),
+            (_, Some(_)) => self.run_gpu(py, op, async_op, bufs, output, keep, gpu_job),
+            _ => {
+                let bufs = bufs
+                    .into_iter()
+                    .map(|(_, b)| match b {
+                        Buf::Host(a) => a,
+                        Buf::Cuda(_) => unreachable!("no CUDA arrays here"),
+                    })
+                    .collect();
+                self.launch(py, async_op, ordered, bufs, output, keep, job)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_gpu(
+        &self,
+        py: Python<'_>,
+        op: &'static str,
+        async_op: bool,
+        bufs: Vec<(&'static str, Buf)>,
+        output: Option<PyObject>,
+        keep: Vec<PyObject>,
+        gpu_job: GpuJob,
+    ) -> PyResult<PyObject> {
+        let arrays: Vec<(&'static str, CudaArray)> = bufs
+            .into_iter()
+            .map(|(w, b)| match b {
+                Buf::Cuda(a) => (w, a),
+                Buf::Host(_) => unreachable!("checked by run"),
+            })
+            .collect();
+        let (first, a0) = &arrays[0];
+        if let Some((w, a)) = arrays.iter().find(|(_, a)| a.device != a0.device) {
+            return Err(PyValueError::new_err(format!(
+                "{op}: `{first}` is on CUDA device {} but `{w}` on device {}; pass all arrays \
+                 of one call on the same device",
+                a0.device, a.device
+            )));
+        }
+        let (device, stream) = (a0.device, a0.stream);
+        // SAFETY: the addresses come from live exports of the arrays (kept below or, for a
+        // blocking call, by the caller: the operation is stream-ordered like the framework's
+        // own kernels, so stream-ordered allocators reuse the memory only after it).
+        let slices: Vec<DeviceSlice> = arrays
+            .iter()
+            .map(|(_, a)| unsafe { DeviceSlice::from_raw(a.ptr, a.count, a.dtype) })
+            .collect();
+        let g = self.gpu(py, device)?;
+        let req = py
+            .allow_threads(move || gpu_job(&g, &slices, Stream::Raw(stream)))
+            .map_err(err)?;
+        drop(arrays);
+        if !async_op {
+            return Ok(output.unwrap_or_else(|| py.None()));
+        }
+        Ok(Py::new(
+            py,
+            Request {
+                pending: Pending::Gpu(req),
+                output,
+                _keep: keep,
+            },
+        )?
+        .into_any())
+    }
+
     /// Run `job` on `bufs`: now with the GIL released, or (`async_op`) on a thread, returning a
     /// Request. `output` is what a successful call returns; `keep` what a Request keeps alive.
     #[allow(clippy::too_many_arguments)]
@@ -188,7 +391,7 @@ impl Communicator {
         Ok(Py::new(
             py,
             Request {
-                done,
+                pending: Pending::Host(done),
                 output,
                 _keep: keep,
             },
@@ -234,12 +437,19 @@ impl Communicator {
                 "timeout must be a positive number of seconds",
             ));
         }
-        self.inner.set_timeout(Duration::from_secs_f64(seconds));
+        let t = Duration::from_secs_f64(seconds);
+        self.inner.set_timeout(t);
+        for g in self.gpu_list() {
+            g.set_timeout(t);
+        }
         Ok(())
     }
 
     /// Fail every pending and later call, here and (as they notice) on the peers.
     fn abort(&self, reason: &str) {
+        for g in self.gpu_list() {
+            g.abort(reason);
+        }
         self.inner.abort(reason)
     }
 
@@ -255,7 +465,8 @@ impl Communicator {
 
     // ----- point to point
 
-    /// Send `arr` to rank `dst`.
+    /// Send `arr` to rank `dst`. For CUDA arrays, NCCL matches sends and receives in call
+    /// order: `tag` must be 0.
     #[pyo3(signature = (arr, dst, tag=0, async_op=false))]
     fn send(
         &self,
@@ -265,15 +476,20 @@ impl Communicator {
         tag: u32,
         async_op: bool,
     ) -> PyResult<PyObject> {
-        let a = host(arr, "arr", false)?;
-        self.launch(
+        let a = buf(arr, "arr", false)?;
+        no_gpu_tag(&[&a], tag, "send")?;
+        self.run(
             py,
-            async_op,
-            false,
-            vec![a],
-            None,
-            vec![obj(arr)],
+            Call {
+                op: "send",
+                async_op,
+                ordered: false,
+                bufs: vec![("arr", a)],
+                output: None,
+                keep: vec![obj(arr)],
+            },
             Box::new(move |c, b| unsafe { c.send_bytes(b[0].bytes(), b[0].dtype, dst, tag) }),
+            Box::new(move |g, b, s| g.send(b[0], dst, s)),
         )
     }
 
@@ -287,15 +503,20 @@ impl Communicator {
         tag: u32,
         async_op: bool,
     ) -> PyResult<PyObject> {
-        let a = host(arr, "arr", true)?;
-        self.launch(
+        let a = buf(arr, "arr", true)?;
+        no_gpu_tag(&[&a], tag, "recv")?;
+        self.run(
             py,
-            async_op,
-            false,
-            vec![a],
-            Some(obj(arr)),
-            vec![obj(arr)],
+            Call {
+                op: "recv",
+                async_op,
+                ordered: false,
+                bufs: vec![("arr", a)],
+                output: Some(obj(arr)),
+                keep: vec![obj(arr)],
+            },
             Box::new(move |c, b| unsafe { c.recv_bytes(b[0].bytes_mut(), b[0].dtype, src, tag) }),
+            Box::new(move |g, b, s| g.recv(b[0], src, s)),
         )
     }
 
@@ -311,26 +532,32 @@ impl Communicator {
         src: usize,
         tag: u32,
     ) -> PyResult<PyObject> {
-        let s = host(send, "send", false)?;
-        let r = host(recv, "recv", true)?;
+        let s = buf(send, "send", false)?;
+        let r = buf(recv, "recv", true)?;
         same_dtype(&s, &r, "sendrecv")?;
-        self.launch(
+        no_gpu_tag(&[&s, &r], tag, "sendrecv")?;
+        self.run(
             py,
-            false,
-            false,
-            vec![s, r],
-            Some(obj(recv)),
-            vec![],
+            Call {
+                op: "sendrecv",
+                async_op: false,
+                ordered: false,
+                bufs: vec![("send", s), ("recv", r)],
+                output: Some(obj(recv)),
+                keep: vec![],
+            },
             Box::new(move |c, b| unsafe {
                 c.send_bytes(b[0].bytes(), b[0].dtype, dst, tag)?;
                 c.recv_bytes(b[1].bytes_mut(), b[1].dtype, src, tag)
             }),
+            Box::new(move |g, b, s| g.send_recv(b[0], dst, b[1], src, s)),
         )
     }
 
     // ----- collectives
 
-    /// Wait until every rank has entered the barrier.
+    /// Wait until every rank has entered the barrier (a host barrier: it synchronises the
+    /// processes, not GPU streams).
     #[pyo3(signature = (async_op=false))]
     fn barrier(&self, py: Python<'_>, async_op: bool) -> PyResult<PyObject> {
         self.launch(
@@ -353,15 +580,19 @@ impl Communicator {
         root: usize,
         async_op: bool,
     ) -> PyResult<PyObject> {
-        let a = host(arr, "arr", true)?;
-        self.launch(
+        let a = buf(arr, "arr", true)?;
+        self.run(
             py,
-            async_op,
-            true,
-            vec![a],
-            Some(obj(arr)),
-            vec![obj(arr)],
+            Call {
+                op: "broadcast",
+                async_op,
+                ordered: true,
+                bufs: vec![("arr", a)],
+                output: Some(obj(arr)),
+                keep: vec![obj(arr)],
+            },
             Box::new(move |c, b| unsafe { c.broadcast_bytes(b[0].bytes_mut(), b[0].dtype, root) }),
+            Box::new(move |g, b, s| g.broadcast(b[0], b[0], root, s)),
         )
     }
 
@@ -379,33 +610,39 @@ impl Communicator {
         let op = op.map(reduce_op).transpose()?.unwrap_or(ReduceOp::Sum);
         match out.filter(|o| !o.is(arr)) {
             None => {
-                let a = host(arr, "arr", true)?;
-                self.launch(
+                let a = buf(arr, "arr", true)?;
+                self.run(
                     py,
-                    async_op,
-                    true,
-                    vec![a],
-                    Some(obj(arr)),
-                    vec![obj(arr)],
+                    Call {
+                        op: "allreduce",
+                        async_op,
+                        ordered: true,
+                        bufs: vec![("arr", a)],
+                        output: Some(obj(arr)),
+                        keep: vec![obj(arr)],
+                    },
                     Box::new(move |c, b| unsafe {
                         c.all_reduce_bytes(None, b[0].bytes_mut(), b[0].dtype, op)
                     }),
+                    Box::new(move |g, b, s| g.all_reduce(b[0], b[0], op, s)),
                 )
             }
             Some(out) => {
-                let a = host(arr, "arr", false)?;
-                let o = host(out, "out", true)?;
-                same_dtype(&a, &o, "allreduce")?;
-                self.launch(
+                let (a, o) = pair(arr, out, "allreduce")?;
+                self.run(
                     py,
-                    async_op,
-                    true,
-                    vec![a, o],
-                    Some(obj(out)),
-                    vec![obj(arr), obj(out)],
+                    Call {
+                        op: "allreduce",
+                        async_op,
+                        ordered: true,
+                        bufs: vec![("arr", a), ("out", o)],
+                        output: Some(obj(out)),
+                        keep: vec![obj(arr), obj(out)],
+                    },
                     Box::new(move |c, b| unsafe {
                         c.all_reduce_bytes(Some(b[0].bytes()), b[1].bytes_mut(), b[0].dtype, op)
                     }),
+                    Box::new(move |g, b, s| g.all_reduce(b[0], b[1], op, s)),
                 )
             }
         }
@@ -427,37 +664,44 @@ impl Communicator {
         let me = self.inner.rank();
         let out = out.filter(|o| !o.is(arr));
         if me == root && out.is_none() {
-            let a = host(arr, "arr", true)?;
-            return self.launch(
+            let a = buf(arr, "arr", true)?;
+            return self.run(
                 py,
-                async_op,
-                true,
-                vec![a],
-                Some(obj(arr)),
-                vec![obj(arr)],
+                Call {
+                    op: "reduce",
+                    async_op,
+                    ordered: true,
+                    bufs: vec![("arr", a)],
+                    output: Some(obj(arr)),
+                    keep: vec![obj(arr)],
+                },
                 Box::new(move |c, b| unsafe {
                     c.reduce_bytes(None, b[0].bytes_mut(), b[0].dtype, op, root)
                 }),
+                Box::new(move |g, b, s| g.reduce(b[0], b[0], op, root, s)),
             );
         }
-        let a = host(arr, "arr", false)?;
+        let a = buf(arr, "arr", false)?;
         let mut bufs = vec![];
         let mut keep = vec![obj(arr)];
         if let Some(out) = out {
-            let o = host(out, "out", me == root)?;
+            let o = buf(out, "out", me == root)?;
             same_dtype(&a, &o, "reduce")?;
-            bufs.push(o);
+            bufs.push(("out", o));
             keep.push(obj(out));
         }
-        bufs.insert(0, a);
+        bufs.insert(0, ("arr", a));
         let ret = out.map(obj).unwrap_or_else(|| obj(arr));
-        self.launch(
+        self.run(
             py,
-            async_op,
-            true,
-            bufs,
-            Some(ret),
-            keep,
+            Call {
+                op: "reduce",
+                async_op,
+                ordered: true,
+                bufs,
+                output: Some(ret),
+                keep,
+            },
             Box::new(move |c, b| unsafe {
                 let recv: &mut [u8] = if c.rank() == root {
                     b[1].bytes_mut()
@@ -466,6 +710,8 @@ impl Communicator {
                 };
                 c.reduce_bytes(Some(b[0].bytes()), recv, b[0].dtype, op, root)
             }),
+            // Off the root NCCL ignores the receive buffer.
+            Box::new(move |g, b, s| g.reduce(b[0], or_self(b, 1), op, root, s)),
         )
     }
 
@@ -478,17 +724,14 @@ impl Communicator {
         out: &Bound<'_, PyAny>,
         async_op: bool,
     ) -> PyResult<PyObject> {
-        let (a, o) = self.pair(arr, Some(out), "allgather", true)?;
-        self.launch(
+        let (a, o) = pair(arr, out, "allgather")?;
+        self.run(
             py,
-            async_op,
-            true,
-            vec![a, o.unwrap()],
-            Some(obj(out)),
-            vec![obj(arr), obj(out)],
+            two("allgather", async_op, a, o, arr, out),
             Box::new(move |c, b| unsafe {
                 c.all_gather_bytes(b[0].bytes(), b[1].bytes_mut(), b[0].dtype)
             }),
+            Box::new(move |g, b, s| g.all_gather(b[0], b[1], s)),
         )
     }
 
@@ -502,17 +745,15 @@ impl Communicator {
         counts: Vec<usize>,
         async_op: bool,
     ) -> PyResult<PyObject> {
-        let (a, o) = self.pair(arr, Some(out), "allgatherv", true)?;
-        self.launch(
+        let (a, o) = pair(arr, out, "allgatherv")?;
+        let c2 = counts.clone();
+        self.run(
             py,
-            async_op,
-            true,
-            vec![a, o.unwrap()],
-            Some(obj(out)),
-            vec![obj(arr), obj(out)],
+            two("allgatherv", async_op, a, o, arr, out),
             Box::new(move |c, b| unsafe {
                 c.all_gather_v_bytes(b[0].bytes(), b[1].bytes_mut(), &counts, b[0].dtype)
             }),
+            Box::new(move |g, b, s| g.all_gather_v(b[0], b[1], &c2, s)),
         )
     }
 
@@ -583,17 +824,14 @@ impl Communicator {
         async_op: bool,
     ) -> PyResult<PyObject> {
         let op = op.map(reduce_op).transpose()?.unwrap_or(ReduceOp::Sum);
-        let (a, o) = self.pair(arr, Some(out), "reduce_scatter", true)?;
-        self.launch(
+        let (a, o) = pair(arr, out, "reduce_scatter")?;
+        self.run(
             py,
-            async_op,
-            true,
-            vec![a, o.unwrap()],
-            Some(obj(out)),
-            vec![obj(arr), obj(out)],
+            two("reduce_scatter", async_op, a, o, arr, out),
             Box::new(move |c, b| unsafe {
                 c.reduce_scatter_bytes(b[0].bytes(), b[1].bytes_mut(), b[0].dtype, op)
             }),
+            Box::new(move |g, b, s| g.reduce_scatter(b[0], b[1], op, s)),
         )
     }
 
@@ -609,17 +847,15 @@ impl Communicator {
         async_op: bool,
     ) -> PyResult<PyObject> {
         let op = op.map(reduce_op).transpose()?.unwrap_or(ReduceOp::Sum);
-        let (a, o) = self.pair(arr, Some(out), "reduce_scatterv", true)?;
-        self.launch(
+        let (a, o) = pair(arr, out, "reduce_scatterv")?;
+        let c2 = counts.clone();
+        self.run(
             py,
-            async_op,
-            true,
-            vec![a, o.unwrap()],
-            Some(obj(out)),
-            vec![obj(arr), obj(out)],
+            two("reduce_scatterv", async_op, a, o, arr, out),
             Box::new(move |c, b| unsafe {
                 c.reduce_scatter_v_bytes(b[0].bytes(), b[1].bytes_mut(), &counts, b[0].dtype, op)
             }),
+            Box::new(move |g, b, s| g.reduce_scatter_v(b[0], b[1], &c2, op, s)),
         )
     }
 
@@ -632,17 +868,14 @@ impl Communicator {
         out: &Bound<'_, PyAny>,
         async_op: bool,
     ) -> PyResult<PyObject> {
-        let (a, o) = self.pair(arr, Some(out), "alltoall", true)?;
-        self.launch(
+        let (a, o) = pair(arr, out, "alltoall")?;
+        self.run(
             py,
-            async_op,
-            true,
-            vec![a, o.unwrap()],
-            Some(obj(out)),
-            vec![obj(arr), obj(out)],
+            two("alltoall", async_op, a, o, arr, out),
             Box::new(move |c, b| unsafe {
                 c.all_to_all_bytes(b[0].bytes(), b[1].bytes_mut(), b[0].dtype)
             }),
+            Box::new(move |g, b, s| g.all_to_all(b[0], b[1], s)),
         )
     }
 
@@ -658,14 +891,11 @@ impl Communicator {
         recv_counts: Vec<usize>,
         async_op: bool,
     ) -> PyResult<PyObject> {
-        let (a, o) = self.pair(arr, Some(out), "alltoallv", true)?;
-        self.launch(
+        let (a, o) = pair(arr, out, "alltoallv")?;
+        let (sc, rc) = (send_counts.clone(), recv_counts.clone());
+        self.run(
             py,
-            async_op,
-            true,
-            vec![a, o.unwrap()],
-            Some(obj(out)),
-            vec![obj(arr), obj(out)],
+            two("alltoallv", async_op, a, o, arr, out),
             Box::new(move |c, b| unsafe {
                 c.all_to_all_v_bytes(
                     b[0].bytes(),
@@ -675,7 +905,26 @@ impl Communicator {
                     b[0].dtype,
                 )
             }),
+            Box::new(move |g, b, s| g.all_to_all_v(b[0], &sc, b[1], &rc, s)),
         )
+    }
+
+    // ----- GPU
+
+    /// The CUDA devices (ordinals) for which this communicator has created its NCCL
+    /// communicator, in ascending order.
+    #[getter]
+    fn gpu_devices(&self) -> Vec<usize> {
+        let m = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
+        m.keys().copied().collect()
+    }
+
+    /// Block the host until every GPU operation issued so far on this communicator has
+    /// completed (raises the first GPU failure, e.g. a desync or a timeout).
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        let gpus = self.gpu_list();
+        py.allow_threads(move || gpus.iter().try_for_each(|g| g.synchronize()))
+            .map_err(err)
     }
 
     // ----- groups
@@ -691,7 +940,7 @@ impl Communicator {
     ) -> PyResult<Option<Communicator>> {
         let c = self.inner.clone();
         let r = py.allow_threads(move || c.split(color, key)).map_err(err)?;
-        Ok(r.map(|inner| Communicator { inner }))
+        Ok(r.map(Communicator::wrap))
     }
 
     /// A communicator of the listed ranks, in that order; None on ranks not listed. Every rank
@@ -699,31 +948,49 @@ impl Communicator {
     fn subgroup(&self, py: Python<'_>, ranks: Vec<usize>) -> PyResult<Option<Communicator>> {
         let c = self.inner.clone();
         let r = py.allow_threads(move || c.subgroup(&ranks)).map_err(err)?;
-        Ok(r.map(|inner| Communicator { inner }))
+        Ok(r.map(Communicator::wrap))
     }
 }
 
-impl Communicator {
-    /// Input (read) and output (written) of one call, with matching dtypes.
-    fn pair(
-        &self,
-        arr: &Bound<'_, PyAny>,
-        out: Option<&Bound<'_, PyAny>>,
-        what: &str,
-        out_writable: bool,
-    ) -> PyResult<(HostArray, Option<HostArray>)> {
-        let a = host(arr, "arr", false)?;
-        let o = match out {
-            Some(o) => {
-                let o = host(o, "out", out_writable)?;
-                same_dtype(&a, &o, what)?;
-                Some(o)
-            }
-            None => None,
-        };
-        Ok((a, o))
-    }
+/// Input (read) and output (written) of one call, with matching dtypes.
+fn pair(arr: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>, what: &str) -> PyResult<(Buf, Buf)> {
+    let a = buf(arr, "arr", false)?;
+    let o = buf(out, "out", true)?;
+    same_dtype(&a, &o, what)?;
+    Ok((a, o))
+}
 
+/// A collective of one input and one output.
+fn two(
+    op: &'static str,
+    async_op: bool,
+    a: Buf,
+    o: Buf,
+    arr: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+) -> Call {
+    Call {
+        op,
+        async_op,
+        ordered: true,
+        bufs: vec![("arr", a), ("out", o)],
+        output: Some(obj(out)),
+        keep: vec![obj(arr), obj(out)],
+    }
+}
+
+/// NCCL has no message tags.
+fn no_gpu_tag(bufs: &[&Buf], tag: u32, what: &str) -> PyResult<()> {
+    if tag != 0 && bufs.iter().any(|b| matches!(b, Buf::Cuda(_))) {
+        return Err(PyValueError::new_err(format!(
+            "{what}: tags are not supported for CUDA arrays (NCCL matches sends and receives \
+             in call order); pass tag=0"
+        )));
+    }
+    Ok(())
+}
+
+impl Communicator {
     /// gather / gatherv: input everywhere, output at the root only.
     #[allow(clippy::too_many_arguments)]
     fn rooted_in(
@@ -743,18 +1010,25 @@ impl Communicator {
             )));
         }
         let out = if is_root { out } else { None };
-        let (a, o) = self.pair(arr, out, what, true)?;
-        let mut bufs = vec![a];
-        bufs.extend(o);
+        let mut bufs = vec![("arr", buf(arr, "arr", false)?)];
+        if let Some(o) = out {
+            let o = buf(o, "out", true)?;
+            same_dtype(&bufs[0].1, &o, what)?;
+            bufs.push(("out", o));
+        }
         let mut keep = vec![obj(arr)];
         keep.extend(out.map(obj));
-        self.launch(
+        let c2 = counts.clone();
+        self.run(
             py,
-            async_op,
-            true,
-            bufs,
-            out.map(obj),
-            keep,
+            Call {
+                op: what,
+                async_op,
+                ordered: true,
+                bufs,
+                output: out.map(obj),
+                keep,
+            },
             Box::new(move |c, b| unsafe {
                 let recv: &mut [u8] = match b.get(1) {
                     Some(o) => o.bytes_mut(),
@@ -763,6 +1037,16 @@ impl Communicator {
                 match &counts {
                     None => c.gather_bytes(b[0].bytes(), recv, b[0].dtype, root),
                     Some(n) => c.gather_v_bytes(b[0].bytes(), recv, n, b[0].dtype, root),
+                }
+            }),
+            Box::new(move |g, b, s| {
+                let recv = b
+                    .get(1)
+                    .copied()
+                    .unwrap_or_else(|| DeviceSlice::empty(b[0].dtype()));
+                match &c2 {
+                    None => g.gather(b[0], recv, root, s),
+                    Some(n) => g.gather_v(b[0], recv, n, root, s),
                 }
             }),
         )
@@ -781,14 +1065,13 @@ impl Communicator {
         counts: Option<Vec<usize>>,
     ) -> PyResult<PyObject> {
         let is_root = self.inner.rank() == root;
-        let o = host(out, "out", true)?;
         let mut keep = vec![obj(out)];
-        let mut bufs = vec![o];
+        let mut bufs = vec![("out", buf(out, "out", true)?)];
         match arr {
             Some(arr) if is_root => {
-                let a = host(arr, "arr", false)?;
-                same_dtype(&a, &bufs[0], what)?;
-                bufs.push(a);
+                let a = buf(arr, "arr", false)?;
+                same_dtype(&a, &bufs[0].1, what)?;
+                bufs.push(("arr", a));
                 keep.push(obj(arr));
             }
             None if is_root => {
@@ -798,13 +1081,17 @@ impl Communicator {
             }
             _ => {}
         }
-        self.launch(
+        let c2 = counts.clone();
+        self.run(
             py,
-            async_op,
-            true,
-            bufs,
-            Some(obj(out)),
-            keep,
+            Call {
+                op: what,
+                async_op,
+                ordered: true,
+                bufs,
+                output: Some(obj(out)),
+                keep,
+            },
             Box::new(move |c, b| unsafe {
                 let send: &[u8] = match b.get(1) {
                     Some(a) => a.bytes(),
@@ -814,6 +1101,16 @@ impl Communicator {
                 match &counts {
                     None => c.scatter_bytes(send, b[0].bytes_mut(), dtype, root),
                     Some(n) => c.scatter_v_bytes(send, b[0].bytes_mut(), n, dtype, root),
+                }
+            }),
+            Box::new(move |g, b, s| {
+                let send = b
+                    .get(1)
+                    .copied()
+                    .unwrap_or_else(|| DeviceSlice::empty(b[0].dtype()));
+                match &c2 {
+                    None => g.scatter(send, b[0], root, s),
+                    Some(n) => g.scatter_v(send, b[0], n, root, s),
                 }
             }),
         )
@@ -913,7 +1210,7 @@ fn init(
     let inner = py
         .allow_threads(move || accord::from_rendezvous(rdv, timeout))
         .map_err(err)?;
-    Ok(Communicator { inner })
+    Ok(Communicator::wrap(inner))
 }
 
 /// Run the `accord` command line (`run`, `bench`, `store`) in this process; returns the exit

@@ -78,6 +78,7 @@ driver_api! {
     memcpy_dtod_async: "cuMemcpyDtoDAsync_v2" => fn(CuDevicePtr, CuDevicePtr, usize, CuStream) -> CuResult;
     memset_d8: "cuMemsetD8_v2" => fn(CuDevicePtr, u8, usize) -> CuResult;
     get_error_string: "cuGetErrorString" => fn(CuResult, *mut *const c_char) -> CuResult;
+    pointer_get_attribute: "cuPointerGetAttribute" => fn(*mut c_void, c_int, CuDevicePtr) -> CuResult;
 }
 
 static DRIVER: OnceLock<std::result::Result<Driver, String>> = OnceLock::new();
@@ -198,6 +199,25 @@ impl Driver {
             "cuEventCreate",
         )?;
         Ok(e)
+    }
+
+    /// The ordinal of the device that owns device address `ptr` (for array interfaces that do
+    /// not name their device).
+    pub fn pointer_device(&self, ptr: CuDevicePtr) -> Result<usize> {
+        const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_int = 9;
+        let mut ordinal: c_int = 0;
+        // SAFETY: the attribute is an int, written to a local.
+        self.check(
+            unsafe {
+                (self.pointer_get_attribute)(
+                    &mut ordinal as *mut c_int as *mut c_void,
+                    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                    ptr,
+                )
+            },
+            "cuPointerGetAttribute",
+        )?;
+        Ok(ordinal.max(0) as usize)
     }
 
     /// `Ok(true)` if all work before the event's record has finished.

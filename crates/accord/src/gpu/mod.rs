@@ -456,6 +456,17 @@ fn nccl_op(op: ReduceOp, dtype: DataType) -> Result<i32> {
     })
 }
 
+/// Whether alltoall(v) moves a rank's own block with `cuMemcpyDtoDAsync` before the NCCL kernel
+/// (`ACCORD_GPU_ALLTOALL_SELF=copy`) instead of as a send/receive to itself inside the NCCL
+/// group (the default). The copy runs serially ahead of the kernel on the same stream, so it
+/// adds its whole duration; inside the group NCCL overlaps it with the transfers to the peers.
+fn self_block_by_copy() -> bool {
+    static COPY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *COPY.get_or_init(|| {
+        std::env::var("ACCORD_GPU_ALLTOALL_SELF").is_ok_and(|v| v.eq_ignore_ascii_case("copy"))
+    })
+}
+
 fn same_dtype(a: &DeviceSlice, b: &DeviceSlice) -> Result<()> {
     if a.dtype != b.dtype {
         return Err(Error::invalid(format!(
@@ -1251,6 +1262,8 @@ impl GpuCommunicator {
                 for r in 0..send_counts.len() {
                     let src = send.sub(so, send_counts[r])?;
                     let dst = recv.sub(ro, recv_counts[r])?;
+                    so += send_counts[r];
+                    ro += recv_counts[r];
                     if r == me {
                         if src.count != dst.count {
                             return Err(Error::invalid(format!(
@@ -1258,22 +1271,24 @@ impl GpuCommunicator {
                                 src.count, dst.count
                             )));
                         }
-                        inner.copy(src, dst, s)?;
-                    } else {
-                        // SAFETY: ranges checked by `sub`.
-                        unsafe {
-                            inner.rc(
-                                "alltoall",
-                                (n.send)(src.as_ptr(), src.count, dt, r as i32, c, s),
-                            )?;
-                            inner.rc(
-                                "alltoall",
-                                (n.recv)(dst.as_mut_ptr(), dst.count, dt, r as i32, c, s),
-                            )?;
+                        if self_block_by_copy() {
+                            inner.copy(src, dst, s)?;
+                            continue;
                         }
                     }
-                    so += send_counts[r];
-                    ro += recv_counts[r];
+                    // Peers and (by default) this rank itself: NCCL pairs the send to self with
+                    // the receive from self inside the group.
+                    // SAFETY: ranges checked by `sub`.
+                    unsafe {
+                        inner.rc(
+                            "alltoall",
+                            (n.send)(src.as_ptr(), src.count, dt, r as i32, c, s),
+                        )?;
+                        inner.rc(
+                            "alltoall",
+                            (n.recv)(dst.as_mut_ptr(), dst.count, dt, r as i32, c, s),
+                        )?;
+                    }
                 }
                 Ok(())
             })

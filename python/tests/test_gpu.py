@@ -1,0 +1,43 @@
+"""GPU arrays (torch CUDA tensors, CuPy arrays) through the NCCL backend, 2 ranks, one GPU each.
+
+Skipped, with the reason, where the framework or two CUDA devices are missing (CI has no GPU).
+Ray is not needed (and not used) here.
+"""
+
+import importlib.util
+import subprocess
+
+import pytest
+
+WORLD = 2
+
+
+def _cuda_devices():
+    """Number of CUDA devices, asked without initialising CUDA in this process."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def _skip_reason(framework):
+    if importlib.util.find_spec(framework) is None:
+        return f"{framework} is not installed"
+    found = _cuda_devices()
+    if found < WORLD:
+        return f"needs {WORLD} CUDA devices (nvidia-smi lists {found})"
+    return None
+
+
+@pytest.mark.parametrize("framework", ["torch", "cupy"])
+def test_gpu_all_operations(framework, run_ranks):
+    why = _skip_reason(framework)
+    if why:
+        pytest.skip(why)
+    r = run_ranks(WORLD, "gpu_worker.py", timeout=300, args=[framework])
+    print(r.stdout[-6000:])
+    print(r.stderr[-6000:])
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    for rank in range(WORLD):
+        assert f"GPU-OK {framework} {rank}" in r.stdout
