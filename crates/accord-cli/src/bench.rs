@@ -278,7 +278,7 @@ fn bench_typed<T: Num>(comm: &Communicator, o: &BenchOpts) -> Result<Vec<Row>> {
 }
 
 /// The collective the benchmark runs for `op` at `count` elements (for `--explain`).
-fn collective_of(op: &str, n: usize, count: usize) -> Option<Collective> {
+pub(crate) fn collective_of(op: &str, n: usize, count: usize) -> Option<Collective> {
     let block = count / n.max(1);
     Some(match op {
         "allreduce" => Collective::AllReduce { count },

@@ -3,7 +3,6 @@
 
 use accord::schedule::sim;
 use accord::schedule::tuner::CostModel;
-use accord::schedule::Collective;
 
 /// Print one table per size.
 pub fn run(op: &str, n: usize, sizes: &str, factor: usize, model: &str) -> Result<(), String> {
@@ -28,33 +27,11 @@ pub fn run(op: &str, n: usize, sizes: &str, factor: usize, model: &str) -> Resul
     );
     let mut bytes = lo.max(4);
     loop {
-        let count = bytes / 4;
-        let block = (count / n).max(1);
-        let coll = match op {
-            "allreduce" => Collective::AllReduce { count },
-            "broadcast" => Collective::Broadcast { count, root: 0 },
-            "reduce" => Collective::Reduce { count, root: 0 },
-            "allgather" => Collective::AllGather {
-                counts: vec![block; n],
-            },
-            "gather" => Collective::Gather {
-                counts: vec![block; n],
-                root: 0,
-            },
-            "scatter" => Collective::Scatter {
-                counts: vec![block; n],
-                root: 0,
-            },
-            "reduce_scatter" => Collective::ReduceScatter {
-                counts: vec![block; n],
-            },
-            "alltoall" => Collective::AllToAll {
-                send_counts: vec![block; n],
-                recv_counts: vec![block; n],
-            },
-            "barrier" => Collective::Barrier,
-            other => return Err(format!("unknown operation {other:?}")),
-        };
+        // Per-rank blocks of at least one element, so every table has data to move.
+        let whole_buffer_op = matches!(op, "allreduce" | "broadcast" | "reduce");
+        let count = (bytes / 4).max(if whole_buffer_op { 1 } else { n });
+        let coll = crate::bench::collective_of(op, n, count)
+            .ok_or_else(|| format!("unknown operation {op:?}"))?;
         println!(
             "\n{}",
             sim::table(&coll, n, 4, &model).map_err(|e| e.to_string())?
