@@ -996,7 +996,7 @@ impl GpuCommunicator {
         stream: Stream,
     ) -> Result<GpuRequest> {
         let counts = vec![send.count; self.size()];
-        self.gather_impl(send, recv, &counts, root, stream, false)
+        self.rooted_exchange(OpKind::Gather, recv, send, &counts, root, stream)
     }
 
     /// gatherv: rank r sends `counts[r]` elements; `recv` on `root` holds them back to back.
@@ -1008,56 +1008,7 @@ impl GpuCommunicator {
         root: usize,
         stream: Stream,
     ) -> Result<GpuRequest> {
-        self.gather_impl(send, recv, counts, root, stream, true)
-    }
-
-    fn gather_impl(
-        &self,
-        send: DeviceSlice,
-        recv: DeviceSlice,
-        counts: &[usize],
-        root: usize,
-        stream: Stream,
-        v: bool,
-    ) -> Result<GpuRequest> {
-        self.check_root(root)?;
-        same_dtype(&send, &recv)?;
-        self.check_counts("counts", counts)?;
-        let me = self.rank();
-        need("send buffer", &send, counts[me])?;
-        if me == root {
-            need("receive buffer", &recv, counts.iter().sum())?;
-        }
-        let fp = if v {
-            Fingerprint::new(OpKind::GatherV, send.dtype, 0).with_root(root)
-        } else {
-            Fingerprint::new(OpKind::Gather, send.dtype, send.count).with_root(root)
-        };
-        self.launch(fp, stream, |n, c, s| {
-            let dt = nccl_dtype(send.dtype);
-            self.grouped(n, |inner| {
-                if me != root {
-                    // SAFETY: length checked above.
-                    return inner.rc("gather", unsafe {
-                        (n.send)(send.as_ptr(), counts[me], dt, root as i32, c, s)
-                    });
-                }
-                let mut off = 0;
-                for (r, &cnt) in counts.iter().enumerate() {
-                    let dst = recv.sub(off, cnt)?;
-                    if r == me {
-                        inner.copy(send, dst, s)?;
-                    } else {
-                        // SAFETY: range checked by `sub`.
-                        inner.rc("gather", unsafe {
-                            (n.recv)(dst.as_mut_ptr(), cnt, dt, r as i32, c, s)
-                        })?;
-                    }
-                    off += cnt;
-                }
-                Ok(())
-            })
-        })
+        self.rooted_exchange(OpKind::GatherV, recv, send, counts, root, stream)
     }
 
     /// scatter: rank r receives elements `r*recv.count ..` of `send` on `root`.
@@ -1069,7 +1020,7 @@ impl GpuCommunicator {
         stream: Stream,
     ) -> Result<GpuRequest> {
         let counts = vec![recv.count; self.size()];
-        self.scatter_impl(send, recv, &counts, root, stream, false)
+        self.rooted_exchange(OpKind::Scatter, send, recv, &counts, root, stream)
     }
 
     /// scatterv: rank r receives `counts[r]` elements, taken back to back from `send` on `root`.
@@ -1081,49 +1032,72 @@ impl GpuCommunicator {
         root: usize,
         stream: Stream,
     ) -> Result<GpuRequest> {
-        self.scatter_impl(send, recv, counts, root, stream, true)
+        self.rooted_exchange(OpKind::ScatterV, send, recv, counts, root, stream)
     }
 
-    fn scatter_impl(
+    /// Gather (blocks flow to the root) and scatter (blocks flow from it) as grouped
+    /// send/recv: `whole` is the root's buffer of every block back to back, `mine` this rank's
+    /// block of `counts[rank]` elements.
+    fn rooted_exchange(
         &self,
-        send: DeviceSlice,
-        recv: DeviceSlice,
+        kind: OpKind,
+        whole: DeviceSlice,
+        mine: DeviceSlice,
         counts: &[usize],
         root: usize,
         stream: Stream,
-        v: bool,
     ) -> Result<GpuRequest> {
+        let to_root = matches!(kind, OpKind::Gather | OpKind::GatherV);
+        let (mine_name, whole_name) = if to_root {
+            ("send buffer", "receive buffer")
+        } else {
+            ("receive buffer", "send buffer")
+        };
         self.check_root(root)?;
-        same_dtype(&send, &recv)?;
+        same_dtype(&whole, &mine)?;
         self.check_counts("counts", counts)?;
         let me = self.rank();
-        need("receive buffer", &recv, counts[me])?;
+        need(mine_name, &mine, counts[me])?;
         if me == root {
-            need("send buffer", &send, counts.iter().sum())?;
+            need(whole_name, &whole, counts.iter().sum())?;
         }
-        let fp = if v {
-            Fingerprint::new(OpKind::ScatterV, recv.dtype, 0).with_root(root)
-        } else {
-            Fingerprint::new(OpKind::Scatter, recv.dtype, recv.count).with_root(root)
-        };
+        let fp = match kind {
+            OpKind::GatherV | OpKind::ScatterV => Fingerprint::new(kind, mine.dtype, 0),
+            _ => Fingerprint::new(kind, mine.dtype, mine.count),
+        }
+        .with_root(root);
+        let what = kind.name();
         self.launch(fp, stream, |n, c, s| {
-            let dt = nccl_dtype(recv.dtype);
+            let dt = nccl_dtype(mine.dtype);
             self.grouped(n, |inner| {
                 if me != root {
                     // SAFETY: length checked above.
-                    return inner.rc("scatter", unsafe {
-                        (n.recv)(recv.as_mut_ptr(), counts[me], dt, root as i32, c, s)
+                    return inner.rc(what, unsafe {
+                        if to_root {
+                            (n.send)(mine.as_ptr(), counts[me], dt, root as i32, c, s)
+                        } else {
+                            (n.recv)(mine.as_mut_ptr(), counts[me], dt, root as i32, c, s)
+                        }
                     });
                 }
                 let mut off = 0;
                 for (r, &cnt) in counts.iter().enumerate() {
-                    let src = send.sub(off, cnt)?;
+                    let block = whole.sub(off, cnt)?;
                     if r == me {
-                        inner.copy(src, recv, s)?;
+                        let (src, dst) = if to_root {
+                            (mine, block)
+                        } else {
+                            (block, mine)
+                        };
+                        inner.copy(src, dst, s)?;
                     } else {
                         // SAFETY: range checked by `sub`.
-                        inner.rc("scatter", unsafe {
-                            (n.send)(src.as_ptr(), cnt, dt, r as i32, c, s)
+                        inner.rc(what, unsafe {
+                            if to_root {
+                                (n.recv)(block.as_mut_ptr(), cnt, dt, r as i32, c, s)
+                            } else {
+                                (n.send)(block.as_ptr(), cnt, dt, r as i32, c, s)
+                            }
                         })?;
                     }
                     off += cnt;
