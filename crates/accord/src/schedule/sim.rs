@@ -72,8 +72,7 @@ fn run(scheds: &[Schedule], esz: usize, m: &CostModel) -> Simulation {
     loop {
         let mut progressed = false;
         let mut done = 0;
-        for me in 0..ranks.len() {
-            let r = &mut ranks[me];
+        for (me, r) in ranks.iter_mut().enumerate() {
             loop {
                 let Some(round) = r.sched.rounds.get(r.round) else {
                     done += 1;
