@@ -41,7 +41,18 @@ pub struct ShmWorld {
     /// Lowest world rank of every host: the leaders of hierarchical collectives.
     pub leaders: Vec<usize>,
     small: usize,
+    /// From this many bytes, broadcast and allgather copy straight between user buffers.
+    cma_bytes: usize,
+    /// From this many bytes, copies out of staging use non-temporal stores.
+    stream_bytes: usize,
+    /// Slot size of pipelined broadcasts (`ACCORD_SHM_SLOT_BYTES`).
+    slot_bytes: usize,
 }
+
+/// Default of `ACCORD_SHM_CMA_BYTES`: off. On the 2-core VM these numbers come from,
+/// `process_vm_readv` moved about 6 GB/s against 20 GB/s for memcpy, so the pipelined
+/// two-copy path wins at every size; set the variable where single copy is faster.
+pub const DEFAULT_CMA_BYTES: usize = usize::MAX;
 
 /// One call, as the shared-memory path sees it.
 pub(crate) struct ShmCall<'a> {
@@ -72,11 +83,25 @@ impl ShmWorld {
             .ok()
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(16 << 10);
+        let cma_bytes = std::env::var("ACCORD_SHM_CMA_BYTES")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(DEFAULT_CMA_BYTES);
+        let stream_bytes = std::env::var("ACCORD_SHM_STREAM_BYTES")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(2 << 20);
         ShmWorld {
             group,
             host_of,
             leaders,
             small,
+            cma_bytes,
+            stream_bytes,
+            slot_bytes: std::env::var("ACCORD_SHM_SLOT_BYTES")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(64 << 10),
         }
     }
 
@@ -128,7 +153,14 @@ impl ShmWorld {
         }
         let g = self.group.as_ref().expect("single host implies a group");
         let _serial = g.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let c = Ctx { g, call, deadline };
+        let c = Ctx {
+            g,
+            call,
+            deadline,
+            cma: if g.cma() { self.cma_bytes } else { usize::MAX },
+            stream: self.stream_bytes,
+            slot: self.slot_bytes,
+        };
         match *coll {
             Collective::AllReduce { count } => c.allreduce(inp, out, count, true, None, self.small),
             Collective::Reduce { count, root } => c.allreduce(inp, out, count, true, Some(root), 0),
@@ -164,7 +196,14 @@ impl ShmWorld {
             match &self.group {
                 Some(g) => {
                     let _serial = g.lock.lock().unwrap_or_else(|p| p.into_inner());
-                    f(&Ctx { g, call, deadline })
+                    f(&Ctx {
+                        g,
+                        call,
+                        deadline,
+                        cma: if g.cma() { self.cma_bytes } else { usize::MAX },
+                        stream: self.stream_bytes,
+                        slot: self.slot_bytes,
+                    })
                 }
                 None => Ok(()),
             }
@@ -228,6 +267,46 @@ struct Ctx<'a> {
     g: &'a ShmGroup,
     call: &'a ShmCall<'a>,
     deadline: Instant,
+    /// Single-copy threshold in bytes (`usize::MAX`: never).
+    cma: usize,
+    /// From this many bytes, copies into user buffers bypass the caches.
+    stream: usize,
+    /// Slot size of a pipelined broadcast.
+    slot: usize,
+}
+
+/// Copy `len` bytes; when `stream`, with non-temporal stores so that filling a destination
+/// larger than the caches does not first read it into them (x86_64; plain copy elsewhere).
+///
+/// # Safety
+/// As [`std::ptr::copy_nonoverlapping`].
+unsafe fn copy_out(src: *const u8, dst: *mut u8, len: usize, stream: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if stream && len >= 4096 {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        let head = dst.align_offset(16).min(len);
+        std::ptr::copy_nonoverlapping(src, dst, head);
+        let (mut s, mut d) = (src.add(head), dst.add(head));
+        let mut left = len - head;
+        while left >= 64 {
+            let a = _mm_loadu_si128(s as *const __m128i);
+            let b = _mm_loadu_si128(s.add(16) as *const __m128i);
+            let c = _mm_loadu_si128(s.add(32) as *const __m128i);
+            let e = _mm_loadu_si128(s.add(48) as *const __m128i);
+            _mm_stream_si128(d as *mut __m128i, a);
+            _mm_stream_si128(d.add(16) as *mut __m128i, b);
+            _mm_stream_si128(d.add(32) as *mut __m128i, c);
+            _mm_stream_si128(d.add(48) as *mut __m128i, e);
+            s = s.add(64);
+            d = d.add(64);
+            left -= 64;
+        }
+        std::ptr::copy_nonoverlapping(s, d, left);
+        _mm_sfence();
+        return;
+    }
+    let _ = stream;
+    std::ptr::copy_nonoverlapping(src, dst, len);
 }
 
 /// `(start, len)` of part `i` when `m` elements are split into `n` near-equal parts.
@@ -272,12 +351,34 @@ impl Ctx<'_> {
     }
 
     /// Take the next staging half; with the call's first chunk, publish its fingerprint.
-    fn begin(&self, first: bool) -> usize {
+    fn begin(&self, first: bool) -> Result<usize> {
         let h = self.g.next_chunk();
+        self.g.guard(h, self.deadline).map_err(|e| self.error(e))?;
         if first {
             self.g.put_fp(h, self.call.seq, &self.call.fp);
         }
-        h
+        Ok(h)
+    }
+
+    /// The call's fingerprint against local rank `p`'s for half `h`.
+    fn check_fp(&self, p: usize, h: usize) -> Result<()> {
+        let (seq, fp) = self.g.get_fp(p, h);
+        if seq != self.call.seq || fp != Some(self.call.fp) {
+            let theirs = match fp {
+                Some(f) if seq == self.call.seq => f.to_string(),
+                Some(f) => format!("{f} as op #{seq}"),
+                None => format!("an unknown operation as op #{seq}"),
+            };
+            return Err(Error::Desync {
+                me: self.g.members[self.me()],
+                mine: self.call.fp.to_string(),
+                peer: self.g.members[p],
+                theirs,
+                comm: self.call.comm_name.to_string(),
+                seq: self.call.seq,
+            });
+        }
+        Ok(())
     }
 
     /// Arrive and wait for every peer; after the call's first barrier, compare fingerprints.
@@ -286,26 +387,12 @@ impl Ctx<'_> {
         self.g
             .wait_all(e, self.deadline)
             .map_err(|e| self.error(e))?;
+        // Peers read half h after this barrier and before their next arrival.
+        self.g.set_guard(h, e.wrapping_add(1));
         if first {
             for p in 0..self.n() {
-                if p == self.me() {
-                    continue;
-                }
-                let (seq, fp) = self.g.get_fp(p, h);
-                if seq != self.call.seq || fp != Some(self.call.fp) {
-                    let theirs = match fp {
-                        Some(f) if seq == self.call.seq => f.to_string(),
-                        Some(f) => format!("{f} as op #{seq}"),
-                        None => format!("an unknown operation as op #{seq}"),
-                    };
-                    return Err(Error::Desync {
-                        me: self.g.members[self.me()],
-                        mine: self.call.fp.to_string(),
-                        peer: self.g.members[p],
-                        theirs,
-                        comm: self.call.comm_name.to_string(),
-                        seq: self.call.seq,
-                    });
+                if p != self.me() {
+                    self.check_fp(p, h)?;
                 }
             }
         }
@@ -361,7 +448,7 @@ impl Ctx<'_> {
         let world = if finish { n } else { 1 };
         let per = (self.g.half_bytes() / esz).max(1);
         if count * esz <= small && count <= per && root.is_none() {
-            let h = self.begin(true);
+            let h = self.begin(true)?;
             let bytes = count * esz;
             // SAFETY: count elements fit a staging half; `inp` holds count elements.
             unsafe { std::ptr::copy_nonoverlapping(inp, self.stage(me, h, 0), bytes) };
@@ -377,7 +464,7 @@ impl Ctx<'_> {
         for k in 0..Self::chunks(count, per) {
             let off = k * per;
             let m = per.min(count - off.min(count));
-            let h = self.begin(k == 0);
+            let h = self.begin(k == 0)?;
             // SAFETY: m elements from `off` are inside the input and fit a staging half.
             unsafe {
                 std::ptr::copy_nonoverlapping(inp.add(off * esz), self.stage(me, h, 0), m * esz)
@@ -409,42 +496,131 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// Root-driven: per chunk the root fills a staging half and arrives; readers wait for
+    /// the root alone, copy out and arrive. The root only waits (in [`Ctx::begin`]) when it
+    /// comes back to a half whose previous chunk some reader has not finished. From
+    /// `cma` bytes readers copy straight out of the root's buffer instead.
     fn broadcast(&self, buf: *mut u8, count: usize, root: usize) -> Result<()> {
         let (me, esz) = (self.me(), self.esz());
-        let per = (self.g.half_bytes() / esz).max(1);
-        for k in 0..Self::chunks(count, per) {
-            let off = k * per;
-            let m = per.min(count - off.min(count));
-            let h = self.begin(k == 0);
-            if me == root {
-                // SAFETY: m elements from off are inside buf and fit a staging half.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(buf.add(off * esz), self.stage(me, h, 0), m * esz)
-                };
-            }
-            self.barrier(h, k == 0)?;
-            if me != root {
-                // SAFETY: as above.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        self.stage(root, h, 0),
-                        buf.add(off * esz),
-                        m * esz,
-                    )
-                };
-            }
+        let bytes = count * esz;
+        if bytes >= self.cma && self.n() > 1 {
+            return self.broadcast_direct(buf, bytes, root);
+        }
+        let half = self.g.half_bytes();
+        if bytes > half {
+            return self.broadcast_ring(buf, bytes, root);
+        }
+        let h = self.begin(true)?;
+        if me == root {
+            // SAFETY: `bytes` fit a staging half.
+            unsafe { std::ptr::copy_nonoverlapping(buf, self.stage(me, h, 0), bytes) };
+            let e = self.g.arrive();
+            self.g.set_guard(h, e);
+        } else {
+            let e = self.g.epoch().wrapping_add(1);
+            self.g
+                .wait_for(root, e, self.deadline)
+                .map_err(|e| self.error(e))?;
+            self.check_fp(root, h)?;
+            // SAFETY: as above.
+            unsafe { std::ptr::copy_nonoverlapping(self.stage(root, h, 0), buf, bytes) };
+            self.g.arrive();
         }
         Ok(())
+    }
+
+    /// A broadcast larger than a half: both halves form a ring of slots; the root may run up
+    /// to a ring's length ahead of the slowest reader, so neither side waits on every chunk.
+    fn broadcast_ring(&self, buf: *mut u8, bytes: usize, root: usize) -> Result<()> {
+        let me = self.me();
+        let h = self.begin(true)?;
+        // The second half's guard may name the readers' next arrival (after a barrier), which
+        // comes only once they read chunk 0: the root waits for it when it first writes there.
+        let h2 = self.g.next_chunk();
+        let per_half = self.g.half_bytes() / self.slot.clamp(64, self.g.half_bytes());
+        let slot = (self.g.half_bytes() / per_half.max(1)) / 64 * 64;
+        let slots = 2 * per_half;
+        let e0 = self.g.epoch();
+        let stream = bytes >= self.stream;
+        let n = bytes.div_ceil(slot);
+        for j in 0..n {
+            let off = j * slot;
+            let len = slot.min(bytes - off);
+            let e = e0.wrapping_add(j as u32 + 1);
+            let i = j % slots;
+            let (half, at_off) = if i < per_half {
+                (h, i * slot)
+            } else {
+                (h2, (i - per_half) * slot)
+            };
+            if me == root {
+                if j >= slots {
+                    let done = e0.wrapping_add((j - slots) as u32 + 1);
+                    self.g
+                        .wait_all(done, self.deadline)
+                        .map_err(|e| self.error(e))?;
+                } else if i == per_half {
+                    self.g.guard(h2, self.deadline).map_err(|e| self.error(e))?;
+                }
+                // SAFETY: the slot lies inside a staging half; off + len inside buf.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(buf.add(off), self.stage(me, half, at_off), len)
+                };
+                self.g.arrive();
+            } else {
+                self.g
+                    .wait_for(root, e, self.deadline)
+                    .map_err(|e| self.error(e))?;
+                if j == 0 {
+                    self.check_fp(root, h)?;
+                }
+                // SAFETY: as above.
+                unsafe { copy_out(self.stage(root, half, at_off), buf.add(off), len, stream) };
+                self.g.arrive();
+            }
+        }
+        if me == root {
+            // Readers arrive at the last epoch after reading the last slot, in order.
+            let last = self.g.epoch();
+            self.g.set_guard(h, last);
+            self.g.set_guard(h2, last);
+        }
+        Ok(())
+    }
+
+    /// Single copy: the root exposes its buffer and arrives; every reader copies it with
+    /// `process_vm_readv` and arrives; the root returns once all readers have.
+    fn broadcast_direct(&self, buf: *mut u8, bytes: usize, root: usize) -> Result<()> {
+        let me = self.me();
+        let h = self.begin(true)?;
+        if me == root {
+            self.g.publish_region(buf, bytes);
+            let e = self.g.arrive();
+            self.g.set_guard(h, e);
+            return self.g.wait_all(e, self.deadline).map_err(|e| self.error(e));
+        }
+        let e = self.g.epoch().wrapping_add(1);
+        self.g
+            .wait_for(root, e, self.deadline)
+            .map_err(|e| self.error(e))?;
+        self.check_fp(root, h)?;
+        let r = self.g.read_region(root, 0, buf, bytes);
+        // Arrive even after a failed read: the root must not wait for us until its deadline.
+        self.g.arrive();
+        r
     }
 
     /// Every rank's `block` elements land in block `r` of `out`. Also the barrier (`block == 0`).
     fn allgather(&self, inp: *const u8, out: *mut u8, block: usize) -> Result<()> {
         let (n, me, esz) = (self.n(), self.me(), self.esz());
+        if block * esz * n >= self.cma && n > 1 && block > 0 {
+            return self.allgather_direct(inp, out, block * esz);
+        }
         let per = (self.g.half_bytes() / esz).max(1);
         for k in 0..Self::chunks(block, per) {
             let off = k * per;
             let m = per.min(block - off.min(block));
-            let h = self.begin(k == 0);
+            let h = self.begin(k == 0)?;
             // SAFETY: m elements from off are inside the input and fit a staging half.
             unsafe {
                 std::ptr::copy_nonoverlapping(inp.add(off * esz), self.stage(me, h, 0), m * esz)
@@ -463,6 +639,32 @@ impl Ctx<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Single copy: every rank exposes its input, one barrier, every rank reads every peer's
+    /// block straight into its output, and a second barrier keeps the inputs alive until then.
+    fn allgather_direct(&self, inp: *const u8, out: *mut u8, bytes: usize) -> Result<()> {
+        let (n, me) = (self.n(), self.me());
+        let h = self.begin(true)?;
+        self.g.publish_region(inp, bytes);
+        self.barrier(h, true)?;
+        let mut res = Ok(());
+        // Start with the next rank so that not everyone reads rank 0 at once.
+        for i in 1..n {
+            let p = (me + i) % n;
+            // SAFETY: block p of out has room for `bytes`.
+            res = self
+                .g
+                .read_region(p, 0, unsafe { out.add(p * bytes) }, bytes);
+            if res.is_err() {
+                break;
+            }
+        }
+        // SAFETY: my block of out; `inp` may alias it (in place).
+        unsafe { std::ptr::copy(inp, out.add(me * bytes), bytes) };
+        let e = self.g.arrive();
+        let w = self.g.wait_all(e, self.deadline).map_err(|e| self.error(e));
+        res.and(w)
     }
 
     /// Staging layout shared by reduce_scatter and alltoall: block `q`'s chunk at `q * m`.
@@ -488,7 +690,7 @@ impl Ctx<'_> {
         for k in 0..Self::chunks(block, per) {
             let off = k * per;
             let m = per.min(block - off.min(block));
-            let h = self.begin(k == 0);
+            let h = self.begin(k == 0)?;
             self.scatter_in(inp, h, block, off, m);
             self.barrier(h, k == 0)?;
             let dst = unsafe { out.add(off * esz) };
@@ -510,7 +712,7 @@ impl Ctx<'_> {
         for k in 0..Self::chunks(block, per) {
             let off = k * per;
             let m = per.min(block - off.min(block));
-            let h = self.begin(k == 0);
+            let h = self.begin(k == 0)?;
             self.scatter_in(inp, h, block, off, m);
             self.barrier(h, k == 0)?;
             for p in 0..n {
