@@ -382,19 +382,96 @@ impl Ctx<'_> {
     }
 
     /// Arrive and wait for every peer; after the call's first barrier, compare fingerprints.
+    ///
+    /// With more ranks than cores the barrier is centralized: local rank 0 waits for every
+    /// arrival, checks every fingerprint and arrives last; the others wait on rank 0's counter
+    /// alone. Each waiter then needs one peer to have run instead of all of them, and rank 0
+    /// (the usual root) leaves the barrier first. Otherwise every rank waits for every other,
+    /// which costs one cache-line transfer instead of two.
     fn barrier(&self, h: usize, first: bool) -> Result<()> {
-        let e = self.g.arrive();
-        self.g
-            .wait_all(e, self.deadline)
-            .map_err(|e| self.error(e))?;
-        // Peers read half h after this barrier and before their next arrival.
-        self.g.set_guard(h, e.wrapping_add(1));
-        if first {
-            for p in 0..self.n() {
-                if p != self.me() {
-                    self.check_fp(p, h)?;
+        let e = if self.g.crowded() {
+            if self.me() == 0 {
+                let e = self.g.epoch().wrapping_add(1);
+                self.g
+                    .wait_all(e, self.deadline)
+                    .map_err(|e| self.error(e))?;
+                if first {
+                    for p in 1..self.n() {
+                        self.check_fp(p, h)?;
+                    }
+                }
+                self.g.arrive()
+            } else {
+                let e = self.g.arrive();
+                self.g
+                    .wait_for(0, e, self.deadline)
+                    .map_err(|e| self.error(e))?;
+                if first {
+                    self.check_fp(0, h)?;
+                }
+                e
+            }
+        } else {
+            let e = self.g.arrive();
+            self.g
+                .wait_all(e, self.deadline)
+                .map_err(|e| self.error(e))?;
+            if first {
+                for p in 0..self.n() {
+                    if p != self.me() {
+                        self.check_fp(p, h)?;
+                    }
                 }
             }
+            e
+        };
+        // Peers read half h after this barrier and before their next arrival.
+        self.g.set_guard(h, e.wrapping_add(1));
+        Ok(())
+    }
+
+    /// Small allreduce with more ranks than cores: everyone stages its input and arrives;
+    /// local rank 0 reduces (in rank order), stages the result and arrives; the others copy
+    /// it. Every rank waits for one peer only.
+    fn allreduce_central(
+        &self,
+        inp: *const u8,
+        out: *mut u8,
+        bytes: usize,
+        world: usize,
+    ) -> Result<()> {
+        let (n, me) = (self.n(), self.me());
+        let h = self.begin(true)?;
+        if me == 0 {
+            let e = self.g.epoch().wrapping_add(1);
+            self.g
+                .wait_all(e, self.deadline)
+                .map_err(|e| self.error(e))?;
+            for p in 1..n {
+                self.check_fp(p, h)?;
+            }
+            // SAFETY: out and inp hold `bytes`; they may be the same buffer.
+            unsafe { std::ptr::copy(inp, out, bytes) };
+            for p in 1..n {
+                self.reduce(out, self.stage(p, h, 0), bytes);
+            }
+            self.finalize(out, bytes, world);
+            // SAFETY: the result fits the staging half; peers read it after our arrival.
+            unsafe { std::ptr::copy_nonoverlapping(out, self.stage(0, h, 0), bytes) };
+            let e = self.g.arrive();
+            self.g.set_guard(h, e.wrapping_add(1));
+        } else {
+            // SAFETY: `bytes` fit a staging half.
+            unsafe { std::ptr::copy_nonoverlapping(inp, self.stage(me, h, 0), bytes) };
+            let e = self.g.arrive();
+            self.g
+                .wait_for(0, e, self.deadline)
+                .map_err(|e| self.error(e))?;
+            self.check_fp(0, h)?;
+            // SAFETY: as above.
+            unsafe { std::ptr::copy_nonoverlapping(self.stage(0, h, 0), out, bytes) };
+            // Rank 0 read our input before it arrived.
+            self.g.set_guard(h, e);
         }
         Ok(())
     }
@@ -447,6 +524,9 @@ impl Ctx<'_> {
         let (n, me, esz) = (self.n(), self.me(), self.esz());
         let world = if finish { n } else { 1 };
         let per = (self.g.half_bytes() / esz).max(1);
+        if count * esz <= small && count <= per && root.is_none() && self.g.crowded() {
+            return self.allreduce_central(inp, out, count * esz, world);
+        }
         if count * esz <= small && count <= per && root.is_none() {
             let h = self.begin(true)?;
             let bytes = count * esz;
