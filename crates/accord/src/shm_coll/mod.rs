@@ -11,13 +11,28 @@
 //!   from every staging area in place, a second barrier, then everyone gathers the reduced
 //!   slices. Messages larger than a staging half are pipelined chunk by chunk.
 //! - **reduce**: the large-message allreduce where only the root gathers.
-//! - **broadcast**: the root copies a chunk in, one barrier, everyone copies it out.
+//! - **broadcast**: root-driven, no barrier. The root copies a chunk into a slot and arrives;
+//!   readers wait for the root's counter alone, copy out and arrive. Messages larger than a
+//!   staging half cycle through both halves as a ring of `ACCORD_SHM_SLOT_BYTES` (64 KiB)
+//!   slots, so the root can run a whole ring ahead of the slowest reader.
 //! - **allgather**, **reduce_scatter**, **alltoall**: one barrier per chunk.
+//! - **single copy** (`ACCORD_SHM_CMA_BYTES`, off by default): from that many bytes broadcast
+//!   and allgather readers copy straight out of the owner's user buffer with
+//!   `process_vm_readv` (probed at join; off for the whole group if any pair cannot).
+//! - Copies into user buffers of at least `ACCORD_SHM_STREAM_BYTES` (2 MiB) use
+//!   non-temporal stores.
 //!
-//! **Reusing staging safely.** Chunks alternate between two staging halves. A rank writes half
-//! `h` for chunk `k + 2` only after passing the first barrier of chunk `k + 1`, which every peer
-//! reaches only after it finished reading chunk `k`. So one barrier per chunk suffices, also
-//! across consecutive calls (the chunk counter runs on across calls).
+//! **Oversubscription.** With more local ranks than cores, barriers and small allreduces are
+//! centralized on local rank 0 (see [`Ctx::barrier`]), so each waiter depends on one peer
+//! having run rather than on all of them.
+//!
+//! **Reusing staging safely.** Chunks alternate between two staging halves (the chunk counter
+//! runs on across calls and is advanced identically on every rank). Each rank arrives the same
+//! number of times per call, so arrival counts (epochs) agree across ranks. After using half
+//! `h`, a rank records a *guard*: the epoch every peer must have reached before it writes `h`
+//! again (after a barrier, the peers' next arrival; after publishing a broadcast chunk, that
+//! chunk's epoch, at which readers arrive once they have copied it). Writing a half first waits
+//! for its guard, which is normally already met.
 //!
 //! **Desync detection.** With the first chunk of a call, every rank writes the call's sequence
 //! number and fingerprint next to its staging half; after the first barrier each rank compares

@@ -26,6 +26,13 @@
 //! is reported as [`Error::PeerLost`] naming its rank within about 10 ms of the wait reaching
 //! the sleeping stage.
 //!
+//! # Reading peers' memory
+//!
+//! At join every rank checks that it can `process_vm_readv` from every peer (reading a word
+//! the peer wrote into its own header) and the group agrees; if any pair cannot (EPERM under
+//! a stricter ptrace policy, ENOSYS), single-copy transfers are off for the group and rank 0
+//! says so once on stderr. `ACCORD_SHM_CMA=0` skips the probe.
+//!
 //! # Host identity
 //!
 //! Ranks share memory when they publish the same host id: `ACCORD_HOST_ID` if set (tests use it
