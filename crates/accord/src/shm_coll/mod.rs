@@ -23,7 +23,7 @@
 //!   non-temporal stores.
 //!
 //! **Oversubscription.** With more local ranks than cores, barriers and small allreduces are
-//! centralized on local rank 0 (see [`Ctx::barrier`]), so each waiter depends on one peer
+//! centralized on local rank 0 (see `Ctx::barrier`), so each waiter depends on one peer
 //! having run rather than on all of them.
 //!
 //! **Reusing staging safely.** Chunks alternate between two staging halves (the chunk counter
