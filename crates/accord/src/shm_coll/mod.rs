@@ -375,6 +375,40 @@ impl Ctx<'_> {
         Ok(h)
     }
 
+    /// Wait for local rank `r` to reach epoch `e`. A slow wait also looks at the call `r`
+    /// published for half `h`: a different call with the same sequence number is a desync,
+    /// reported at once instead of when the deadline passes (the peer may be waiting for us
+    /// in a collective with another waiting pattern).
+    fn wait_peer(&self, r: usize, e: u32, h: usize) -> Result<()> {
+        loop {
+            let until = (Instant::now() + Duration::from_millis(20)).min(self.deadline);
+            match self.g.wait_for(r, e, until) {
+                Ok(()) => return Ok(()),
+                Err(ShmWaitError::Timeout(m)) => {
+                    let (seq, fp) = self.g.get_fp(r, h);
+                    // An unwritten slot reads as op #0 with no fingerprint: not a desync.
+                    if seq == self.call.seq && fp.is_some_and(|f| f != self.call.fp) {
+                        self.check_fp(r, h)?;
+                    }
+                    if Instant::now() >= self.deadline {
+                        return Err(self.error(ShmWaitError::Timeout(m)));
+                    }
+                }
+                Err(e) => return Err(self.error(e)),
+            }
+        }
+    }
+
+    /// [`Ctx::wait_peer`] for every other local rank.
+    fn wait_peers(&self, e: u32, h: usize) -> Result<()> {
+        for r in 0..self.n() {
+            if r != self.me() {
+                self.wait_peer(r, e, h)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The call's fingerprint against local rank `p`'s for half `h`.
     fn check_fp(&self, p: usize, h: usize) -> Result<()> {
         let (seq, fp) = self.g.get_fp(p, h);
@@ -407,9 +441,7 @@ impl Ctx<'_> {
         let e = if self.g.crowded() {
             if self.me() == 0 {
                 let e = self.g.epoch().wrapping_add(1);
-                self.g
-                    .wait_all(e, self.deadline)
-                    .map_err(|e| self.error(e))?;
+                self.wait_peers(e, h)?;
                 if first {
                     for p in 1..self.n() {
                         self.check_fp(p, h)?;
@@ -418,9 +450,7 @@ impl Ctx<'_> {
                 self.g.arrive()
             } else {
                 let e = self.g.arrive();
-                self.g
-                    .wait_for(0, e, self.deadline)
-                    .map_err(|e| self.error(e))?;
+                self.wait_peer(0, e, h)?;
                 if first {
                     self.check_fp(0, h)?;
                 }
@@ -428,9 +458,7 @@ impl Ctx<'_> {
             }
         } else {
             let e = self.g.arrive();
-            self.g
-                .wait_all(e, self.deadline)
-                .map_err(|e| self.error(e))?;
+            self.wait_peers(e, h)?;
             if first {
                 for p in 0..self.n() {
                     if p != self.me() {
@@ -459,9 +487,7 @@ impl Ctx<'_> {
         let h = self.begin(true)?;
         if me == 0 {
             let e = self.g.epoch().wrapping_add(1);
-            self.g
-                .wait_all(e, self.deadline)
-                .map_err(|e| self.error(e))?;
+            self.wait_peers(e, h)?;
             for p in 1..n {
                 self.check_fp(p, h)?;
             }
@@ -479,9 +505,7 @@ impl Ctx<'_> {
             // SAFETY: `bytes` fit a staging half.
             unsafe { std::ptr::copy_nonoverlapping(inp, self.stage(me, h, 0), bytes) };
             let e = self.g.arrive();
-            self.g
-                .wait_for(0, e, self.deadline)
-                .map_err(|e| self.error(e))?;
+            self.wait_peer(0, e, h)?;
             self.check_fp(0, h)?;
             // SAFETY: as above.
             unsafe { std::ptr::copy_nonoverlapping(self.stage(0, h, 0), out, bytes) };
@@ -613,9 +637,7 @@ impl Ctx<'_> {
             self.g.set_guard(h, e);
         } else {
             let e = self.g.epoch().wrapping_add(1);
-            self.g
-                .wait_for(root, e, self.deadline)
-                .map_err(|e| self.error(e))?;
+            self.wait_peer(root, e, h)?;
             self.check_fp(root, h)?;
             // SAFETY: as above.
             unsafe { std::ptr::copy_nonoverlapping(self.stage(root, h, 0), buf, bytes) };
@@ -651,9 +673,7 @@ impl Ctx<'_> {
             if me == root {
                 if j >= slots {
                     let done = e0.wrapping_add((j - slots) as u32 + 1);
-                    self.g
-                        .wait_all(done, self.deadline)
-                        .map_err(|e| self.error(e))?;
+                    self.wait_peers(done, h)?;
                 } else if i == per_half {
                     self.g.guard(h2, self.deadline).map_err(|e| self.error(e))?;
                 }
@@ -663,9 +683,7 @@ impl Ctx<'_> {
                 };
                 self.g.arrive();
             } else {
-                self.g
-                    .wait_for(root, e, self.deadline)
-                    .map_err(|e| self.error(e))?;
+                self.wait_peer(root, e, h)?;
                 if j == 0 {
                     self.check_fp(root, h)?;
                 }
@@ -695,9 +713,7 @@ impl Ctx<'_> {
             return self.g.wait_all(e, self.deadline).map_err(|e| self.error(e));
         }
         let e = self.g.epoch().wrapping_add(1);
-        self.g
-            .wait_for(root, e, self.deadline)
-            .map_err(|e| self.error(e))?;
+        self.wait_peer(root, e, h)?;
         self.check_fp(root, h)?;
         let r = self.g.read_region(root, 0, buf, bytes);
         // Arrive even after a failed read: the root must not wait for us until its deadline.

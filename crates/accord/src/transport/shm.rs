@@ -583,12 +583,17 @@ impl ShmGroup {
             }
             let now = Instant::now();
             if now >= deadline {
-                let missing = (0..self.size())
+                let mut missing: Vec<usize> = (0..self.size())
                     .filter(|&q| {
                         q != self.me
                             && !reached(self.word(q, OFF_ARRIVE).load(Ordering::Acquire), epoch)
                     })
                     .collect();
+                // The rank waited on may itself be waiting for the others (a centralized
+                // barrier): name those.
+                if missing.len() > 1 {
+                    missing.retain(|&q| q != r);
+                }
                 return Err(ShmWaitError::Timeout(missing));
             }
             waiters.fetch_add(1, Ordering::SeqCst);
