@@ -102,11 +102,17 @@ fn every_collective_over_shared_memory_matches_the_reference() {
             "matrix",
             n,
             same_host,
-            &[("ACCORD_SHM_CHUNK_BYTES", "4096")],
+            &[
+                ("ACCORD_SHM_CHUNK_BYTES", "4096"),
+                ("ACCORD_SHM_CMA_BYTES", "65536"),
+            ],
         );
         all_ok(&collect(ch, Duration::from_secs(120)));
     }
     let (_s, ch) = spawn("matrix", 3, same_host, &[]);
+    all_ok(&collect(ch, Duration::from_secs(120)));
+    // Staged copies only (no process_vm_readv).
+    let (_s, ch) = spawn("matrix", 3, same_host, &[("ACCORD_SHM_CMA", "0")]);
     all_ok(&collect(ch, Duration::from_secs(120)));
     assert_no_segments();
 }

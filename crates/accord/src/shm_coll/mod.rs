@@ -11,13 +11,28 @@
 //!   from every staging area in place, a second barrier, then everyone gathers the reduced
 //!   slices. Messages larger than a staging half are pipelined chunk by chunk.
 //! - **reduce**: the large-message allreduce where only the root gathers.
-//! - **broadcast**: the root copies a chunk in, one barrier, everyone copies it out.
+//! - **broadcast**: root-driven, no barrier. The root copies a chunk into a slot and arrives;
+//!   readers wait for the root's counter alone, copy out and arrive. Messages larger than a
+//!   staging half cycle through both halves as a ring of `ACCORD_SHM_SLOT_BYTES` (64 KiB)
+//!   slots, so the root can run a whole ring ahead of the slowest reader.
 //! - **allgather**, **reduce_scatter**, **alltoall**: one barrier per chunk.
+//! - **single copy** (`ACCORD_SHM_CMA_BYTES`, off by default): from that many bytes broadcast
+//!   and allgather readers copy straight out of the owner's user buffer with
+//!   `process_vm_readv` (probed at join; off for the whole group if any pair cannot).
+//! - Copies into user buffers of at least `ACCORD_SHM_STREAM_BYTES` (2 MiB) use
+//!   non-temporal stores.
 //!
-//! **Reusing staging safely.** Chunks alternate between two staging halves. A rank writes half
-//! `h` for chunk `k + 2` only after passing the first barrier of chunk `k + 1`, which every peer
-//! reaches only after it finished reading chunk `k`. So one barrier per chunk suffices, also
-//! across consecutive calls (the chunk counter runs on across calls).
+//! **Oversubscription.** With more local ranks than cores, barriers and small allreduces are
+//! centralized on local rank 0 (see `Ctx::barrier`), so each waiter depends on one peer
+//! having run rather than on all of them.
+//!
+//! **Reusing staging safely.** Chunks alternate between two staging halves (the chunk counter
+//! runs on across calls and is advanced identically on every rank). Each rank arrives the same
+//! number of times per call, so arrival counts (epochs) agree across ranks. After using half
+//! `h`, a rank records a *guard*: the epoch every peer must have reached before it writes `h`
+//! again (after a barrier, the peers' next arrival; after publishing a broadcast chunk, that
+//! chunk's epoch, at which readers arrive once they have copied it). Writing a half first waits
+//! for its guard, which is normally already met.
 //!
 //! **Desync detection.** With the first chunk of a call, every rank writes the call's sequence
 //! number and fingerprint next to its staging half; after the first barrier each rank compares
@@ -41,7 +56,18 @@ pub struct ShmWorld {
     /// Lowest world rank of every host: the leaders of hierarchical collectives.
     pub leaders: Vec<usize>,
     small: usize,
+    /// From this many bytes, broadcast and allgather copy straight between user buffers.
+    cma_bytes: usize,
+    /// From this many bytes, copies out of staging use non-temporal stores.
+    stream_bytes: usize,
+    /// Slot size of pipelined broadcasts (`ACCORD_SHM_SLOT_BYTES`).
+    slot_bytes: usize,
 }
+
+/// Default of `ACCORD_SHM_CMA_BYTES`: off. On the 2-core VM these numbers come from,
+/// `process_vm_readv` moved about 6 GB/s against 20 GB/s for memcpy, so the pipelined
+/// two-copy path wins at every size; set the variable where single copy is faster.
+pub const DEFAULT_CMA_BYTES: usize = usize::MAX;
 
 /// One call, as the shared-memory path sees it.
 pub(crate) struct ShmCall<'a> {
@@ -72,11 +98,25 @@ impl ShmWorld {
             .ok()
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(16 << 10);
+        let cma_bytes = std::env::var("ACCORD_SHM_CMA_BYTES")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(DEFAULT_CMA_BYTES);
+        let stream_bytes = std::env::var("ACCORD_SHM_STREAM_BYTES")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(2 << 20);
         ShmWorld {
             group,
             host_of,
             leaders,
             small,
+            cma_bytes,
+            stream_bytes,
+            slot_bytes: std::env::var("ACCORD_SHM_SLOT_BYTES")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(64 << 10),
         }
     }
 
@@ -128,7 +168,14 @@ impl ShmWorld {
         }
         let g = self.group.as_ref().expect("single host implies a group");
         let _serial = g.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let c = Ctx { g, call, deadline };
+        let c = Ctx {
+            g,
+            call,
+            deadline,
+            cma: if g.cma() { self.cma_bytes } else { usize::MAX },
+            stream: self.stream_bytes,
+            slot: self.slot_bytes,
+        };
         match *coll {
             Collective::AllReduce { count } => c.allreduce(inp, out, count, true, None, self.small),
             Collective::Reduce { count, root } => c.allreduce(inp, out, count, true, Some(root), 0),
@@ -164,7 +211,14 @@ impl ShmWorld {
             match &self.group {
                 Some(g) => {
                     let _serial = g.lock.lock().unwrap_or_else(|p| p.into_inner());
-                    f(&Ctx { g, call, deadline })
+                    f(&Ctx {
+                        g,
+                        call,
+                        deadline,
+                        cma: if g.cma() { self.cma_bytes } else { usize::MAX },
+                        stream: self.stream_bytes,
+                        slot: self.slot_bytes,
+                    })
                 }
                 None => Ok(()),
             }
@@ -228,6 +282,46 @@ struct Ctx<'a> {
     g: &'a ShmGroup,
     call: &'a ShmCall<'a>,
     deadline: Instant,
+    /// Single-copy threshold in bytes (`usize::MAX`: never).
+    cma: usize,
+    /// From this many bytes, copies into user buffers bypass the caches.
+    stream: usize,
+    /// Slot size of a pipelined broadcast.
+    slot: usize,
+}
+
+/// Copy `len` bytes; when `stream`, with non-temporal stores so that filling a destination
+/// larger than the caches does not first read it into them (x86_64; plain copy elsewhere).
+///
+/// # Safety
+/// As [`std::ptr::copy_nonoverlapping`].
+unsafe fn copy_out(src: *const u8, dst: *mut u8, len: usize, stream: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if stream && len >= 4096 {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        let head = dst.align_offset(16).min(len);
+        std::ptr::copy_nonoverlapping(src, dst, head);
+        let (mut s, mut d) = (src.add(head), dst.add(head));
+        let mut left = len - head;
+        while left >= 64 {
+            let a = _mm_loadu_si128(s as *const __m128i);
+            let b = _mm_loadu_si128(s.add(16) as *const __m128i);
+            let c = _mm_loadu_si128(s.add(32) as *const __m128i);
+            let e = _mm_loadu_si128(s.add(48) as *const __m128i);
+            _mm_stream_si128(d as *mut __m128i, a);
+            _mm_stream_si128(d.add(16) as *mut __m128i, b);
+            _mm_stream_si128(d.add(32) as *mut __m128i, c);
+            _mm_stream_si128(d.add(48) as *mut __m128i, e);
+            s = s.add(64);
+            d = d.add(64);
+            left -= 64;
+        }
+        std::ptr::copy_nonoverlapping(s, d, left);
+        _mm_sfence();
+        return;
+    }
+    let _ = stream;
+    std::ptr::copy_nonoverlapping(src, dst, len);
 }
 
 /// `(start, len)` of part `i` when `m` elements are split into `n` near-equal parts.
@@ -272,42 +366,151 @@ impl Ctx<'_> {
     }
 
     /// Take the next staging half; with the call's first chunk, publish its fingerprint.
-    fn begin(&self, first: bool) -> usize {
+    fn begin(&self, first: bool) -> Result<usize> {
         let h = self.g.next_chunk();
+        self.g.guard(h, self.deadline).map_err(|e| self.error(e))?;
         if first {
             self.g.put_fp(h, self.call.seq, &self.call.fp);
         }
-        h
+        Ok(h)
+    }
+
+    /// Wait for local rank `r` to reach epoch `e`. A slow wait also looks at the call `r`
+    /// published for half `h`: a different call with the same sequence number is a desync,
+    /// reported at once instead of when the deadline passes (the peer may be waiting for us
+    /// in a collective with another waiting pattern).
+    fn wait_peer(&self, r: usize, e: u32, h: usize) -> Result<()> {
+        loop {
+            let until = (Instant::now() + Duration::from_millis(20)).min(self.deadline);
+            match self.g.wait_for(r, e, until) {
+                Ok(()) => return Ok(()),
+                Err(ShmWaitError::Timeout(m)) => {
+                    let (seq, fp) = self.g.get_fp(r, h);
+                    // An unwritten slot reads as op #0 with no fingerprint: not a desync.
+                    if seq == self.call.seq && fp.is_some_and(|f| f != self.call.fp) {
+                        self.check_fp(r, h)?;
+                    }
+                    if Instant::now() >= self.deadline {
+                        return Err(self.error(ShmWaitError::Timeout(m)));
+                    }
+                }
+                Err(e) => return Err(self.error(e)),
+            }
+        }
+    }
+
+    /// [`Ctx::wait_peer`] for every other local rank.
+    fn wait_peers(&self, e: u32, h: usize) -> Result<()> {
+        for r in 0..self.n() {
+            if r != self.me() {
+                self.wait_peer(r, e, h)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The call's fingerprint against local rank `p`'s for half `h`.
+    fn check_fp(&self, p: usize, h: usize) -> Result<()> {
+        let (seq, fp) = self.g.get_fp(p, h);
+        if seq != self.call.seq || fp != Some(self.call.fp) {
+            let theirs = match fp {
+                Some(f) if seq == self.call.seq => f.to_string(),
+                Some(f) => format!("{f} as op #{seq}"),
+                None => format!("an unknown operation as op #{seq}"),
+            };
+            return Err(Error::Desync {
+                me: self.g.members[self.me()],
+                mine: self.call.fp.to_string(),
+                peer: self.g.members[p],
+                theirs,
+                comm: self.call.comm_name.to_string(),
+                seq: self.call.seq,
+            });
+        }
+        Ok(())
     }
 
     /// Arrive and wait for every peer; after the call's first barrier, compare fingerprints.
+    ///
+    /// With more ranks than cores the barrier is centralized: local rank 0 waits for every
+    /// arrival, checks every fingerprint and arrives last; the others wait on rank 0's counter
+    /// alone. Each waiter then needs one peer to have run instead of all of them, and rank 0
+    /// (the usual root) leaves the barrier first. Otherwise every rank waits for every other,
+    /// which costs one cache-line transfer instead of two.
     fn barrier(&self, h: usize, first: bool) -> Result<()> {
-        let e = self.g.arrive();
-        self.g
-            .wait_all(e, self.deadline)
-            .map_err(|e| self.error(e))?;
-        if first {
-            for p in 0..self.n() {
-                if p == self.me() {
-                    continue;
+        let e = if self.g.crowded() {
+            if self.me() == 0 {
+                let e = self.g.epoch().wrapping_add(1);
+                self.wait_peers(e, h)?;
+                if first {
+                    for p in 1..self.n() {
+                        self.check_fp(p, h)?;
+                    }
                 }
-                let (seq, fp) = self.g.get_fp(p, h);
-                if seq != self.call.seq || fp != Some(self.call.fp) {
-                    let theirs = match fp {
-                        Some(f) if seq == self.call.seq => f.to_string(),
-                        Some(f) => format!("{f} as op #{seq}"),
-                        None => format!("an unknown operation as op #{seq}"),
-                    };
-                    return Err(Error::Desync {
-                        me: self.g.members[self.me()],
-                        mine: self.call.fp.to_string(),
-                        peer: self.g.members[p],
-                        theirs,
-                        comm: self.call.comm_name.to_string(),
-                        seq: self.call.seq,
-                    });
+                self.g.arrive()
+            } else {
+                let e = self.g.arrive();
+                self.wait_peer(0, e, h)?;
+                if first {
+                    self.check_fp(0, h)?;
+                }
+                e
+            }
+        } else {
+            let e = self.g.arrive();
+            self.wait_peers(e, h)?;
+            if first {
+                for p in 0..self.n() {
+                    if p != self.me() {
+                        self.check_fp(p, h)?;
+                    }
                 }
             }
+            e
+        };
+        // Peers read half h after this barrier and before their next arrival.
+        self.g.set_guard(h, e.wrapping_add(1));
+        Ok(())
+    }
+
+    /// Small allreduce with more ranks than cores: everyone stages its input and arrives;
+    /// local rank 0 reduces (in rank order), stages the result and arrives; the others copy
+    /// it. Every rank waits for one peer only.
+    fn allreduce_central(
+        &self,
+        inp: *const u8,
+        out: *mut u8,
+        bytes: usize,
+        world: usize,
+    ) -> Result<()> {
+        let (n, me) = (self.n(), self.me());
+        let h = self.begin(true)?;
+        if me == 0 {
+            let e = self.g.epoch().wrapping_add(1);
+            self.wait_peers(e, h)?;
+            for p in 1..n {
+                self.check_fp(p, h)?;
+            }
+            // SAFETY: out and inp hold `bytes`; they may be the same buffer.
+            unsafe { std::ptr::copy(inp, out, bytes) };
+            for p in 1..n {
+                self.reduce(out, self.stage(p, h, 0), bytes);
+            }
+            self.finalize(out, bytes, world);
+            // SAFETY: the result fits the staging half; peers read it after our arrival.
+            unsafe { std::ptr::copy_nonoverlapping(out, self.stage(0, h, 0), bytes) };
+            let e = self.g.arrive();
+            self.g.set_guard(h, e.wrapping_add(1));
+        } else {
+            // SAFETY: `bytes` fit a staging half.
+            unsafe { std::ptr::copy_nonoverlapping(inp, self.stage(me, h, 0), bytes) };
+            let e = self.g.arrive();
+            self.wait_peer(0, e, h)?;
+            self.check_fp(0, h)?;
+            // SAFETY: as above.
+            unsafe { std::ptr::copy_nonoverlapping(self.stage(0, h, 0), out, bytes) };
+            // Rank 0 read our input before it arrived.
+            self.g.set_guard(h, e);
         }
         Ok(())
     }
@@ -360,8 +563,11 @@ impl Ctx<'_> {
         let (n, me, esz) = (self.n(), self.me(), self.esz());
         let world = if finish { n } else { 1 };
         let per = (self.g.half_bytes() / esz).max(1);
+        if count * esz <= small && count <= per && root.is_none() && self.g.crowded() {
+            return self.allreduce_central(inp, out, count * esz, world);
+        }
         if count * esz <= small && count <= per && root.is_none() {
-            let h = self.begin(true);
+            let h = self.begin(true)?;
             let bytes = count * esz;
             // SAFETY: count elements fit a staging half; `inp` holds count elements.
             unsafe { std::ptr::copy_nonoverlapping(inp, self.stage(me, h, 0), bytes) };
@@ -377,7 +583,7 @@ impl Ctx<'_> {
         for k in 0..Self::chunks(count, per) {
             let off = k * per;
             let m = per.min(count - off.min(count));
-            let h = self.begin(k == 0);
+            let h = self.begin(k == 0)?;
             // SAFETY: m elements from `off` are inside the input and fit a staging half.
             unsafe {
                 std::ptr::copy_nonoverlapping(inp.add(off * esz), self.stage(me, h, 0), m * esz)
@@ -409,42 +615,123 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// Root-driven: per chunk the root fills a staging half and arrives; readers wait for
+    /// the root alone, copy out and arrive. The root only waits (in [`Ctx::begin`]) when it
+    /// comes back to a half whose previous chunk some reader has not finished. From
+    /// `cma` bytes readers copy straight out of the root's buffer instead.
     fn broadcast(&self, buf: *mut u8, count: usize, root: usize) -> Result<()> {
         let (me, esz) = (self.me(), self.esz());
-        let per = (self.g.half_bytes() / esz).max(1);
-        for k in 0..Self::chunks(count, per) {
-            let off = k * per;
-            let m = per.min(count - off.min(count));
-            let h = self.begin(k == 0);
-            if me == root {
-                // SAFETY: m elements from off are inside buf and fit a staging half.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(buf.add(off * esz), self.stage(me, h, 0), m * esz)
-                };
-            }
-            self.barrier(h, k == 0)?;
-            if me != root {
-                // SAFETY: as above.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        self.stage(root, h, 0),
-                        buf.add(off * esz),
-                        m * esz,
-                    )
-                };
-            }
+        let bytes = count * esz;
+        if bytes >= self.cma && self.n() > 1 {
+            return self.broadcast_direct(buf, bytes, root);
+        }
+        let half = self.g.half_bytes();
+        if bytes > half {
+            return self.broadcast_ring(buf, bytes, root);
+        }
+        let h = self.begin(true)?;
+        if me == root {
+            // SAFETY: `bytes` fit a staging half.
+            unsafe { std::ptr::copy_nonoverlapping(buf, self.stage(me, h, 0), bytes) };
+            let e = self.g.arrive();
+            self.g.set_guard(h, e);
+        } else {
+            let e = self.g.epoch().wrapping_add(1);
+            self.wait_peer(root, e, h)?;
+            self.check_fp(root, h)?;
+            // SAFETY: as above.
+            unsafe { std::ptr::copy_nonoverlapping(self.stage(root, h, 0), buf, bytes) };
+            self.g.arrive();
         }
         Ok(())
+    }
+
+    /// A broadcast larger than a half: both halves form a ring of slots; the root may run up
+    /// to a ring's length ahead of the slowest reader, so neither side waits on every chunk.
+    fn broadcast_ring(&self, buf: *mut u8, bytes: usize, root: usize) -> Result<()> {
+        let me = self.me();
+        let h = self.begin(true)?;
+        // The second half's guard may name the readers' next arrival (after a barrier), which
+        // comes only once they read chunk 0: the root waits for it when it first writes there.
+        let h2 = self.g.next_chunk();
+        let per_half = self.g.half_bytes() / self.slot.clamp(64, self.g.half_bytes());
+        let slot = (self.g.half_bytes() / per_half.max(1)) / 64 * 64;
+        let slots = 2 * per_half;
+        let e0 = self.g.epoch();
+        let stream = bytes >= self.stream;
+        let n = bytes.div_ceil(slot);
+        for j in 0..n {
+            let off = j * slot;
+            let len = slot.min(bytes - off);
+            let e = e0.wrapping_add(j as u32 + 1);
+            let i = j % slots;
+            let (half, at_off) = if i < per_half {
+                (h, i * slot)
+            } else {
+                (h2, (i - per_half) * slot)
+            };
+            if me == root {
+                if j >= slots {
+                    let done = e0.wrapping_add((j - slots) as u32 + 1);
+                    self.wait_peers(done, h)?;
+                } else if i == per_half {
+                    self.g.guard(h2, self.deadline).map_err(|e| self.error(e))?;
+                }
+                // SAFETY: the slot lies inside a staging half; off + len inside buf.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(buf.add(off), self.stage(me, half, at_off), len)
+                };
+                self.g.arrive();
+            } else {
+                self.wait_peer(root, e, h)?;
+                if j == 0 {
+                    self.check_fp(root, h)?;
+                }
+                // SAFETY: as above.
+                unsafe { copy_out(self.stage(root, half, at_off), buf.add(off), len, stream) };
+                self.g.arrive();
+            }
+        }
+        if me == root {
+            // Readers arrive at the last epoch after reading the last slot, in order.
+            let last = self.g.epoch();
+            self.g.set_guard(h, last);
+            self.g.set_guard(h2, last);
+        }
+        Ok(())
+    }
+
+    /// Single copy: the root exposes its buffer and arrives; every reader copies it with
+    /// `process_vm_readv` and arrives; the root returns once all readers have.
+    fn broadcast_direct(&self, buf: *mut u8, bytes: usize, root: usize) -> Result<()> {
+        let me = self.me();
+        let h = self.begin(true)?;
+        if me == root {
+            self.g.publish_region(buf, bytes);
+            let e = self.g.arrive();
+            self.g.set_guard(h, e);
+            return self.g.wait_all(e, self.deadline).map_err(|e| self.error(e));
+        }
+        let e = self.g.epoch().wrapping_add(1);
+        self.wait_peer(root, e, h)?;
+        self.check_fp(root, h)?;
+        let r = self.g.read_region(root, 0, buf, bytes);
+        // Arrive even after a failed read: the root must not wait for us until its deadline.
+        self.g.arrive();
+        r
     }
 
     /// Every rank's `block` elements land in block `r` of `out`. Also the barrier (`block == 0`).
     fn allgather(&self, inp: *const u8, out: *mut u8, block: usize) -> Result<()> {
         let (n, me, esz) = (self.n(), self.me(), self.esz());
+        if block * esz * n >= self.cma && n > 1 && block > 0 {
+            return self.allgather_direct(inp, out, block * esz);
+        }
         let per = (self.g.half_bytes() / esz).max(1);
         for k in 0..Self::chunks(block, per) {
             let off = k * per;
             let m = per.min(block - off.min(block));
-            let h = self.begin(k == 0);
+            let h = self.begin(k == 0)?;
             // SAFETY: m elements from off are inside the input and fit a staging half.
             unsafe {
                 std::ptr::copy_nonoverlapping(inp.add(off * esz), self.stage(me, h, 0), m * esz)
@@ -463,6 +750,32 @@ impl Ctx<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Single copy: every rank exposes its input, one barrier, every rank reads every peer's
+    /// block straight into its output, and a second barrier keeps the inputs alive until then.
+    fn allgather_direct(&self, inp: *const u8, out: *mut u8, bytes: usize) -> Result<()> {
+        let (n, me) = (self.n(), self.me());
+        let h = self.begin(true)?;
+        self.g.publish_region(inp, bytes);
+        self.barrier(h, true)?;
+        let mut res = Ok(());
+        // Start with the next rank so that not everyone reads rank 0 at once.
+        for i in 1..n {
+            let p = (me + i) % n;
+            // SAFETY: block p of out has room for `bytes`.
+            res = self
+                .g
+                .read_region(p, 0, unsafe { out.add(p * bytes) }, bytes);
+            if res.is_err() {
+                break;
+            }
+        }
+        // SAFETY: my block of out; `inp` may alias it (in place).
+        unsafe { std::ptr::copy(inp, out.add(me * bytes), bytes) };
+        let e = self.g.arrive();
+        let w = self.g.wait_all(e, self.deadline).map_err(|e| self.error(e));
+        res.and(w)
     }
 
     /// Staging layout shared by reduce_scatter and alltoall: block `q`'s chunk at `q * m`.
@@ -488,7 +801,7 @@ impl Ctx<'_> {
         for k in 0..Self::chunks(block, per) {
             let off = k * per;
             let m = per.min(block - off.min(block));
-            let h = self.begin(k == 0);
+            let h = self.begin(k == 0)?;
             self.scatter_in(inp, h, block, off, m);
             self.barrier(h, k == 0)?;
             let dst = unsafe { out.add(off * esz) };
@@ -510,7 +823,7 @@ impl Ctx<'_> {
         for k in 0..Self::chunks(block, per) {
             let off = k * per;
             let m = per.min(block - off.min(block));
-            let h = self.begin(k == 0);
+            let h = self.begin(k == 0)?;
             self.scatter_in(inp, h, block, off, m);
             self.barrier(h, k == 0)?;
             for p in 0..n {

@@ -26,6 +26,13 @@
 //! is reported as [`Error::PeerLost`] naming its rank within about 10 ms of the wait reaching
 //! the sleeping stage.
 //!
+//! # Reading peers' memory
+//!
+//! At join every rank checks that it can `process_vm_readv` from every peer (reading a word
+//! the peer wrote into its own header) and the group agrees; if any pair cannot (EPERM under
+//! a stricter ptrace policy, ENOSYS), single-copy transfers are off for the group and rank 0
+//! says so once on stderr. `ACCORD_SHM_CMA=0` skips the probe.
+//!
 //! # Host identity
 //!
 //! Ranks share memory when they publish the same host id: `ACCORD_HOST_ID` if set (tests use it
@@ -46,6 +53,10 @@ const OFF_WAITERS: usize = 64;
 /// Per half: sequence number (u64) then the fingerprint bytes.
 const OFF_FP: usize = 256;
 const FP_SLOT: usize = 64;
+/// The region this rank exposes for single-copy reads: address (u64) then length (u64).
+const OFF_REGION: usize = 512;
+/// This process's address of its own segment, read by peers to probe `process_vm_readv`.
+const OFF_SELF: usize = 576;
 
 /// Default size of one staging half.
 pub const DEFAULT_HALF_BYTES: usize = 256 << 10;
@@ -192,6 +203,13 @@ pub struct ShmGroup {
     yields: Duration,
     /// Where aborts and lost connections of the side channel are reported.
     side: Option<Arc<dyn Fn() -> Option<Error> + Send + Sync>>,
+    /// Per staging half: the epoch every peer must have reached before this rank writes the
+    /// half again (`u64::MAX`: none pending). See [`ShmGroup::guard`].
+    guards: [AtomicU64; 2],
+    /// Whether peers can read this process's memory with `process_vm_readv` (probed at join).
+    cma: bool,
+    /// Whether more local ranks than cores: waits then yield the core almost at once.
+    crowded: bool,
     /// One collective at a time uses the staging areas.
     pub(crate) lock: std::sync::Mutex<()>,
 }
@@ -227,6 +245,38 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
 fn futex_wake(word: &AtomicU32) {
     // SAFETY: as above; wakes every process sleeping on the word.
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+}
+
+/// Copy `len` bytes at `addr` in process `pid` to `dst` with `process_vm_readv`.
+fn read_remote(pid: i32, addr: u64, dst: *mut u8, len: usize) -> std::io::Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let local = libc::iovec {
+            iov_base: unsafe { dst.add(done) }.cast(),
+            iov_len: len - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (addr + done as u64) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        // SAFETY: `dst` is valid for `len` bytes; the remote range is checked by the kernel.
+        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "process_vm_readv copied nothing",
+            ));
+        }
+        done += n as usize;
+    }
+    Ok(())
 }
 
 /// `a` has reached `b` in wrapping 32-bit order.
@@ -319,11 +369,60 @@ impl ShmGroup {
             maps.push(map_fd(pfd.0, len)?);
             peers.push(Some(Peer::open(f[0] as i32)));
         }
+        // SAFETY: inside our own header page; peers read it only after the store barrier below.
+        unsafe { (maps[me].ptr.add(OFF_SELF) as *mut u64).write_volatile(maps[me].ptr as u64) };
         // Everyone has mapped everything before anyone closes its descriptor.
         store.set(&format!("mapped/{rank}"), b"1")?;
         let keys: Vec<String> = members.iter().map(|r| format!("mapped/{r}")).collect();
         store.wait_timeout(&keys, timeout)?;
         drop(own);
+
+        // Single-copy transfers read peers' memory directly; that needs every pair to allow
+        // process_vm_readv (same user, no stricter ptrace policy). Probe every peer and agree.
+        let want_cma = !matches!(
+            std::env::var("ACCORD_SHM_CMA").as_deref().map(str::trim),
+            Ok("0") | Ok("off") | Ok("no")
+        );
+        let mut ok = want_cma;
+        let mut why = String::new();
+        if want_cma {
+            for (i, m) in maps.iter().enumerate() {
+                if i == me {
+                    continue;
+                }
+                // SAFETY: inside the peer's header page, written before the barrier.
+                let addr = unsafe { (m.ptr.add(OFF_SELF) as *const u64).read_volatile() };
+                let mut word = 0u64;
+                let pid = peers[i].as_ref().map_or(0, |p: &Peer| p.pid);
+                if let Err(e) = read_remote(
+                    pid,
+                    addr + OFF_SELF as u64,
+                    (&mut word as *mut u64).cast(),
+                    8,
+                ) {
+                    ok = false;
+                    why = format!("process_vm_readv from rank {}: {e}", members[i]);
+                    break;
+                }
+                if word != addr {
+                    ok = false;
+                    why = format!("process_vm_readv from rank {} read wrong data", members[i]);
+                    break;
+                }
+            }
+        }
+        store.set(&format!("cma/{rank}"), if ok { "1" } else { "0" })?;
+        let keys: Vec<String> = members.iter().map(|r| format!("cma/{r}")).collect();
+        let cma = store
+            .multi_get(&keys, timeout)?
+            .iter()
+            .all(|v| v.as_slice() == b"1");
+        if want_cma && !ok && me == 0 {
+            eprintln!(
+                "accord: single-copy shared-memory transfers are off ({why}); large messages \
+                 are staged through the segments instead"
+            );
+        }
 
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let crowded = members.len() > cores;
@@ -343,6 +442,9 @@ impl ShmGroup {
             spin,
             yields,
             side: None,
+            guards: [AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)],
+            cma,
+            crowded,
             lock: std::sync::Mutex::new(()),
         }))
     }
@@ -481,12 +583,17 @@ impl ShmGroup {
             }
             let now = Instant::now();
             if now >= deadline {
-                let missing = (0..self.size())
+                let mut missing: Vec<usize> = (0..self.size())
                     .filter(|&q| {
                         q != self.me
                             && !reached(self.word(q, OFF_ARRIVE).load(Ordering::Acquire), epoch)
                     })
                     .collect();
+                // The rank waited on may itself be waiting for the others (a centralized
+                // barrier): name those.
+                if missing.len() > 1 {
+                    missing.retain(|&q| q != r);
+                }
                 return Err(ShmWaitError::Timeout(missing));
             }
             waiters.fetch_add(1, Ordering::SeqCst);
@@ -496,6 +603,78 @@ impl ShmGroup {
             }
             waiters.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+
+    /// This rank's current (last published) epoch.
+    pub fn epoch(&self) -> u32 {
+        self.epoch.load(Ordering::Relaxed)
+    }
+
+    /// Record that peers may read this rank's half `h` until each has arrived at `epoch`.
+    pub fn set_guard(&self, h: usize, epoch: u32) {
+        self.guards[h].store(epoch as u64, Ordering::Relaxed);
+    }
+
+    /// Before writing half `h`: wait until every peer has finished reading what this rank
+    /// last put there (usually long done, so a few loads).
+    pub fn guard(&self, h: usize, deadline: Instant) -> Result<(), ShmWaitError> {
+        let g = self.guards[h].load(Ordering::Relaxed);
+        if g != u64::MAX {
+            self.wait_all(g as u32, deadline)?;
+            self.guards[h].store(u64::MAX, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Whether single-copy reads of peers' buffers (`process_vm_readv`) work in this group.
+    pub fn cma(&self) -> bool {
+        self.cma
+    }
+
+    /// Whether there are more local ranks than cores.
+    pub fn crowded(&self) -> bool {
+        self.crowded
+    }
+
+    /// Expose `len` bytes at `addr` of this process for peers' [`ShmGroup::read_region`].
+    pub fn publish_region(&self, addr: *const u8, len: usize) {
+        // SAFETY: inside our own header; published to peers by the next arrival.
+        unsafe {
+            let b = self.maps[self.me].ptr.add(OFF_REGION) as *mut u64;
+            b.write_volatile(addr as u64);
+            b.add(1).write_volatile(len as u64);
+        }
+    }
+
+    /// Copy `len` bytes from offset `off` of the region local rank `r` published into `dst`.
+    pub fn read_region(&self, r: usize, off: usize, dst: *mut u8, len: usize) -> Result<()> {
+        // SAFETY: inside r's header; r wrote it before the arrival we waited for.
+        let (addr, total) = unsafe {
+            let b = self.maps[r].ptr.add(OFF_REGION) as *const u64;
+            (b.read_volatile(), b.add(1).read_volatile() as usize)
+        };
+        if off + len > total {
+            return Err(Error::Protocol(format!(
+                "rank {} exposed {total} bytes; asked for {len} at {off}",
+                self.members[r]
+            )));
+        }
+        read_remote(self.pid(r), addr + off as u64, dst, len).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ESRCH) {
+                Error::PeerLost {
+                    rank: self.members[r],
+                    cause: format!("process {} exited (seen reading its memory)", self.pid(r)),
+                }
+            } else {
+                Error::io(
+                    format!(
+                        "reading rank {}'s buffer (process_vm_readv)",
+                        self.members[r]
+                    ),
+                    e,
+                )
+            }
+        })
     }
 
     /// Pid of local rank `r` (0 for this rank).
