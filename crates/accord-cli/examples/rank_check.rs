@@ -167,20 +167,21 @@ fn main() -> ExitCode {
             }
         }
         "latency" => {
+            // ACCORD_CHECK_OP: allreduce (default), broadcast or barrier, 4 bytes, back to back.
+            let op = std::env::var("ACCORD_CHECK_OP").unwrap_or_else(|_| "allreduce".into());
             let mut v = [1.0f32];
             let iters = 20_000;
             let start = Instant::now();
             let mut r = Ok(());
             for _ in 0..iters {
-                r = r.and_then(|_| comm.all_reduce(&mut v, ReduceOp::Sum));
+                r = r.and_then(|_| match op.as_str() {
+                    "barrier" => comm.barrier(),
+                    "broadcast" => comm.broadcast(&mut v, 0),
+                    _ => comm.all_reduce(&mut v, ReduceOp::Sum),
+                });
             }
-            r.map(|_| {
-                format!(
-                    "4-byte allreduce: {:.2} us",
-                    start.elapsed().as_secs_f64() * 1e6 / iters as f64
-                )
-            })
-            .map_err(Into::into)
+            let us = start.elapsed().as_secs_f64() * 1e6 / iters as f64;
+            r.map(|_| format!("4-byte {op}: {us:.2} us")).map_err(Into::into)
         }
         "skip" => {
             if Some(me) == env_rank("ACCORD_CHECK_SKIP") {

@@ -421,8 +421,7 @@ impl Communicator {
 
     /// Wait until every rank has entered the barrier.
     pub fn barrier(&self) -> Result<()> {
-        let job = self.job_barrier();
-        self.run(self.next_seq(), &job, None, &mut [])
+        self.run_new(self.job_barrier(), None, &mut [])
     }
 
     /// Copy `root`'s `buf` into every rank's `buf`.
