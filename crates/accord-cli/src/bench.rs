@@ -226,10 +226,19 @@ fn bench_typed<T: Num>(comm: &Communicator, o: &BenchOpts) -> Result<Vec<Row>> {
     } else {
         esz
     };
-    let mut bytes = o.min_bytes.max(if o.op == "barrier" { 0 } else { unit });
+    // Rows follow min, min x factor, ... exactly (as the baselines' tables do); a size too
+    // small for one element per rank is skipped rather than rounded up.
+    let mut bytes = o.min_bytes;
     loop {
         let count = (bytes / unit) * unit / esz;
         let shown = count * esz;
+        if count == 0 && o.op != "barrier" {
+            if bytes >= o.max_bytes {
+                break;
+            }
+            bytes = (bytes.max(1) * o.factor.max(2)).min(o.max_bytes);
+            continue;
+        }
         if o.explain && me == 0 {
             if let Some(coll) = collective_of(&o.op, n, count) {
                 println!("# {}", comm.explain(&coll, T::DTYPE).replace('\n', "\n# "));
@@ -273,6 +282,15 @@ fn bench_typed<T: Num>(comm: &Communicator, o: &BenchOpts) -> Result<Vec<Row>> {
             break;
         }
         bytes = (bytes * o.factor.max(2)).min(o.max_bytes);
+    }
+    if rows.is_empty() {
+        return Err(accord::Error::invalid(format!(
+            "no size between {} and {} bytes holds one {} element per rank for {}",
+            o.min_bytes,
+            o.max_bytes,
+            T::DTYPE,
+            o.op
+        )));
     }
     Ok(rows)
 }
