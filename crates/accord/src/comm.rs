@@ -565,6 +565,17 @@ pub(crate) struct Job {
     op: Option<ReduceOp>,
 }
 
+impl Job {
+    fn new(coll: Collective, fp: Fingerprint, dtype: DataType, op: Option<ReduceOp>) -> Job {
+        Job {
+            coll,
+            fp,
+            dtype,
+            op,
+        }
+    }
+}
+
 /// Element count of `bytes` bytes of `dtype`, or an error naming the buffer.
 fn elements(what: &str, bytes: usize, dtype: DataType) -> Result<usize> {
     if !bytes.is_multiple_of(dtype.size()) {
@@ -588,12 +599,7 @@ fn expect_len(op: OpKind, what: &str, got: usize, want: usize) -> Result<()> {
 impl Communicator {
     fn job_barrier(&self) -> Job {
         let fp = Fingerprint::new(OpKind::Barrier, DataType::U8, 0);
-        Job {
-            coll: Collective::Barrier,
-            fp,
-            dtype: DataType::U8,
-            op: None,
-        }
+        Job::new(Collective::Barrier, fp, DataType::U8, None)
     }
 
     fn check_counts(&self, op: OpKind, counts: &[usize]) -> Result<()> {
@@ -669,12 +675,7 @@ impl Communicator {
         let count = elements("buffer", buf.len(), dtype)?;
         let fp = Fingerprint::new(OpKind::Broadcast, dtype, count).with_root(root);
         self.run_new(
-            Job {
-                coll: Collective::Broadcast { count, root },
-                fp,
-                dtype,
-                op: None,
-            },
+            Job::new(Collective::Broadcast { count, root }, fp, dtype, None),
             None,
             buf,
         )
@@ -692,12 +693,7 @@ impl Communicator {
         let count = elements("receive buffer", recv.len(), dtype)?;
         let fp = Fingerprint::new(OpKind::AllReduce, dtype, count).with_op(op);
         self.run_new(
-            Job {
-                coll: Collective::AllReduce { count },
-                fp,
-                dtype,
-                op: Some(op),
-            },
+            Job::new(Collective::AllReduce { count }, fp, dtype, Some(op)),
             send,
             recv,
         )
@@ -722,12 +718,7 @@ impl Communicator {
         let fp = Fingerprint::new(OpKind::Reduce, dtype, count)
             .with_op(op)
             .with_root(root);
-        let job = Job {
-            coll: Collective::Reduce { count, root },
-            fp,
-            dtype,
-            op: Some(op),
-        };
+        let job = Job::new(Collective::Reduce { count, root }, fp, dtype, Some(op));
         if self.rank() != root && recv.len() != count * dtype.size() {
             // Non-roots need scratch of the full size; their `recv` is not written.
             let mut scratch = vec![0u8; count * dtype.size()];
@@ -742,12 +733,7 @@ impl Communicator {
         let counts = vec![count; self.size()];
         let fp = Fingerprint::new(OpKind::AllGather, dtype, count);
         self.run_new(
-            Job {
-                coll: Collective::AllGather { counts },
-                fp,
-                dtype,
-                op: None,
-            },
+            Job::new(Collective::AllGather { counts }, fp, dtype, None),
             Some(send),
             recv,
         )
@@ -766,16 +752,7 @@ impl Communicator {
         let coll = Collective::AllGather {
             counts: counts.to_vec(),
         };
-        self.run_new(
-            Job {
-                coll,
-                fp,
-                dtype,
-                op: None,
-            },
-            Some(send),
-            recv,
-        )
+        self.run_new(Job::new(coll, fp, dtype, None), Some(send), recv)
     }
 
     /// Erased [`Communicator::gather`].
@@ -791,12 +768,7 @@ impl Communicator {
         let counts = vec![count; self.size()];
         let fp = Fingerprint::new(OpKind::Gather, dtype, count).with_root(root);
         self.run_rooted(
-            Job {
-                coll: Collective::Gather { counts, root },
-                fp,
-                dtype,
-                op: None,
-            },
+            Job::new(Collective::Gather { counts, root }, fp, dtype, None),
             Some(send),
             recv,
         )
@@ -820,16 +792,7 @@ impl Communicator {
             counts: counts.to_vec(),
             root,
         };
-        self.run_rooted(
-            Job {
-                coll,
-                fp,
-                dtype,
-                op: None,
-            },
-            Some(send),
-            recv,
-        )
+        self.run_rooted(Job::new(coll, fp, dtype, None), Some(send), recv)
     }
 
     /// Erased [`Communicator::scatter`].
@@ -845,12 +808,7 @@ impl Communicator {
         let counts = vec![count; self.size()];
         let fp = Fingerprint::new(OpKind::Scatter, dtype, count).with_root(root);
         self.run_rooted(
-            Job {
-                coll: Collective::Scatter { counts, root },
-                fp,
-                dtype,
-                op: None,
-            },
+            Job::new(Collective::Scatter { counts, root }, fp, dtype, None),
             Some(send),
             recv,
         )
@@ -874,16 +832,7 @@ impl Communicator {
             counts: counts.to_vec(),
             root,
         };
-        self.run_rooted(
-            Job {
-                coll,
-                fp,
-                dtype,
-                op: None,
-            },
-            Some(send),
-            recv,
-        )
+        self.run_rooted(Job::new(coll, fp, dtype, None), Some(send), recv)
     }
 
     /// Rooted operations: buffers that only matter at the root may be empty elsewhere.
@@ -915,12 +864,7 @@ impl Communicator {
         let counts = vec![count; self.size()];
         let fp = Fingerprint::new(OpKind::ReduceScatter, dtype, count).with_op(op);
         self.run_new(
-            Job {
-                coll: Collective::ReduceScatter { counts },
-                fp,
-                dtype,
-                op: Some(op),
-            },
+            Job::new(Collective::ReduceScatter { counts }, fp, dtype, Some(op)),
             Some(send),
             recv,
         )
@@ -943,16 +887,7 @@ impl Communicator {
         let coll = Collective::ReduceScatter {
             counts: counts.to_vec(),
         };
-        self.run_new(
-            Job {
-                coll,
-                fp,
-                dtype,
-                op: Some(op),
-            },
-            Some(send),
-            recv,
-        )
+        self.run_new(Job::new(coll, fp, dtype, Some(op)), Some(send), recv)
     }
 
     /// Erased [`Communicator::all_to_all`].
@@ -970,16 +905,7 @@ impl Communicator {
             send_counts: counts.clone(),
             recv_counts: counts,
         };
-        self.run_new(
-            Job {
-                coll,
-                fp,
-                dtype,
-                op: None,
-            },
-            Some(send),
-            recv,
-        )
+        self.run_new(Job::new(coll, fp, dtype, None), Some(send), recv)
     }
 
     /// Erased [`Communicator::all_to_all_v`].
@@ -998,16 +924,7 @@ impl Communicator {
             send_counts: send_counts.to_vec(),
             recv_counts: recv_counts.to_vec(),
         };
-        self.run_new(
-            Job {
-                coll,
-                fp,
-                dtype,
-                op: None,
-            },
-            Some(send),
-            recv,
-        )
+        self.run_new(Job::new(coll, fp, dtype, None), Some(send), recv)
     }
 }
 
