@@ -181,7 +181,8 @@ fn main() -> ExitCode {
                 });
             }
             let us = start.elapsed().as_secs_f64() * 1e6 / iters as f64;
-            r.map(|_| format!("4-byte {op}: {us:.2} us")).map_err(Into::into)
+            r.map(|_| format!("4-byte {op}: {us:.2} us"))
+                .map_err(Into::into)
         }
         "skip" => {
             if Some(me) == env_rank("ACCORD_CHECK_SKIP") {

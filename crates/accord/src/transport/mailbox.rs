@@ -60,17 +60,29 @@ struct State {
     aborted: Option<(usize, String)>,
 }
 
+/// Drains frames that are on their way from a side path (shared-memory rings) into the mailbox.
+pub type Flush = Box<dyn Fn(&Mailbox) + Send + Sync>;
+
 /// Incoming frames of one rank.
 #[derive(Default)]
 pub struct Mailbox {
     state: Mutex<State>,
     ready: Condvar,
+    /// Run before reporting a source lost: a peer's frames may still sit in shared memory when
+    /// its connection's end is noticed, and must be delivered first.
+    flush: std::sync::OnceLock<Flush>,
 }
 
 impl Mailbox {
     /// An empty mailbox.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Install the hook that delivers frames still in transit on another path (once; later
+    /// calls are ignored).
+    pub fn set_flush(&self, f: Flush) {
+        let _ = self.flush.set(f);
     }
 
     /// A frame from `src` arrived.
@@ -128,6 +140,7 @@ impl Mailbox {
         deadline: Instant,
     ) -> Result<Frame, WaitError> {
         let key = (src, comm, seq);
+        let mut flushed = false;
         let mut st = self.state.lock().unwrap();
         loop {
             if let Some(q) = st.queues.get_mut(&key) {
@@ -152,6 +165,15 @@ impl Mailbox {
                     by: *by,
                     reason: reason.clone(),
                 });
+            }
+            if st.lost.contains_key(&src) && !flushed {
+                if let Some(f) = self.flush.get() {
+                    flushed = true;
+                    drop(st);
+                    f(self);
+                    st = self.state.lock().unwrap();
+                    continue;
+                }
             }
             if let Some(cause) = st.lost.get(&src) {
                 return Err(WaitError::Lost {
