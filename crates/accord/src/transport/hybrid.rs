@@ -21,10 +21,14 @@
 //!
 //! # Receiving
 //!
-//! One receiver thread per rank drains every incoming ring into the mailbox. When a pass finds
-//! nothing it keeps polling for `ACCORD_SHM_SPIN_US` (the shared-memory spin time), then sleeps
-//! in `FUTEX_WAIT` on this rank's *doorbell*, a word in its segment header that senders increment
-//! after every frame (waking the receiver when it announced that it sleeps).
+//! A thread waiting in [`Mailbox::take`] polls the incoming rings itself for `ACCORD_SHM_SPIN_US`
+//! (the shared-memory spin time, 50 us) before it sleeps: a short message then costs no thread
+//! hand-over at all. Behind it, one receiver thread per rank drains every incoming ring into the
+//! mailbox, so senders progress whatever the application does. When a pass finds nothing it
+//! sleeps in `FUTEX_WAIT` on this rank's *doorbell*, a word in its segment header that senders
+//! increment after every frame (waking the receiver when it announced that it sleeps). When
+//! local ranks outnumber cores, waiting application threads sleep at once and the receiver
+//! thread spins briefly (2 us) instead, so the cores go to the ranks that have work.
 //!
 //! # Flow control and failures
 //!
@@ -136,8 +140,15 @@ unsafe impl Sync for Receiver {}
 
 impl Receiver {
     /// Move every complete frame from the incoming rings into `mailbox`; whether any moved.
-    fn drain(&self, mailbox: &Mailbox) -> bool {
-        let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+    fn drain(&self, mailbox: &Mailbox, block: bool) -> bool {
+        let mut rings = match self.rings.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) if !block => return false,
+            Err(std::sync::TryLockError::WouldBlock) => {
+                self.rings.lock().unwrap_or_else(|e| e.into_inner())
+            }
+        };
         let mut any = false;
         for (s, slot) in rings.iter_mut().enumerate() {
             let Some((ring, broken)) = slot else { continue };
@@ -261,9 +272,19 @@ impl HybridTransport {
         });
         let mailbox = tcp.mailbox_arc();
         let hook = recv.clone();
-        mailbox.set_flush(Box::new(move |m| {
-            hook.drain(m);
-        }));
+        // Waiting receivers poll the rings themselves for a while (not when ranks outnumber
+        // cores: the core is better left to the sender).
+        let poll = if area.crowded {
+            Duration::ZERO
+        } else {
+            area.spin
+        };
+        mailbox.set_flush(
+            Box::new(move |m, block| {
+                hook.drain(m, block);
+            }),
+            poll,
+        );
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (recv, mailbox, stop) = (recv.clone(), mailbox.clone(), stop.clone());
@@ -386,11 +407,18 @@ fn receive_loop(recv: &Receiver, mailbox: &Mailbox, stop: &AtomicBool) {
     let me = recv.area.me;
     let bell = recv.area.word(me, OFF_BELL);
     let sleeping = recv.area.word(me, OFF_BELL_SLEEP);
-    let spin = recv.area.spin;
+    // Waiting receivers poll the rings themselves (see `HybridTransport::new`); a polling
+    // receiver thread as well would only take cores from them. When ranks outnumber cores the
+    // application threads do not poll and this thread spins briefly instead.
+    let spin = if recv.area.crowded {
+        recv.area.spin
+    } else {
+        Duration::ZERO
+    };
     let mut idle = Instant::now();
     let mut i = 0u32;
     while !stop.load(Ordering::Relaxed) {
-        if recv.drain(mailbox) {
+        if recv.drain(mailbox, true) {
             idle = Instant::now();
             continue;
         }
@@ -405,7 +433,7 @@ fn receive_loop(recv: &Receiver, mailbox: &Mailbox, stop: &AtomicBool) {
         }
         sleeping.store(1, Ordering::SeqCst);
         let v = bell.load(Ordering::SeqCst);
-        if !recv.drain(mailbox) && !stop.load(Ordering::SeqCst) {
+        if !recv.drain(mailbox, true) && !stop.load(Ordering::SeqCst) {
             futex_wait(bell, v, Duration::from_millis(100));
         }
         sleeping.store(0, Ordering::SeqCst);
