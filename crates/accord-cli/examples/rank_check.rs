@@ -167,9 +167,13 @@ fn main() -> ExitCode {
             }
         }
         "latency" => {
-            // ACCORD_CHECK_OP: allreduce (default), broadcast or barrier, 4 bytes, back to back.
+            // ACCORD_CHECK_OP: allreduce (default), broadcast, barrier, sendrecv (to the next
+            // rank, from the previous one) or gather (to rank 0), 4 bytes, back to back.
             let op = std::env::var("ACCORD_CHECK_OP").unwrap_or_else(|_| "allreduce".into());
             let mut v = [1.0f32];
+            let n = comm.size();
+            let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+            let mut all = vec![0.0f32; if me == 0 { n } else { 0 }];
             let iters = 20_000;
             let start = Instant::now();
             let mut r = Ok(());
@@ -177,6 +181,11 @@ fn main() -> ExitCode {
                 r = r.and_then(|_| match op.as_str() {
                     "barrier" => comm.barrier(),
                     "broadcast" => comm.broadcast(&mut v, 0),
+                    "sendrecv" => {
+                        let out = v;
+                        comm.sendrecv(&out, next, &mut v, prev, 0)
+                    }
+                    "gather" => comm.gather(&v, &mut all, 0),
                     _ => comm.all_reduce(&mut v, ReduceOp::Sum),
                 });
             }

@@ -5,6 +5,7 @@ use crate::comm::{timeout_from_env, Communicator};
 use crate::error::Result;
 use crate::rendezvous::{self, InitMethod, Rendezvous};
 use crate::shm_coll::ShmWorld;
+use crate::transport::hybrid::{shm_p2p_enabled, HybridTransport};
 use crate::transport::shm::{host_id, shm_enabled, ShmGroup};
 use crate::transport::tcp::{TcpOptions, TcpTransport};
 use crate::transport::Transport;
@@ -47,10 +48,17 @@ pub fn from_rendezvous(rdv: Rendezvous, timeout: Duration) -> Result<Communicato
         timeout,
         ..TcpOptions::default()
     };
-    let transport: Arc<dyn Transport> =
-        TcpTransport::connect(rdv.rank, rdv.world_size, &rdv.token, &book, opts)?;
+    let tcp = TcpTransport::connect(rdv.rank, rdv.world_size, &rdv.token, &book, opts)?;
+    let mut transport: Arc<dyn Transport> = tcp.clone();
     let mut keep: Vec<Arc<dyn std::any::Any + Send + Sync>> = Vec::new();
     if let Some(w) = shm_world(&rdv, &transport, timeout)? {
+        // Point-to-point traffic (and every collective that runs a message schedule) between
+        // ranks of this host goes through shared-memory rings; TCP stays for the other hosts,
+        // aborts and liveness.
+        let p2p = agree(&rdv, "p2p", shm_p2p_enabled(), timeout)?;
+        if let Some(g) = w.group.as_ref().filter(|_| p2p) {
+            transport = HybridTransport::new(tcp, g.ring_area(), timeout)?;
+        }
         keep.push(Arc::new(w));
     }
     keep.push(Arc::new(rdv));
@@ -92,4 +100,16 @@ fn shm_world(
         g.watch_mailbox(transport.clone(), (0..rdv.world_size).collect());
     }
     Ok(Some(ShmWorld::new(group, &hosts)))
+}
+
+/// Whether every rank says `yes` to `what`: settings that change the transport or the cost model
+/// must be the same everywhere, whatever each rank's environment says.
+fn agree(rdv: &Rendezvous, what: &str, yes: bool, timeout: Duration) -> Result<bool> {
+    let store = rdv.store.with_prefix("accord/agree");
+    store.set(&format!("{what}/{}", rdv.rank), if yes { "1" } else { "0" })?;
+    let keys: Vec<String> = (0..rdv.world_size).map(|r| format!("{what}/{r}")).collect();
+    Ok(store
+        .multi_get(&keys, timeout)?
+        .iter()
+        .all(|v| v.as_slice() == b"1"))
 }

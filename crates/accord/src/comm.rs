@@ -92,6 +92,7 @@ impl Communicator {
         let model = match transport.name() {
             "inproc" => tuner::CostModel::inproc(),
             "shm" => tuner::CostModel::shm(),
+            // "tcp", and "tcp+shm" (several hosts: the slowest links are TCP).
             _ => tuner::CostModel::tcp(),
         };
         let shm_world = keep
@@ -152,7 +153,7 @@ impl Communicator {
         })
     }
 
-    /// The transport's name (`inproc`, `tcp`, `shm`).
+    /// The transport's name (`inproc`, `tcp`, `shm`, `tcp+shm`).
     pub fn transport_name(&self) -> &'static str {
         self.inner.transport.name()
     }

@@ -118,6 +118,55 @@ fn every_collective_over_shared_memory_matches_the_reference() {
 }
 
 #[test]
+fn point_to_point_and_schedule_collectives_use_shared_memory_rings() {
+    // Small rings: every message above 16 KiB is chunked and waits for ring space.
+    for n in [2, 3, 4] {
+        let (_s, ch) = spawn("p2p", n, same_host, &[("ACCORD_SHM_RING_BYTES", "65536")]);
+        all_ok(&collect(ch, Duration::from_secs(120)));
+    }
+    // Default ring size, and more ranks than this machine may have cores.
+    let (_s, ch) = spawn("p2p", 5, same_host, &[]);
+    all_ok(&collect(ch, Duration::from_secs(120)));
+    // Rings inside each simulated host, TCP between them.
+    let host = |r: usize| ["a", "b", "a", "b"][r].to_string();
+    let (_s, ch) = spawn("p2p", 4, host, &[("ACCORD_SHM_RING_BYTES", "65536")]);
+    all_ok(&collect(ch, Duration::from_secs(120)));
+    assert_no_segments();
+}
+
+#[test]
+fn a_rank_killed_during_point_to_point_is_named_and_last_messages_arrive() {
+    let t0 = Instant::now();
+    let (_s, ch) = spawn(
+        "p2p-kill",
+        3,
+        same_host,
+        &[("ACCORD_SHM_RING_BYTES", "65536")],
+    );
+    let res = collect(ch, Duration::from_secs(60));
+    assert_eq!(res[2].0, None, "rank 2 should die by SIGKILL: {:?}", res[2]);
+    for (code, out) in &res[..2] {
+        assert_eq!(*code, Some(0), "{out}");
+        assert!(out.contains("NAMED-2"), "{out}");
+    }
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t0.elapsed()
+    );
+    // A rank that sends and exits normally: its messages are still received.
+    let (_s, ch) = spawn("p2p-exit", 2, same_host, &[]);
+    all_ok(&collect(ch, Duration::from_secs(60)));
+    assert_no_segments();
+}
+
+#[test]
+fn point_to_point_timeouts_and_mismatches_end_waits() {
+    let (_s, ch) = spawn("p2p-timeout", 2, same_host, &[("ACCORD_TIMEOUT", "2")]);
+    all_ok(&collect(ch, Duration::from_secs(60)));
+}
+
+#[test]
 fn two_simulated_hosts_use_shared_memory_inside_and_tcp_between() {
     // Ranks 0 and 2 on host a, 1 and 3 on host b, 4 alone on host c.
     let host = |r: usize| ["a", "b", "a", "b", "c"][r].to_string();
@@ -174,7 +223,87 @@ fn rank_main() {
         }
         "mixed" => {
             assert!(comm.uses_shm());
+            // Rank 4 is alone on its host.
+            let want = if comm.rank() == 4 { "tcp" } else { "tcp+shm" };
+            assert_eq!(comm.transport_name(), want);
             matrix(&comm);
+        }
+        "p2p" => {
+            let local = std::env::var("ACCORD_HOST_ID").unwrap() == "shm-test-host";
+            let want = if local { "shm" } else { "tcp+shm" };
+            assert_eq!(comm.transport_name(), want);
+            assert!(comm.uses_shm());
+            p2p_matrix(&comm);
+        }
+        "p2p-kill" => {
+            // Rank 2 streams to rank 0 and dies; rank 1 waits for it on a receive.
+            let big = vec![7u8; 1 << 20];
+            let me = comm.rank();
+            if me == 2 {
+                for _ in 0..3 {
+                    comm.send(&big, 0, 1).unwrap();
+                }
+                unsafe { libc::raise(libc::SIGKILL) };
+            }
+            let mut buf = vec![0u8; 1 << 20];
+            let peer_err = |e: Error| {
+                let s = e.to_string();
+                println!("error: {s}");
+                if matches!(e, Error::PeerLost { rank: 2, .. }) || s.contains("rank 2") {
+                    println!("NAMED-2");
+                }
+            };
+            let t = Instant::now();
+            if me == 0 {
+                for _ in 0..3 {
+                    comm.recv(&mut buf, 2, 1).unwrap();
+                    assert!(buf.iter().all(|&b| b == 7));
+                }
+            }
+            match comm.recv(&mut buf, 2, 1) {
+                Ok(()) => panic!("received from a dead rank"),
+                Err(e) => peer_err(e),
+            }
+            assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        }
+        "p2p-exit" => {
+            let me = comm.rank();
+            if me == 1 {
+                let data: Vec<u64> = (0..300_000).collect();
+                comm.send(&data, 0, 9).unwrap();
+                comm.send(&[42u32], 0, 10).unwrap();
+            } else {
+                std::thread::sleep(Duration::from_millis(500));
+                let mut got = vec![0u64; 300_000];
+                comm.recv(&mut got, 1, 9).unwrap();
+                assert!(got.iter().enumerate().all(|(i, &x)| x == i as u64));
+                let mut x = [0u32];
+                comm.recv(&mut x, 1, 10).unwrap();
+                assert_eq!(x[0], 42);
+            }
+        }
+        "p2p-timeout" => {
+            let me = comm.rank();
+            let mut x = [0u32; 4];
+            // A size mismatch is an argument error and leaves the communicator usable.
+            if me == 1 {
+                comm.send(&[1u32; 3], 0, 5).unwrap();
+                comm.recv(&mut x, 0, 6).unwrap();
+            } else {
+                let e = comm.recv(&mut x, 1, 5).unwrap_err();
+                println!("error: {e}");
+                assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+                comm.send(&[0u32; 4], 1, 6).unwrap();
+            }
+            // Nobody sends with this tag: the receive times out (or hears the peer's timeout).
+            let t = Instant::now();
+            let e = comm.recv(&mut x, 1 - me, 77).unwrap_err();
+            println!("error: {e}");
+            assert!(
+                matches!(e, Error::Timeout { .. } | Error::Aborted { .. }),
+                "{e:?}"
+            );
+            assert!(t.elapsed() < Duration::from_secs(10));
         }
         "kill" => {
             let mut v = vec![1.0f32; 100_000];
@@ -353,4 +482,127 @@ fn matrix(comm: &Communicator) {
         sub.all_reduce(&mut x, ReduceOp::Sum).unwrap();
         assert_eq!(x[0] as usize, sub.size());
     }
+}
+
+/// Everything that runs message schedules, over the rings.
+fn p2p_matrix(comm: &Communicator) {
+    let n = comm.size();
+    let me = comm.rank();
+    let next = (me + 1) % n;
+    let prev = (me + n - 1) % n;
+    // send/recv and sendrecv, from empty to many times the ring.
+    for &count in &[0usize, 1, 5, 2047, 2048, 9000, 70_000, 1 << 20] {
+        let send: Vec<u32> = (0..count).map(|i| (me * 1_000_003 + i) as u32).collect();
+        let mut recv = vec![0u32; count];
+        comm.sendrecv(&send, next, &mut recv, prev, 4).unwrap();
+        assert!(
+            recv.iter()
+                .enumerate()
+                .all(|(i, &x)| x == (prev * 1_000_003 + i) as u32),
+            "sendrecv {count}"
+        );
+    }
+    // Several messages with different tags, received in the opposite order.
+    for t in 0..5u32 {
+        comm.send(&vec![t as u64; 10_000 * (t as usize + 1)], next, 100 + t)
+            .unwrap();
+    }
+    for t in (0..5u32).rev() {
+        let mut b = vec![0u64; 10_000 * (t as usize + 1)];
+        comm.recv(&mut b, prev, 100 + t).unwrap();
+        assert!(b.iter().all(|&x| x == t as u64), "tag {t}");
+    }
+    // gather/scatter and their v variants, every root.
+    let counts: Vec<usize> = (0..n).map(|r| 1000 * r + 3).collect();
+    let total: usize = counts.iter().sum();
+    let displ = |r: usize| counts[..r].iter().sum::<usize>();
+    for root in 0..n {
+        let mine: Vec<f64> = (0..40_000).map(|i| v(me, i)).collect();
+        let mut all = vec![0.0f64; if me == root { 40_000 * n } else { 0 }];
+        comm.gather(&mine, &mut all, root).unwrap();
+        if me == root {
+            for r in 0..n {
+                assert!(
+                    (0..40_000).all(|i| all[r * 40_000 + i] == v(r, i)),
+                    "gather"
+                );
+            }
+        }
+        let src: Vec<f64> = (0..40_000 * n).map(|i| v(root, i)).collect();
+        let mut part = vec![0.0f64; 40_000];
+        comm.scatter(&src, &mut part, root).unwrap();
+        assert!(
+            (0..40_000).all(|i| part[i] == v(root, me * 40_000 + i)),
+            "scatter"
+        );
+
+        let mine: Vec<i32> = (0..counts[me]).map(|i| (me * 7 + i) as i32).collect();
+        let mut all = vec![0i32; if me == root { total } else { 0 }];
+        comm.gather_v(&mine, &mut all, &counts, root).unwrap();
+        if me == root {
+            for r in 0..n {
+                assert!(
+                    (0..counts[r]).all(|i| all[displ(r) + i] == (r * 7 + i) as i32),
+                    "gatherv"
+                );
+            }
+        }
+        let src: Vec<i32> = (0..total).map(|i| (root + 3 * i) as i32).collect();
+        let mut part = vec![0i32; counts[me]];
+        comm.scatter_v(&src, &mut part, &counts, root).unwrap();
+        assert!(
+            (0..counts[me]).all(|i| part[i] == (root + 3 * (displ(me) + i)) as i32),
+            "scatterv"
+        );
+    }
+    let mut all = vec![0i32; total];
+    let mine: Vec<i32> = (0..counts[me]).map(|i| (me * 7 + i) as i32).collect();
+    comm.all_gather_v(&mine, &mut all, &counts).unwrap();
+    for r in 0..n {
+        assert!(
+            (0..counts[r]).all(|i| all[displ(r) + i] == (r * 7 + i) as i32),
+            "allgatherv"
+        );
+    }
+    // alltoallv: rank r sends (r + 1) * (j + 1) * 500 elements to rank j.
+    let sc: Vec<usize> = (0..n).map(|j| (me + 1) * (j + 1) * 500).collect();
+    let rc: Vec<usize> = (0..n).map(|r| (r + 1) * (me + 1) * 500).collect();
+    let send: Vec<u64> = (0..n)
+        .flat_map(|j| (0..sc[j]).map(move |i| (me * 1_000_000 + j * 10_000 + i) as u64))
+        .collect();
+    let mut recv = vec![0u64; rc.iter().sum()];
+    comm.all_to_all_v(&send, &sc, &mut recv, &rc).unwrap();
+    let mut k = 0;
+    for (r, &c) in rc.iter().enumerate() {
+        for i in 0..c {
+            assert_eq!(
+                recv[k],
+                (r * 1_000_000 + me * 10_000 + i) as u64,
+                "alltoallv"
+            );
+            k += 1;
+        }
+    }
+    // Sub-communicators run schedules over the same transport.
+    if let Some(sub) = comm.split(Some((me % 2) as u32), -(me as i64)).unwrap() {
+        let mut x = vec![me as u64 + 1; 100_000];
+        sub.all_reduce(&mut x, ReduceOp::Sum).unwrap();
+        let want: usize = (0..n).filter(|r| r % 2 == me % 2).map(|r| r + 1).sum();
+        assert!(x.iter().all(|&y| y as usize == want), "split allreduce");
+        let mut b = vec![0u8; 300_000];
+        if sub.rank() == 0 {
+            b.fill(5);
+        }
+        sub.broadcast(&mut b, 0).unwrap();
+        assert!(b.iter().all(|&y| y == 5), "split broadcast");
+    }
+    // Nonblocking requests: a receive posted before the matching send.
+    let mut got = vec![0u32; 50_000];
+    std::thread::scope(|s| {
+        let r = comm.irecv(s, &mut got, prev, 8);
+        comm.send(&vec![me as u32; 50_000], next, 8).unwrap();
+        r.wait().unwrap();
+    });
+    assert!(got.iter().all(|&x| x as usize == prev), "irecv");
+    comm.barrier().unwrap();
 }

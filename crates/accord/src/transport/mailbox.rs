@@ -60,17 +60,31 @@ struct State {
     aborted: Option<(usize, String)>,
 }
 
+/// Drains frames that are on their way from a side path (shared-memory rings) into the mailbox;
+/// with `false` it may skip the work when another thread is already doing it.
+pub type Flush = Box<dyn Fn(&Mailbox, bool) + Send + Sync>;
+
 /// Incoming frames of one rank.
 #[derive(Default)]
 pub struct Mailbox {
     state: Mutex<State>,
     ready: Condvar,
+    /// Run before reporting a source lost: a peer's frames may still sit in shared memory when
+    /// its connection's end is noticed, and must be delivered first.
+    flush: std::sync::OnceLock<(Flush, std::time::Duration)>,
 }
 
 impl Mailbox {
     /// An empty mailbox.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Install the hook that delivers frames still in transit on another path (once; later
+    /// calls are ignored). A waiting [`Mailbox::take`] also polls it for up to `poll` before
+    /// sleeping, which spares the hand-over from a receiver thread on short waits.
+    pub fn set_flush(&self, f: Flush, poll: std::time::Duration) {
+        let _ = self.flush.set((f, poll));
     }
 
     /// A frame from `src` arrived.
@@ -128,6 +142,8 @@ impl Mailbox {
         deadline: Instant,
     ) -> Result<Frame, WaitError> {
         let key = (src, comm, seq);
+        let mut flushed = false;
+        let mut polling: Option<Instant> = None;
         let mut st = self.state.lock().unwrap();
         loop {
             if let Some(q) = st.queues.get_mut(&key) {
@@ -153,6 +169,15 @@ impl Mailbox {
                     reason: reason.clone(),
                 });
             }
+            if st.lost.contains_key(&src) && !flushed {
+                if let Some((f, _)) = self.flush.get() {
+                    flushed = true;
+                    drop(st);
+                    f(self, true);
+                    st = self.state.lock().unwrap();
+                    continue;
+                }
+            }
             if let Some(cause) = st.lost.get(&src) {
                 return Err(WaitError::Lost {
                     cause: cause.clone(),
@@ -168,6 +193,16 @@ impl Mailbox {
                     .collect();
                 elsewhere.sort_unstable();
                 return Err(WaitError::Timeout { elsewhere });
+            }
+            if let Some((f, poll)) = self.flush.get() {
+                let since = *polling.get_or_insert(now);
+                if now - since < *poll {
+                    drop(st);
+                    f(self, false);
+                    std::hint::spin_loop();
+                    st = self.state.lock().unwrap();
+                    continue;
+                }
             }
             st = self.ready.wait_timeout(st, deadline - now).unwrap().0;
         }

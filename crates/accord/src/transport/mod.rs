@@ -10,8 +10,10 @@
 //! Large messages travel as several frames of at most [`chunk_bytes`] so that the receiver can
 //! reduce one chunk while the next is still on the wire.
 //!
-//! Implementations: [`inproc`] (threads in one process, used by most tests) and [`tcp`].
+//! Implementations: [`inproc`] (threads in one process, used by most tests), [`tcp`], and
+//! [`hybrid`] (shared-memory rings to ranks of the same host, TCP to the others).
 
+pub mod hybrid;
 pub mod inproc;
 pub mod mailbox;
 pub mod shm;
@@ -63,7 +65,7 @@ pub trait Transport: Send + Sync + 'static {
     fn rank(&self) -> usize;
     /// Number of ranks in the transport's world.
     fn size(&self) -> usize;
-    /// Short name for logs (`inproc`, `tcp`, `shm`).
+    /// Short name for logs and cost models (`inproc`, `tcp`, `shm`, `tcp+shm`).
     fn name(&self) -> &'static str;
     /// Send `data` to `peer` (not self) labelled with `env`, as frames of at most
     /// [`chunk_bytes`]. Returns once the bytes are handed off; the caller's buffer is free again.

@@ -57,6 +57,13 @@ const FP_SLOT: usize = 64;
 const OFF_REGION: usize = 512;
 /// This process's address of its own segment, read by peers to probe `process_vm_readv`.
 const OFF_SELF: usize = 576;
+/// Point-to-point doorbell of this rank: senders bump it after writing into one of its rings.
+pub(crate) const OFF_BELL: usize = 640;
+/// Nonzero while this rank's ring receiver sleeps on the doorbell.
+pub(crate) const OFF_BELL_SLEEP: usize = 704;
+
+/// Default size of one point-to-point ring (`ACCORD_SHM_RING_BYTES`).
+pub const DEFAULT_RING_BYTES: usize = 512 << 10;
 
 /// Default size of one staging half.
 pub const DEFAULT_HALF_BYTES: usize = 256 << 10;
@@ -133,13 +140,13 @@ fn map_fd(fd: libc::c_int, len: usize) -> Result<Mapping> {
 }
 
 /// A peer process we can ask "are you still there?".
-struct Peer {
+pub(crate) struct Peer {
     pid: i32,
     pidfd: Option<libc::c_int>,
 }
 
 impl Peer {
-    fn open(pid: i32) -> Peer {
+    pub(crate) fn open(pid: i32) -> Peer {
         // SAFETY: plain syscall; a failure leaves us with kill(pid, 0).
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
         Peer {
@@ -148,7 +155,7 @@ impl Peer {
         }
     }
 
-    fn alive(&self) -> bool {
+    pub(crate) fn alive(&self) -> bool {
         if let Some(fd) = self.pidfd {
             let mut p = libc::pollfd {
                 fd,
@@ -191,9 +198,12 @@ pub struct ShmGroup {
     pub members: Vec<usize>,
     /// This process's index in `members`.
     pub me: usize,
-    maps: Vec<Mapping>,
+    maps: Arc<Vec<Mapping>>,
     peers: Vec<Option<Peer>>,
     half: usize,
+    /// Offset of the point-to-point rings in every segment, and the size of one ring.
+    ring_base: usize,
+    ring_bytes: usize,
     /// This rank's arrival count (the value last published).
     epoch: AtomicU32,
     /// Chunks run so far: selects the staging half.
@@ -224,7 +234,7 @@ impl std::fmt::Debug for ShmGroup {
     }
 }
 
-fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
@@ -242,7 +252,7 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     };
 }
 
-fn futex_wake(word: &AtomicU32) {
+pub(crate) fn futex_wake(word: &AtomicU32) {
     // SAFETY: as above; wakes every process sleeping on the word.
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
 }
@@ -305,7 +315,12 @@ impl ShmGroup {
         let half = env_usize("ACCORD_SHM_CHUNK_BYTES")
             .map(|v| (v.clamp(4096, 256 << 20) / 64) * 64)
             .unwrap_or(DEFAULT_HALF_BYTES);
-        let len = HEADER + 2 * half;
+        // One ring per local sender follows the staging halves, in the receiver's segment.
+        let ring_bytes = env_usize("ACCORD_SHM_RING_BYTES")
+            .map(|v| (v.clamp(16 << 10, 256 << 20) / 4096) * 4096)
+            .unwrap_or(DEFAULT_RING_BYTES);
+        let ring_base = (HEADER + 2 * half).div_ceil(4096) * 4096;
+        let len = ring_base + members.len() * ring_bytes;
 
         let name = c"accord-shm";
         // SAFETY: creating an anonymous memory file; close-on-exec.
@@ -348,7 +363,8 @@ impl ShmGroup {
             if f.len() != 3 || f[2] != len {
                 return Err(Error::Protocol(format!(
                     "rank {} published a shared-memory segment {text:?}; expected `pid fd {len}` \
-                     (do all ranks use the same ACCORD_SHM_CHUNK_BYTES?)",
+                     (do all ranks use the same ACCORD_SHM_CHUNK_BYTES and \
+                     ACCORD_SHM_RING_BYTES?)",
                     members[i]
                 )));
             }
@@ -434,9 +450,11 @@ impl ShmGroup {
         Ok(Some(ShmGroup {
             members,
             me,
-            maps,
+            maps: Arc::new(maps),
             peers,
             half,
+            ring_base,
+            ring_bytes,
             epoch: AtomicU32::new(0),
             chunks: AtomicU64::new(0),
             spin,
@@ -466,6 +484,21 @@ impl ShmGroup {
             }
             None
         }));
+    }
+
+    /// What the point-to-point rings of [`super::hybrid`] need: the mappings (kept alive by the
+    /// returned value too) and where the rings lie.
+    pub(crate) fn ring_area(&self) -> RingArea {
+        RingArea {
+            maps: self.maps.clone(),
+            base: self.ring_base,
+            ring_bytes: self.ring_bytes,
+            members: self.members.clone(),
+            me: self.me,
+            pids: (0..self.size()).map(|r| self.pid(r)).collect(),
+            spin: self.spin,
+            crowded: self.crowded,
+        }
     }
 
     /// Number of local ranks.
@@ -680,5 +713,39 @@ impl ShmGroup {
     /// Pid of local rank `r` (0 for this rank).
     pub fn pid(&self, r: usize) -> i32 {
         self.peers[r].as_ref().map_or(0, |p| p.pid)
+    }
+}
+
+/// The point-to-point ring area of every local segment: local rank `r`'s segment holds one ring
+/// per local sender, at `base + sender * ring_bytes`.
+#[derive(Clone)]
+pub(crate) struct RingArea {
+    maps: Arc<Vec<Mapping>>,
+    base: usize,
+    /// Bytes of one ring, control block included.
+    pub(crate) ring_bytes: usize,
+    /// World ranks of the local ranks; index = local rank.
+    pub(crate) members: Vec<usize>,
+    /// This process's local rank.
+    pub(crate) me: usize,
+    /// Pid of every local rank (0 for this one).
+    pub(crate) pids: Vec<i32>,
+    /// How long waits spin before sleeping.
+    pub(crate) spin: Duration,
+    /// More local ranks than cores.
+    pub(crate) crowded: bool,
+}
+
+impl RingArea {
+    /// Start of the ring in local rank `recv`'s segment that local rank `send` writes.
+    pub(crate) fn ring(&self, recv: usize, send: usize) -> *mut u8 {
+        // SAFETY: base + send * ring_bytes + ring_bytes <= the segment length for send < members.
+        unsafe { self.maps[recv].ptr.add(self.base + send * self.ring_bytes) }
+    }
+
+    /// A header word of local rank `r`'s segment.
+    pub(crate) fn word(&self, r: usize, off: usize) -> &AtomicU32 {
+        // SAFETY: off < HEADER, aligned; the mapping lives as long as self.
+        unsafe { &*(self.maps[r].ptr.add(off) as *const AtomicU32) }
     }
 }

@@ -453,6 +453,11 @@ impl TcpTransport {
         }))
     }
 
+    /// The mailbox, shared with transports that deliver into it too.
+    pub fn mailbox_arc(&self) -> Arc<Mailbox> {
+        self.mailbox.clone()
+    }
+
     /// The address this rank published for its peers.
     pub fn published_addr(&self) -> &str {
         &self.published
