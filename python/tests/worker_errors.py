@@ -1,5 +1,6 @@
 """One rank of the bad-input check (`accord run -n N python worker_errors.py`): local argument
-errors are raised before any communication; mismatched sizes across ranks end in DesyncError."""
+errors are raised before any communication; mismatched sizes across ranks end in an error naming
+both calls on every rank (DesyncError where it is seen, AbortedError on the ranks it reaches)."""
 
 import numpy as np
 
@@ -45,6 +46,12 @@ assert isinstance(e, TypeError)
 comm.barrier()  # still healthy after local argument errors
 
 if comm.size > 1:
-    e = expect(accord.DesyncError, lambda: comm.allreduce(np.ones(4 + me, np.float32)), ["desync"])
-    assert e.mine and e.theirs and e.peer != me and e.seq >= 0, vars(e)
+    # The rank that sees the mismatch raises DesyncError; it then aborts the world, so a rank
+    # still waiting raises AbortedError whose message carries the same two calls.
+    calls = ["f32 x 4, sum", "f32 x 5, sum"]
+    e = expect(accord.AccordError, lambda: comm.allreduce(np.ones(4 + me, np.float32)), calls)
+    assert isinstance(e, (accord.DesyncError, accord.AbortedError)), type(e)
+    assert "desync" in str(e), str(e)
+    if isinstance(e, accord.DesyncError):
+        assert e.mine and e.theirs and e.peer != me and e.seq >= 0, vars(e)
 print(f"ERRORS-OK {me}", flush=True)
