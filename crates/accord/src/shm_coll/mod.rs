@@ -20,7 +20,7 @@
 //!   and allgather readers copy straight out of the owner's user buffer with
 //!   `process_vm_readv` (probed at join; off for the whole group if any pair cannot).
 //! - Copies into user buffers of at least `ACCORD_SHM_STREAM_BYTES` (2 MiB) use
-//!   non-temporal stores.
+//!   non-temporal stores (allgather: from 8x that output size, for peers' blocks).
 //!
 //! **Oversubscription.** With more local ranks than cores, barriers and small allreduces are
 //! centralized on local rank 0 (see `Ctx::barrier`), so each waiter depends on one peer
@@ -728,6 +728,9 @@ impl Ctx<'_> {
             return self.allgather_direct(inp, out, block * esz);
         }
         let per = (self.g.half_bytes() / esz).max(1);
+        // Outputs well beyond the caches: peers' blocks bypass them. Measured on the 2-core VM
+        // (N = 2): from 16 MiB (8x the broadcast threshold) this wins, at 4 MiB it loses.
+        let stream = block * esz * n >= self.stream.saturating_mul(8);
         for k in 0..Self::chunks(block, per) {
             let off = k * per;
             let m = per.min(block - off.min(block));
@@ -744,7 +747,7 @@ impl Ctx<'_> {
                     if p == me {
                         std::ptr::copy(inp.add(off * esz), dst, m * esz);
                     } else {
-                        std::ptr::copy_nonoverlapping(self.stage(p, h, 0), dst, m * esz);
+                        copy_out(self.stage(p, h, 0), dst, m * esz, stream);
                     }
                 }
             }
