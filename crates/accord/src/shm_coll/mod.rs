@@ -10,7 +10,8 @@
 //!   every rank, so every rank gets identical bits). Larger ones: each rank reduces *its* slice
 //!   from every staging area in place, a second barrier, then everyone gathers the reduced
 //!   slices. Messages larger than a staging half are pipelined chunk by chunk.
-//! - **reduce**: the large-message allreduce where only the root gathers.
+//! - **reduce**: the large-message allreduce where only the root gathers (small ones with
+//!   more ranks than cores: see below).
 //! - **broadcast**: root-driven, no barrier. The root copies a chunk into a slot and arrives;
 //!   readers wait for the root's counter alone, copy out and arrive. Messages larger than a
 //!   staging half cycle through both halves as a ring of `ACCORD_SHM_SLOT_BYTES` (64 KiB)
@@ -20,11 +21,12 @@
 //!   and allgather readers copy straight out of the owner's user buffer with
 //!   `process_vm_readv` (probed at join; off for the whole group if any pair cannot).
 //! - Copies into user buffers of at least `ACCORD_SHM_STREAM_BYTES` (2 MiB) use
-//!   non-temporal stores.
+//!   non-temporal stores (allgather: from 8x that output size, for peers' blocks).
 //!
-//! **Oversubscription.** With more local ranks than cores, barriers and small allreduces are
-//! centralized on local rank 0 (see `Ctx::barrier`), so each waiter depends on one peer
-//! having run rather than on all of them.
+//! **Oversubscription.** With more local ranks than cores, barriers and small allreduces and
+//! reduces are centralized on local rank 0 (see `Ctx::barrier`, `Ctx::allreduce_central`), so
+//! each waiter depends on one peer having run rather than on all of them, and waits yield
+//! the core at once instead of spinning.
 //!
 //! **Reusing staging safely.** Chunks alternate between two staging halves (the chunk counter
 //! runs on across calls and is advanced identically on every rank). Each rank arrives the same
@@ -178,7 +180,9 @@ impl ShmWorld {
         };
         match *coll {
             Collective::AllReduce { count } => c.allreduce(inp, out, count, true, None, self.small),
-            Collective::Reduce { count, root } => c.allreduce(inp, out, count, true, Some(root), 0),
+            Collective::Reduce { count, root } => {
+                c.allreduce(inp, out, count, true, Some(root), self.small)
+            }
             Collective::Broadcast { count, root } => c.broadcast(out, count, root),
             Collective::AllGather { ref counts } => c.allgather(inp, out, counts[0]),
             Collective::ReduceScatter { ref counts } => c.reduce_scatter(inp, out, counts[0]),
@@ -473,32 +477,40 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Small allreduce with more ranks than cores: everyone stages its input and arrives;
-    /// local rank 0 reduces (in rank order), stages the result and arrives; the others copy
-    /// it. Every rank waits for one peer only.
+    /// Small allreduce (`root == None`) or reduce with more ranks than cores: everyone stages
+    /// its input and arrives; local rank 0 reduces (in rank order) into its staging and
+    /// arrives; the ranks that want the result copy it. Every rank waits for one peer only.
     fn allreduce_central(
         &self,
         inp: *const u8,
         out: *mut u8,
         bytes: usize,
         world: usize,
+        root: Option<usize>,
     ) -> Result<()> {
         let (n, me) = (self.n(), self.me());
+        let wants = !matches!(root, Some(r) if r != me);
         let h = self.begin(true)?;
+        let acc = self.stage(0, h, 0);
         if me == 0 {
             let e = self.g.epoch().wrapping_add(1);
             self.wait_peers(e, h)?;
             for p in 1..n {
                 self.check_fp(p, h)?;
             }
-            // SAFETY: out and inp hold `bytes`; they may be the same buffer.
-            unsafe { std::ptr::copy(inp, out, bytes) };
+            // Reduce into our output, or into our staging when we do not want the result.
+            let dst = if wants { out } else { acc };
+            // SAFETY: dst and inp hold `bytes` (a staging half fits them); they may be the
+            // same buffer.
+            unsafe { std::ptr::copy(inp, dst, bytes) };
             for p in 1..n {
-                self.reduce(out, self.stage(p, h, 0), bytes);
+                self.reduce(dst, self.stage(p, h, 0), bytes);
             }
-            self.finalize(out, bytes, world);
-            // SAFETY: the result fits the staging half; peers read it after our arrival.
-            unsafe { std::ptr::copy_nonoverlapping(out, self.stage(0, h, 0), bytes) };
+            self.finalize(dst, bytes, world);
+            if wants && root != Some(0) {
+                // SAFETY: out is not staging; peers read the result after our arrival.
+                unsafe { std::ptr::copy_nonoverlapping(out, acc, bytes) };
+            }
             let e = self.g.arrive();
             self.g.set_guard(h, e.wrapping_add(1));
         } else {
@@ -507,8 +519,10 @@ impl Ctx<'_> {
             let e = self.g.arrive();
             self.wait_peer(0, e, h)?;
             self.check_fp(0, h)?;
-            // SAFETY: as above.
-            unsafe { std::ptr::copy_nonoverlapping(self.stage(0, h, 0), out, bytes) };
+            if wants {
+                // SAFETY: as above.
+                unsafe { std::ptr::copy_nonoverlapping(acc, out, bytes) };
+            }
             // Rank 0 read our input before it arrived.
             self.g.set_guard(h, e);
         }
@@ -563,8 +577,8 @@ impl Ctx<'_> {
         let (n, me, esz) = (self.n(), self.me(), self.esz());
         let world = if finish { n } else { 1 };
         let per = (self.g.half_bytes() / esz).max(1);
-        if count * esz <= small && count <= per && root.is_none() && self.g.crowded() {
-            return self.allreduce_central(inp, out, count * esz, world);
+        if count * esz <= small && count <= per && self.g.crowded() {
+            return self.allreduce_central(inp, out, count * esz, world, root);
         }
         if count * esz <= small && count <= per && root.is_none() {
             let h = self.begin(true)?;
@@ -728,6 +742,9 @@ impl Ctx<'_> {
             return self.allgather_direct(inp, out, block * esz);
         }
         let per = (self.g.half_bytes() / esz).max(1);
+        // Outputs well beyond the caches: peers' blocks bypass them. Measured on the 2-core VM
+        // (N = 2): from 16 MiB (8x the broadcast threshold) this wins, at 4 MiB it loses.
+        let stream = block * esz * n >= self.stream.saturating_mul(8);
         for k in 0..Self::chunks(block, per) {
             let off = k * per;
             let m = per.min(block - off.min(block));
@@ -744,7 +761,7 @@ impl Ctx<'_> {
                     if p == me {
                         std::ptr::copy(inp.add(off * esz), dst, m * esz);
                     } else {
-                        std::ptr::copy_nonoverlapping(self.stage(p, h, 0), dst, m * esz);
+                        copy_out(self.stage(p, h, 0), dst, m * esz, stream);
                     }
                 }
             }

@@ -18,7 +18,8 @@
 //! A rank "arrives" by incrementing its counter (a 32-bit word in the shared mapping) and waking
 //! waiters with `FUTEX_WAKE` — a *shared* futex (no `FUTEX_PRIVATE_FLAG`), since the waiters are
 //! other processes. Waiting for a peer's counter spins for a bounded time (`ACCORD_SHM_SPIN_US`, 50 us;
-//! 2 us when the host has fewer cores than local ranks), then yields the core
+//! none beyond a few dozen polls when the host has fewer cores than local ranks, where the awaited
+//! peer usually needs the very core the waiter holds), then yields the core
 //! (`ACCORD_SHM_YIELD_US`, 0.5 ms; 5 ms when crowded), then sleeps in `FUTEX_WAIT` in slices of
 //! at most 10 ms. Between slices it checks, in this order: an abort or lost-peer notice from the
 //! TCP side channel (every rank keeps its TCP connections, which also carry aborts), whether the
@@ -211,6 +212,8 @@ pub struct ShmGroup {
     /// How long a wait spins, then how long (in total) it yields, before sleeping.
     spin: Duration,
     yields: Duration,
+    /// Spin time of the point-to-point receiver thread (see [`super::hybrid`]).
+    ring_spin: Duration,
     /// Where aborts and lost connections of the side channel are reported.
     side: Option<Arc<dyn Fn() -> Option<Error> + Send + Sync>>,
     /// Per staging half: the epoch every peer must have reached before this rank writes the
@@ -445,7 +448,8 @@ impl ShmGroup {
         let us = |name: &str, default: u64| {
             Duration::from_micros(env_usize(name).map_or(default, |v| v as u64))
         };
-        let spin = us("ACCORD_SHM_SPIN_US", if crowded { 2 } else { 50 });
+        let spin = us("ACCORD_SHM_SPIN_US", if crowded { 0 } else { 50 });
+        let ring_spin = us("ACCORD_SHM_SPIN_US", if crowded { 2 } else { 50 });
         let yields = us("ACCORD_SHM_YIELD_US", if crowded { 5000 } else { 500 });
         Ok(Some(ShmGroup {
             members,
@@ -458,6 +462,7 @@ impl ShmGroup {
             epoch: AtomicU32::new(0),
             chunks: AtomicU64::new(0),
             spin,
+            ring_spin,
             yields,
             side: None,
             guards: [AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)],
@@ -496,7 +501,7 @@ impl ShmGroup {
             members: self.members.clone(),
             me: self.me,
             pids: (0..self.size()).map(|r| self.pid(r)).collect(),
-            spin: self.spin,
+            spin: self.ring_spin,
             crowded: self.crowded,
         }
     }
