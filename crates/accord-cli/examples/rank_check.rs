@@ -136,7 +136,7 @@ fn main() -> ExitCode {
     let result: Result<String, Box<dyn std::error::Error>> = match mode.as_str() {
         "ops" => ops(&comm).map(|n| {
             let shm = if comm.uses_shm() {
-                " and shared memory"
+                " with shared-memory collectives"
             } else {
                 ""
             };

@@ -359,7 +359,7 @@ pub fn rank_main(o: &BenchOpts) -> i32 {
     let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
     if comm.rank() == 0 {
         let transport = match comm.uses_shm() {
-            true => format!("{} + shared memory", comm.transport_name()),
+            true => format!("{}, shared-memory collectives", comm.transport_name()),
             false => comm.transport_name().to_string(),
         };
         print_rows(&comm, o, &rows, &transport);

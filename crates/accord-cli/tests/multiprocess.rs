@@ -94,7 +94,7 @@ fn every_operation(transport: &str, expect: &str) {
 
 #[test]
 fn every_operation_through_the_launcher() {
-    every_operation("auto", "over shm and shared memory");
+    every_operation("auto", "over shm with shared-memory collectives");
 }
 
 #[test]
