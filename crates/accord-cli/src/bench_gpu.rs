@@ -25,7 +25,8 @@ fn run_once(g: &GpuCommunicator, op: &str, b: &Bufs) -> Result<()> {
     let st = Stream::Comm;
     let req = match op {
         "allreduce" => g.all_reduce(s, r, ReduceOp::Sum, st),
-        "broadcast" => g.broadcast(s, r, 0, st),
+        // In place, as torch.distributed.broadcast is (out of place adds a copy on the root).
+        "broadcast" => g.broadcast(r, r, 0, st),
         "reduce" => g.reduce(s, r, ReduceOp::Sum, 0, st),
         "allgather" => g.all_gather(s, r, st),
         "gather" => g.gather(s, r, 0, st),
@@ -61,9 +62,11 @@ fn make(g: &GpuCommunicator, op: &str, count: usize) -> Result<Bufs> {
         "barrier" => (vec![], 0),
         _ => ((0..count).map(|i| val(me, i)).collect(), count),
     };
+    // An in-place broadcast starts from each rank's own data; only the root's must survive.
+    let first = if op == "broadcast" { send.clone() } else { vec![0f32; recv] };
     Ok(Bufs {
         send: DeviceBuffer::from_host(g, &send)?,
-        recv: DeviceBuffer::from_host(g, &vec![0f32; recv])?,
+        recv: DeviceBuffer::from_host(g, &first)?,
     })
 }
 
