@@ -63,7 +63,11 @@ fn make(g: &GpuCommunicator, op: &str, count: usize) -> Result<Bufs> {
         _ => ((0..count).map(|i| val(me, i)).collect(), count),
     };
     // An in-place broadcast starts from each rank's own data; only the root's must survive.
-    let first = if op == "broadcast" { send.clone() } else { vec![0f32; recv] };
+    let first = if op == "broadcast" {
+        send.clone()
+    } else {
+        vec![0f32; recv]
+    };
     Ok(Bufs {
         send: DeviceBuffer::from_host(g, &send)?,
         recv: DeviceBuffer::from_host(g, &first)?,
