@@ -539,6 +539,24 @@ impl Ctx<'_> {
         total.div_ceil(per.max(1)).max(1)
     }
 
+    /// Chunk `k` (of `per` elements) of a `total`-element pass: claim a staging half, let `fill`
+    /// write this rank's part of it (given the half, the chunk's first element and its length),
+    /// then meet the peers, so that every rank's part is readable. Returns (half, first, length).
+    fn staged_chunk(
+        &self,
+        k: usize,
+        per: usize,
+        total: usize,
+        fill: impl FnOnce(usize, usize, usize),
+    ) -> Result<(usize, usize, usize)> {
+        let off = k * per;
+        let m = per.min(total - off.min(total));
+        let h = self.begin(k == 0)?;
+        fill(h, off, m);
+        self.barrier(h, k == 0)?;
+        Ok((h, off, m))
+    }
+
     /// `dst op= src` over `bytes` bytes.
     fn reduce(&self, dst: *mut u8, src: *const u8, bytes: usize) {
         if bytes == 0 {
@@ -595,14 +613,12 @@ impl Ctx<'_> {
             return Ok(());
         }
         for k in 0..Self::chunks(count, per) {
-            let off = k * per;
-            let m = per.min(count - off.min(count));
-            let h = self.begin(k == 0)?;
-            // SAFETY: m elements from `off` are inside the input and fit a staging half.
-            unsafe {
-                std::ptr::copy_nonoverlapping(inp.add(off * esz), self.stage(me, h, 0), m * esz)
-            };
-            self.barrier(h, k == 0)?;
+            let (h, off, m) = self.staged_chunk(k, per, count, |h, off, m| {
+                // SAFETY: m elements from `off` are inside the input and fit a staging half.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(inp.add(off * esz), self.stage(me, h, 0), m * esz)
+                }
+            })?;
             let (s, l) = part(m, n, me);
             let mine = self.stage(me, h, s * esz);
             for p in 0..n {
@@ -746,14 +762,12 @@ impl Ctx<'_> {
         // (N = 2): from 16 MiB (8x the broadcast threshold) this wins, at 4 MiB it loses.
         let stream = block * esz * n >= self.stream.saturating_mul(8);
         for k in 0..Self::chunks(block, per) {
-            let off = k * per;
-            let m = per.min(block - off.min(block));
-            let h = self.begin(k == 0)?;
-            // SAFETY: m elements from off are inside the input and fit a staging half.
-            unsafe {
-                std::ptr::copy_nonoverlapping(inp.add(off * esz), self.stage(me, h, 0), m * esz)
-            };
-            self.barrier(h, k == 0)?;
+            let (h, off, m) = self.staged_chunk(k, per, block, |h, off, m| {
+                // SAFETY: m elements from off are inside the input and fit a staging half.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(inp.add(off * esz), self.stage(me, h, 0), m * esz)
+                }
+            })?;
             for p in 0..n {
                 // SAFETY: block p of out has room for these m elements at off.
                 unsafe {
@@ -816,11 +830,9 @@ impl Ctx<'_> {
         let (n, me, esz) = (self.n(), self.me(), self.esz());
         let per = (self.g.half_bytes() / (esz * n)).max(1);
         for k in 0..Self::chunks(block, per) {
-            let off = k * per;
-            let m = per.min(block - off.min(block));
-            let h = self.begin(k == 0)?;
-            self.scatter_in(inp, h, block, off, m);
-            self.barrier(h, k == 0)?;
+            let (h, off, m) = self.staged_chunk(k, per, block, |h, off, m| {
+                self.scatter_in(inp, h, block, off, m)
+            })?;
             let dst = unsafe { out.add(off * esz) };
             // SAFETY: my block's chunk of the input; out has room for m elements at off.
             unsafe { std::ptr::copy(inp.add((me * block + off) * esz), dst, m * esz) };
@@ -838,11 +850,9 @@ impl Ctx<'_> {
         let (n, me, esz) = (self.n(), self.me(), self.esz());
         let per = (self.g.half_bytes() / (esz * n)).max(1);
         for k in 0..Self::chunks(block, per) {
-            let off = k * per;
-            let m = per.min(block - off.min(block));
-            let h = self.begin(k == 0)?;
-            self.scatter_in(inp, h, block, off, m);
-            self.barrier(h, k == 0)?;
+            let (h, off, m) = self.staged_chunk(k, per, block, |h, off, m| {
+                self.scatter_in(inp, h, block, off, m)
+            })?;
             for p in 0..n {
                 // SAFETY: block p of out, m elements at off.
                 unsafe {
