@@ -5,6 +5,7 @@
 //! background and return a [`Request`]. Typed methods take `&[T]` with `T: Element`; each has an
 //! erased twin taking bytes and a [`DataType`] (`*_bytes`), which the Python layer binds.
 
+use crate::atomic_duration::AtomicDuration;
 use crate::dtype::{as_bytes, as_bytes_mut, DataType, Element, ReduceOp};
 use crate::error::{Error, Result};
 use crate::exec::{self, Buffers, Call};
@@ -61,7 +62,7 @@ struct Inner {
     name: String,
     seq: AtomicU64,
     splits: AtomicU64,
-    timeout_ns: AtomicU64,
+    timeout: AtomicDuration,
     poison: Mutex<Option<Error>>,
     /// Plans by (collective, element size): the algorithm choice depends on both.
     cache: Mutex<HashMap<(Collective, usize), Arc<Schedule>>>,
@@ -107,7 +108,7 @@ impl Communicator {
                 name: "world".into(),
                 seq: AtomicU64::new(0),
                 splits: AtomicU64::new(0),
-                timeout_ns: AtomicU64::new(timeout_from_env().as_nanos() as u64),
+                timeout: AtomicDuration::new(timeout_from_env()),
                 poison: Mutex::new(None),
                 cache: Mutex::new(HashMap::new()),
                 forced: Mutex::new(HashMap::new()),
@@ -165,14 +166,12 @@ impl Communicator {
 
     /// The deadline every blocking call gets.
     pub fn timeout(&self) -> Duration {
-        Duration::from_nanos(self.inner.timeout_ns.load(Ordering::Relaxed))
+        self.inner.timeout.get()
     }
 
     /// Change the deadline of later calls on this communicator.
     pub fn set_timeout(&self, t: Duration) {
-        self.inner
-            .timeout_ns
-            .store(t.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+        self.inner.timeout.set(t);
     }
 
     /// The first error this communicator hit, if any.
@@ -1008,7 +1007,7 @@ impl Communicator {
                 name: format!("{}/{label}", p.name),
                 seq: AtomicU64::new(0),
                 splits: AtomicU64::new(0),
-                timeout_ns: AtomicU64::new(p.timeout_ns.load(Ordering::Relaxed)),
+                timeout: AtomicDuration::new(p.timeout.get()),
                 poison: Mutex::new(None),
                 cache: Mutex::new(HashMap::new()),
                 forced: Mutex::new(HashMap::new()),

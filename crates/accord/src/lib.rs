@@ -58,6 +58,7 @@
 //! token ([`auth`]) on every connection.
 #![warn(missing_docs)]
 
+mod atomic_duration;
 pub mod auth;
 mod bootstrap;
 pub mod comm;

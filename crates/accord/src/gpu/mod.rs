@@ -82,6 +82,7 @@ pub mod cuda;
 pub mod nccl;
 mod watchdog;
 
+use crate::atomic_duration::AtomicDuration;
 use crate::comm::Communicator;
 use crate::dtype::{DataType, Element, ReduceOp};
 use crate::error::{Error, Result};
@@ -331,7 +332,7 @@ struct Inner {
     poisoned: AtomicBool,
     poison: Mutex<Option<Error>>,
     aborted: AtomicBool,
-    timeout_ns: AtomicU64,
+    timeout: AtomicDuration,
     stop: AtomicBool,
     splits: AtomicU64,
     /// Scratch device word for barrier.
@@ -675,7 +676,7 @@ impl GpuCommunicator {
             poisoned: AtomicBool::new(false),
             poison: Mutex::new(None),
             aborted: AtomicBool::new(false),
-            timeout_ns: AtomicU64::new(host.timeout().as_nanos() as u64),
+            timeout: AtomicDuration::new(host.timeout()),
             stop: AtomicBool::new(false),
             splits: AtomicU64::new(0),
             scratch,
@@ -726,14 +727,12 @@ impl GpuCommunicator {
 
     /// Deadline for any one operation (enforced by the watchdog).
     pub fn timeout(&self) -> Duration {
-        Duration::from_nanos(self.inner.timeout_ns.load(Ordering::Relaxed))
+        self.inner.timeout.get()
     }
 
     /// Change the deadline.
     pub fn set_timeout(&self, t: Duration) {
-        self.inner
-            .timeout_ns
-            .store(t.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+        self.inner.timeout.set(t);
     }
 
     /// The error that failed this communicator, if any.

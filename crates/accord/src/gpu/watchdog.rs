@@ -42,7 +42,7 @@ fn run(weak: Weak<Inner>) {
                 inner.fail(e);
                 return;
             }
-            let t = Duration::from_nanos(inner.timeout_ns.load(Ordering::Relaxed));
+            let t = inner.timeout.get();
             (t / 20).clamp(Duration::from_millis(2), Duration::from_millis(50))
         };
         std::thread::sleep(period);
@@ -82,7 +82,7 @@ fn tick(inner: &Inner, published: &mut Published) -> Option<Error> {
     // 2. Retire finished operations; look at the oldest unfinished one.
     let full = oldest_full(inner);
     let head = full.map(|(s, _, fp, age)| (s, fp, age));
-    let timeout = Duration::from_nanos(inner.timeout_ns.load(Ordering::Relaxed));
+    let timeout = inner.timeout.get();
     let (seq_now, hash_now, last_fp) = {
         let st = inner.state.lock().ok()?;
         (st.cseq, st.hash, st.last)
