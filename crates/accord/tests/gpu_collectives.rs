@@ -4,7 +4,8 @@
 //! - `processes_*`: run under the launcher, one process per GPU:
 //!   `accord run -n 2 <this test binary> --test-threads 1 --nocapture processes_`
 //!   (`ACCORD_GPU_KILL_TEST=1` adds the killed-rank test, `ACCORD_GPU_DESYNC_TEST=1` the desync
-//!   test; both end the job deliberately, so run them separately).
+//!   test, `ACCORD_GPU_JOIN_TEST=1` the rank that never joins NCCL; they end the job
+//!   deliberately, so run them separately).
 
 use accord::gpu::{self, DeviceBuffer, DeviceSlice, GpuCommunicator, Stream};
 use accord::{Communicator, DataType, Element, Error, ReduceOp};
@@ -476,9 +477,56 @@ fn threads_several_gpus_per_process() {
         for b in &bufs {
             assert!(b.to_host().unwrap().iter().all(|v| *v == want));
         }
+        // Split all of them at once: one child with the ranks reversed (key = -rank), and with
+        // the last device opting out.
+        let k = devices.len();
+        let how: Vec<(Option<u32>, i64)> = (0..k)
+            .map(|i| {
+                (
+                    if i + 1 < k || k == 2 { Some(0) } else { None },
+                    -(i as i64),
+                )
+            })
+            .collect();
+        let kids = GpuCommunicator::split_group(&comms, &how).unwrap();
+        let members = how.iter().filter(|h| h.0.is_some()).count();
+        let bufs: Vec<_> = kids
+            .iter()
+            .flatten()
+            .map(|c| DeviceBuffer::from_host(c, &[c.rank() as f32 + 1.0; 33]).unwrap())
+            .collect();
+        let reqs = gpu::group(|| {
+            kids.iter()
+                .flatten()
+                .zip(&bufs)
+                .map(|(c, b)| c.all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm))
+                .collect::<accord::Result<Vec<_>>>()
+        })
+        .unwrap();
+        for r in reqs {
+            r.wait().unwrap();
+        }
+        for (i, kid) in kids.iter().enumerate() {
+            match (kid, how[i].0) {
+                (Some(c), Some(_)) => {
+                    assert_eq!(c.size(), members);
+                    assert_eq!(c.rank(), members - 1 - i, "key -rank reverses the order");
+                }
+                (None, None) => {}
+                _ => panic!("device {i}: split result does not match its color"),
+            }
+        }
+        let want: f32 = (1..=members).map(|v| v as f32).sum();
+        for b in &bufs {
+            assert!(b.to_host().unwrap().iter().all(|v| *v == want));
+        }
+        assert!(
+            comms[0].split(Some(0), 0).is_err(),
+            "split of one of several GPUs"
+        );
         println!(
-            "threads_several_gpus_per_process: {} GPUs in one process agree",
-            devices.len()
+            "threads_several_gpus_per_process: {k} GPUs in one process agree; split_group into \
+             {members} reversed ranks agrees"
         );
     });
 }
@@ -563,6 +611,46 @@ fn processes_rank_killed() {
     // Later calls fail at once with the same error.
     let again = g.all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm);
     assert!(again.is_err());
+}
+
+#[test]
+fn processes_rank_never_joins_nccl() {
+    if std::env::var("ACCORD_GPU_JOIN_TEST").is_err() {
+        println!("processes_rank_never_joins_nccl: skipping: set ACCORD_GPU_JOIN_TEST=1");
+        return;
+    }
+    let Some(host) = launched("processes_rank_never_joins_nccl") else {
+        return;
+    };
+    host.set_timeout(Duration::from_secs(5));
+    let mut uid = if host.rank() == 0 {
+        gpu::unique_id().unwrap()
+    } else {
+        gpu::nccl::NcclUniqueId { internal: [0; 128] }
+    };
+    host.broadcast(&mut uid.internal, 0).unwrap();
+    if host.rank() == host.size() - 1 {
+        // Knows the id but never calls NCCL: the others must not wait forever.
+        std::thread::sleep(Duration::from_secs(12));
+        return;
+    }
+    let start = Instant::now();
+    let e = GpuCommunicator::with_unique_id(&host, &uid, &[local_device(&host)])
+        .expect_err("NCCL init completed without the last rank");
+    let took = start.elapsed();
+    println!(
+        "processes_rank_never_joins_nccl: rank {} after {took:.2?}: {e}",
+        host.rank()
+    );
+    let last = host.size() - 1;
+    assert!(
+        matches!(&e, Error::Timeout { waiting_for, .. } if waiting_for == &vec![last]),
+        "expected a timeout naming rank {last}, got {e}"
+    );
+    assert!(
+        took < Duration::from_secs(9),
+        "took {took:?} with a 5 s timeout"
+    );
 }
 
 #[test]

@@ -21,6 +21,14 @@
 //! Rank 0 creates the `ncclUniqueId` and broadcasts it over the host communicator, so every way
 //! of starting the host communicator works unchanged. Before that, all ranks exchange their
 //! NCCL versions: different versions fail at once on every rank, naming ranks and versions.
+//! ([`GpuCommunicator::with_unique_id`] takes an id the caller distributed itself.)
+//!
+//! Initialisation has a deadline too (the host communicator's timeout). NCCL's blocking init
+//! cannot be interrupted, so Accord initialises in NCCL's nonblocking mode, waits with the
+//! deadline (aborting on expiry, naming the ranks that never started), and then trades that
+//! communicator for a blocking twin with `ncclCommSplit`: operations on a nonblocking
+//! communicator are launched from an NCCL helper thread and cost about 100 us each. Splits
+//! ([`GpuCommunicator::split`], [`GpuCommunicator::split_group`]) take the same two steps.
 //!
 //! ## The API for bindings
 //!
@@ -53,6 +61,7 @@
 //! [`GpuCommunicator::new_multi`] creates one communicator per device (NCCL ranks
 //! `host_rank * devices.len() + i`). Issue one operation on each inside [`group`], which wraps
 //! `ncclGroupStart`/`ncclGroupEnd`, so a single thread can drive all of them without deadlock.
+//! [`GpuCommunicator::split_group`] splits them together (each device may pick its own color).
 //!
 //! Caveat (CUDA, not Accord): when threads of one process drive several GPUs, a thread that
 //! allocates or frees device memory while another GPU's NCCL kernel waits for it can deadlock,
@@ -195,8 +204,9 @@ pub fn group<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
     Ok(r)
 }
 
-/// Open [`group`] depth, and the events to record (on their streams) once the outermost ends.
-type GroupState = (usize, Vec<(Arc<Event>, CuStream)>);
+/// Open [`group`] depth, and the events to record (on their streams, of their communicators)
+/// once the outermost ends.
+type GroupState = (usize, Vec<(Arc<Event>, CuStream, Arc<Inner>)>);
 
 thread_local! {
     static GROUP: RefCell<GroupState> = const { RefCell::new((0, Vec::new())) };
@@ -226,15 +236,26 @@ fn group_end(n: &Nccl) -> Result<()> {
             Vec::new()
         }
     });
-    for (ev, stream) in pending {
-        ev.record(stream);
-    }
-    if rc != 0 && rc != nccl::NCCL_IN_PROGRESS {
-        return Err(Error::Aborted {
+    let mut result = Ok(());
+    if rc == nccl::NCCL_IN_PROGRESS {
+        // The group is launched from NCCL's thread: every communicator in it must be ready
+        // before its events are recorded behind the work.
+        let mut seen: Vec<*const Inner> = Vec::new();
+        for (_, _, inner) in &pending {
+            if !seen.contains(&Arc::as_ptr(inner)) {
+                seen.push(Arc::as_ptr(inner));
+                result = result.and(inner.rc("ncclGroupEnd", rc));
+            }
+        }
+    } else if rc != 0 {
+        result = Err(Error::Aborted {
             reason: format!("ncclGroupEnd: {}", n.describe(rc, std::ptr::null_mut())),
         });
     }
-    Ok(())
+    for (ev, stream, _) in pending {
+        ev.record(stream);
+    }
+    result
 }
 
 /// A CUDA event taken from its communicator's pool, returned there when dropped.
@@ -529,6 +550,172 @@ fn agreed_nccl(host: &Communicator, per_rank: usize) -> Result<&'static Nccl> {
     Ok(n)
 }
 
+/// A fresh `ncclUniqueId`, for [`GpuCommunicator::with_unique_id`] (which this process must then
+/// share with the others itself). [`GpuCommunicator::new`] does all of this over the host.
+pub fn unique_id() -> Result<NcclUniqueId> {
+    cuda::driver()?;
+    let n = nccl::nccl()?;
+    let mut uid = NcclUniqueId { internal: [0; 128] };
+    // SAFETY: writes 128 bytes.
+    let rc = unsafe { (n.get_unique_id)(&mut uid) };
+    if rc != 0 {
+        return Err(Error::Aborted {
+            reason: format!("ncclGetUniqueId: {}", n.describe(rc, std::ptr::null_mut())),
+        });
+    }
+    Ok(uid)
+}
+
+/// Wait until a nonblocking call on `comm` has finished: `Ok` once `ncclCommGetAsyncError` leaves
+/// `ncclInProgress`, `Err(Some(rc))` if it failed, `Err(None)` at the deadline. Yields first
+/// (enqueueing finishes within microseconds), then sleeps (initialisation takes milliseconds).
+fn settle(n: &Nccl, comm: NcclComm, deadline: Instant) -> std::result::Result<(), Option<i32>> {
+    let mut polls = 0u32;
+    loop {
+        let mut rc = 0;
+        // SAFETY: a communicator NCCL handed out and nobody destroyed.
+        let call = unsafe { (n.comm_get_async_error)(comm, &mut rc) };
+        if call != 0 {
+            return Err(Some(call));
+        }
+        match rc {
+            0 => return Ok(()),
+            nccl::NCCL_IN_PROGRESS => {}
+            e => return Err(Some(e)),
+        }
+        if Instant::now() >= deadline {
+            return Err(None);
+        }
+        polls += 1;
+        if polls < 200 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+}
+
+/// The error for an NCCL initialisation that did not finish in time, naming the ranks that never
+/// started it (from their marks in the store).
+fn join_timeout(host: &Communicator, store: Option<&StoreClient>, id: &str) -> Error {
+    let missing: Vec<usize> = match store {
+        Some(s) => (0..host.size())
+            .filter(|r| !matches!(s.try_get(&format!("joining/{r}")), Ok(Some(_))))
+            .collect(),
+        None => Vec::new(),
+    };
+    let (waiting_for, hint) = if missing.is_empty() {
+        let others = (0..host.size()).filter(|&r| r != host.rank()).collect();
+        let hint = "; every rank started NCCL initialisation, so it is stuck inside NCCL \
+                    (network, or a rank that died after starting; NCCL_DEBUG=INFO tells more)";
+        (others, hint.to_string())
+    } else {
+        (
+            missing,
+            "; they never started NCCL initialisation".to_string(),
+        )
+    };
+    Error::Timeout {
+        op: "NCCL initialisation".into(),
+        seq: 0,
+        comm: format!("gpu/{id}"),
+        waiting_for,
+        after: host.timeout(),
+        hint,
+    }
+}
+
+/// One `ncclCommSplit` to issue: from `parent` (current context `ctx`) with `color`, `key`.
+struct Split {
+    parent: NcclComm,
+    ctx: CuContext,
+    color: i32,
+    key: i32,
+}
+
+/// Issue `splits` (as one NCCL group when several) with a nonblocking or blocking config and wait
+/// until parents and children are ready, up to `timeout`. One child per split, null for
+/// `NCCL_SPLIT_NOCOLOR`. On failure the children are aborted and the reason returned.
+fn split_ready(
+    n: &Nccl,
+    cu: &Driver,
+    splits: Vec<Split>,
+    blocking: bool,
+    timeout: Duration,
+) -> std::result::Result<Vec<NcclComm>, String> {
+    let mut news: Vec<NcclComm> = vec![std::ptr::null_mut(); splits.len()];
+    let grouped = splits.len() > 1;
+    let mut issued = Ok(());
+    // SAFETY (group calls): no arguments; start and end are paired.
+    if grouped {
+        unsafe { (n.group_start)() };
+    }
+    for (sp, out) in splits.iter().zip(news.iter_mut()) {
+        if issued.is_err() {
+            break;
+        }
+        issued = cu.make_current(sp.ctx).map_err(|e| e.to_string());
+        let mut cfg = nccl::NcclConfig::new(blocking);
+        // SAFETY: a live communicator; the config outlives the call.
+        let rc = unsafe { (n.comm_split)(sp.parent, sp.color, sp.key, out, &mut cfg) };
+        if rc != 0 && rc != nccl::NCCL_IN_PROGRESS && issued.is_ok() {
+            issued = Err(n.describe(rc, sp.parent));
+        }
+    }
+    if grouped {
+        let rc = unsafe { (n.group_end)() };
+        if rc != 0 && rc != nccl::NCCL_IN_PROGRESS && issued.is_ok() {
+            issued = Err(n.describe(rc, std::ptr::null_mut()));
+        }
+    }
+    let deadline = Instant::now() + timeout;
+    for (sp, &new) in splits.iter().zip(&news) {
+        for comm in [sp.parent, new] {
+            if issued.is_err() || comm.is_null() {
+                continue;
+            }
+            issued = settle(n, comm, deadline).map_err(|rc| match rc {
+                Some(rc) => n.describe(rc, comm),
+                None => format!(
+                    "did not finish within {timeout:?} (a rank did not take part, or NCCL is \
+                     stuck; NCCL_DEBUG=INFO tells more)"
+                ),
+            });
+        }
+    }
+    match issued {
+        Ok(()) => Ok(news),
+        Err(why) => {
+            abort_all(n, &news);
+            Err(why)
+        }
+    }
+}
+
+fn abort_all(n: &Nccl, comms: &[NcclComm]) {
+    for &c in comms.iter().filter(|c| !c.is_null()) {
+        // SAFETY: communicators NCCL handed out and nobody else uses; abort stops their threads.
+        unsafe { (n.comm_abort)(c) };
+    }
+}
+
+/// Free communicators that are no longer needed: finalize (waiting up to `timeout`), then
+/// destroy; abort whatever does not finalize in time.
+fn retire(n: &Nccl, comms: &[NcclComm], timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    for &c in comms.iter().filter(|c| !c.is_null()) {
+        // SAFETY: a live communicator with no work left, destroyed or aborted exactly once.
+        unsafe {
+            let rc = (n.comm_finalize)(c);
+            if (rc == 0 || rc == nccl::NCCL_IN_PROGRESS) && settle(n, c, deadline).is_ok() {
+                (n.comm_destroy)(c);
+            } else {
+                (n.comm_abort)(c);
+            }
+        }
+    }
+}
+
 fn id_of(uid: &NcclUniqueId) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in uid.internal {
@@ -555,20 +742,29 @@ impl GpuCommunicator {
         Self::create(host, devices)
     }
 
+    /// Join the NCCL communicator of an id this process got some other way (see [`unique_id`]):
+    /// every rank of `host` calls it with the same id. Unlike [`GpuCommunicator::new`] it makes
+    /// no collective call on `host` first, so NCCL versions are not compared.
+    pub fn with_unique_id(
+        host: &Communicator,
+        uid: &NcclUniqueId,
+        devices: &[usize],
+    ) -> Result<Vec<GpuCommunicator>> {
+        if devices.is_empty() {
+            return Err(Error::invalid("with_unique_id needs at least one device"));
+        }
+        cuda::driver()?;
+        Self::join(host, nccl::nccl()?, uid, devices)
+    }
+
     fn create(host: &Communicator, devices: &[usize]) -> Result<Vec<GpuCommunicator>> {
         let n = agreed_nccl(host, devices.len())?;
-        let cu = cuda::driver()?;
-        let ctxs: Vec<CuContext> = devices
-            .iter()
-            .map(|&d| cu.primary_context(d))
-            .collect::<Result<_>>()?;
         let mut uid = NcclUniqueId { internal: [0; 128] };
         if host.rank() == 0 {
-            // SAFETY: writes 128 bytes.
-            let rc = unsafe { (n.get_unique_id)(&mut uid) };
-            if rc != 0 {
-                // Still broadcast (zeros) so the others do not wait; they fail on init.
-                tracing::error!("ncclGetUniqueId: {}", n.describe(rc, std::ptr::null_mut()));
+            match unique_id() {
+                Ok(u) => uid = u,
+                // Still broadcast (zeros) so the others do not wait; they fail below.
+                Err(e) => tracing::error!("{e}"),
             }
         }
         host.broadcast(&mut uid.internal, 0)?;
@@ -577,34 +773,110 @@ impl GpuCommunicator {
                 reason: "rank 0 could not create an NCCL unique id (see its log)".into(),
             });
         }
+        Self::join(host, n, &uid, devices)
+    }
+
+    /// `ncclCommInitRankConfig` in nonblocking mode, then wait for it under the host's timeout:
+    /// a rank that never joins costs a clear error, not a hang. Each rank marks in the store
+    /// that it started, so the error can say who is missing.
+    fn join(
+        host: &Communicator,
+        n: &'static Nccl,
+        uid: &NcclUniqueId,
+        devices: &[usize],
+    ) -> Result<Vec<GpuCommunicator>> {
+        let cu = cuda::driver()?;
+        let ctxs: Vec<CuContext> = devices
+            .iter()
+            .map(|&d| cu.primary_context(d))
+            .collect::<Result<_>>()?;
+        let id = id_of(uid);
+        let store = host.store().map(|s| s.with_prefix(&format!("gpu/{id}")));
+        if let Some(s) = &store {
+            // Best effort: only used to name the missing ranks on a timeout.
+            let _ = s.set(&format!("joining/{}", host.rank()), "1");
+        }
         let k = devices.len();
         let nranks = host.size() * k;
         let mut comms: Vec<NcclComm> = vec![std::ptr::null_mut(); k];
-        let init = |i: usize, out: &mut NcclComm| -> Result<()> {
-            cu.make_current(ctxs[i])?;
-            // SAFETY: `out` is a valid out-pointer; the id is the one all ranks share.
-            let rc = unsafe {
-                (n.comm_init_rank)(out, nranks as i32, uid, (host.rank() * k + i) as i32)
-            };
-            if rc != 0 && rc != nccl::NCCL_IN_PROGRESS {
-                return Err(Error::Aborted {
-                    reason: format!("ncclCommInitRank: {}", n.describe(rc, *out)),
-                });
-            }
-            Ok(())
+        let mut started = Ok(());
+        let mut init = |i: usize, out: &mut NcclComm| {
+            let r = cu.make_current(ctxs[i]).and_then(|_| {
+                let mut cfg = nccl::NcclConfig::new(false);
+                // SAFETY: `out` is a valid out-pointer; the id is the one all ranks share; the
+                // config outlives the call.
+                let rc = unsafe {
+                    (n.comm_init_rank_config)(
+                        out,
+                        nranks as i32,
+                        *uid,
+                        (host.rank() * k + i) as i32,
+                        &mut cfg,
+                    )
+                };
+                if rc != 0 && rc != nccl::NCCL_IN_PROGRESS {
+                    return Err(Error::Aborted {
+                        reason: format!("ncclCommInitRankConfig: {}", n.describe(rc, *out)),
+                    });
+                }
+                Ok(())
+            });
+            started = std::mem::replace(&mut started, Ok(())).and(r);
         };
         if k == 1 {
-            init(0, &mut comms[0])?;
+            init(0, &mut comms[0]);
         } else {
-            group_start(n)?;
-            let mut r = Ok(());
+            // SAFETY: no arguments; paired below.
+            unsafe { (n.group_start)() };
             for (i, c) in comms.iter_mut().enumerate() {
-                r = r.and(init(i, c));
+                init(i, c);
             }
-            group_end(n)?;
-            r?;
+            // SAFETY: paired with the start above.
+            let rc = unsafe { (n.group_end)() };
+            if rc != 0 && rc != nccl::NCCL_IN_PROGRESS && started.is_ok() {
+                started = Err(Error::Aborted {
+                    reason: format!("ncclGroupEnd: {}", n.describe(rc, std::ptr::null_mut())),
+                });
+            }
         }
-        let id = id_of(&uid);
+        let deadline = Instant::now() + host.timeout();
+        let mut outcome = started;
+        for (i, &c) in comms.iter().enumerate() {
+            if outcome.is_err() || c.is_null() {
+                break;
+            }
+            outcome = match settle(n, c, deadline) {
+                Ok(()) => Ok(()),
+                Err(Some(rc)) => Err(Error::Aborted {
+                    reason: format!(
+                        "NCCL initialisation on rank {} (GPU {}): {}",
+                        host.rank() * k + i,
+                        devices[i],
+                        n.describe(rc, c)
+                    ),
+                }),
+                Err(None) => Err(join_timeout(host, store.as_ref(), &id)),
+            };
+        }
+        if let Err(e) = outcome {
+            abort_all(n, &comms);
+            return Err(e);
+        }
+        // Every rank is in: trade the nonblocking communicators for blocking twins.
+        let twins = (0..k).map(|i| Split {
+            parent: comms[i],
+            ctx: ctxs[i],
+            color: 0,
+            key: (host.rank() * k + i) as i32,
+        });
+        let comms = split_ready(n, cu, twins.collect(), true, host.timeout())
+            .inspect(|_| retire(n, &comms, host.timeout()))
+            .map_err(|why| {
+                abort_all(n, &comms);
+                Error::Aborted {
+                    reason: format!("NCCL initialisation on rank {}: {why}", host.rank()),
+                }
+            })?;
         let mut out = Vec::with_capacity(k);
         for (i, comm) in comms.into_iter().enumerate() {
             out.push(Self::wrap(
@@ -806,7 +1078,7 @@ impl GpuCommunicator {
         let in_group = GROUP.with(|g| {
             let mut g = g.borrow_mut();
             if g.0 > 0 {
-                g.1.push((event.clone(), s));
+                g.1.push((event.clone(), s, inner.clone()));
                 true
             } else {
                 false
@@ -1377,49 +1649,131 @@ impl GpuCommunicator {
 
     /// Split into disjoint communicators with `ncclCommSplit`: ranks passing the same `color`
     /// form one, ordered by (`key`, rank); `None` gets `None`. Collective over this
-    /// communicator. Not available for communicators from [`GpuCommunicator::new_multi`].
+    /// communicator. Communicators from [`GpuCommunicator::new_multi`] split together, with
+    /// [`GpuCommunicator::split_group`].
     pub fn split(&self, color: Option<u32>, key: i64) -> Result<Option<GpuCommunicator>> {
         if self.inner.multi {
-            return Err(Error::Unsupported(
-                "split of a communicator driving several GPUs per process".into(),
+            return Err(Error::invalid(
+                "this communicator drives one of several GPUs of its process: split all of \
+                 them at once with GpuCommunicator::split_group",
             ));
         }
-        if let Some(e) = self.inner.poison() {
-            return Err(e);
+        let mut v = Self::split_group(std::slice::from_ref(self), &[(color, key)])?;
+        Ok(v.pop().flatten())
+    }
+
+    /// Split this process's communicators (one per GPU, from [`GpuCommunicator::new_multi`])
+    /// in one NCCL group: `how[i]` is the `(color, key)` of `comms[i]`, as in
+    /// [`GpuCommunicator::split`]. Devices of one process may pick different colors.
+    pub fn split_group(
+        comms: &[GpuCommunicator],
+        how: &[(Option<u32>, i64)],
+    ) -> Result<Vec<Option<GpuCommunicator>>> {
+        if comms.is_empty() || comms.len() != how.len() {
+            return Err(Error::invalid(format!(
+                "split_group needs one (color, key) per communicator ({} communicators, {} \
+                 pairs)",
+                comms.len(),
+                how.len()
+            )));
         }
-        let inner = &self.inner;
-        inner.cu.make_current(inner.ctx as CuContext)?;
-        let n = inner.nccl;
-        let mut newcomm: NcclComm = std::ptr::null_mut();
-        let c = color.map_or(-1, |c| c as i32); // NCCL_SPLIT_NOCOLOR
-                                                // SAFETY: a live communicator; null config means defaults.
-        let rc = unsafe {
-            (n.comm_split)(
-                inner.comm as NcclComm,
-                c,
-                key as i32,
-                &mut newcomm,
-                std::ptr::null_mut(),
-            )
+        for c in comms {
+            if let Some(e) = c.inner.poison() {
+                return Err(e);
+            }
+        }
+        let n = comms[0].inner.nccl;
+        let cu = comms[0].inner.cu;
+        let grouped = comms.len() > 1;
+        let timeout = comms
+            .iter()
+            .map(|c| c.inner.timeout.get())
+            .max()
+            .unwrap_or_default();
+        // Split nonblocking (abortable: a rank that never calls split costs a timeout, not a
+        // hang), then trade each child for a blocking twin, as at creation.
+        let first = comms.iter().zip(how).map(|(c, &(color, key))| Split {
+            parent: c.inner.comm as NcclComm,
+            ctx: c.inner.ctx as CuContext,
+            color: color.map_or(-1, |c| c as i32), // NCCL_SPLIT_NOCOLOR
+            key: key as i32,
+        });
+        let fail = |why: String| {
+            let e = Error::Aborted {
+                reason: format!("ncclCommSplit on rank {}: {why}", comms[0].rank()),
+            };
+            for c in comms {
+                c.inner.fail(e.clone());
+            }
+            e
         };
-        inner.rc("ncclCommSplit", rc)?;
-        let host = inner.host.split(color, key)?;
-        let k = inner.splits.fetch_add(1, Ordering::Relaxed) + 1;
-        match (host, color) {
-            (Some(h), Some(col)) => Ok(Some(Self::wrap(
-                &h,
+        let mids = split_ready(n, cu, first.collect(), false, timeout).map_err(fail)?;
+        let mut ranks = vec![0i32; mids.len()];
+        for (m, r) in mids
+            .iter()
+            .zip(ranks.iter_mut())
+            .filter(|(m, _)| !m.is_null())
+        {
+            // SAFETY: a ready communicator; writes one int.
+            unsafe { (n.comm_user_rank)(*m, r) };
+        }
+        let twins = mids
+            .iter()
+            .zip(comms)
+            .zip(&ranks)
+            .filter(|((m, _), _)| !m.is_null())
+            .map(|((&m, c), &r)| Split {
+                parent: m,
+                ctx: c.inner.ctx as CuContext,
+                color: 0,
+                key: r,
+            });
+        let twins = split_ready(n, cu, twins.collect(), true, timeout).map_err(|why| {
+            abort_all(n, &mids);
+            fail(why)
+        })?;
+        retire(n, &mids, timeout);
+        let mut twins = twins.into_iter();
+        let news: Vec<NcclComm> = mids
+            .iter()
+            .map(|m| {
+                if m.is_null() {
+                    std::ptr::null_mut()
+                } else {
+                    twins.next().unwrap_or(std::ptr::null_mut())
+                }
+            })
+            .collect();
+        let mut out = Vec::with_capacity(comms.len());
+        for ((c, &(color, _)), new) in comms.iter().zip(how).zip(news) {
+            let inner = &c.inner;
+            let k = inner.splits.fetch_add(1, Ordering::Relaxed) + 1;
+            let (Some(col), false) = (color, new.is_null()) else {
+                out.push(None);
+                continue;
+            };
+            let (mut rank, mut size) = (0, 0);
+            // SAFETY: a ready communicator; each writes one int.
+            unsafe {
+                inner.rc("ncclCommUserRank", (n.comm_user_rank)(new, &mut rank))?;
+                inner.rc("ncclCommCount", (n.comm_count)(new, &mut size))?;
+            }
+            let child = Self::wrap(
+                &inner.host,
                 n,
                 inner.cu,
-                newcomm,
+                new,
                 inner.ctx as CuContext,
                 inner.device,
-                h.rank(),
-                h.size(),
+                rank as usize,
+                size as usize,
                 format!("{}-s{k}c{col}", inner.id),
-                false,
-            )?)),
-            _ => Ok(None),
+                grouped,
+            )?;
+            child.set_timeout(inner.timeout.get());
+            out.push(Some(child));
         }
+        Ok(out)
     }
 
     // -----------------------------------------------------------------------------------------
@@ -1475,8 +1829,33 @@ impl Inner {
     /// Map an NCCL result: usage errors are the caller's and leave the communicator usable;
     /// anything else fails it.
     fn rc(&self, what: &str, rc: nccl::NcclResult) -> Result<()> {
+        let rc = if rc == nccl::NCCL_IN_PROGRESS {
+            // Nonblocking communicator: the call finishes in NCCL's thread; wait for it before
+            // anything else is enqueued (events, the next call).
+            match settle(
+                self.nccl,
+                self.comm as NcclComm,
+                Instant::now() + self.timeout.get(),
+            ) {
+                Ok(()) => 0,
+                Err(Some(rc)) => rc,
+                Err(None) => {
+                    let e = Error::Aborted {
+                        reason: format!(
+                            "{what} on rank {}: NCCL did not finish enqueueing within {:?}",
+                            self.rank,
+                            self.timeout.get()
+                        ),
+                    };
+                    self.fail(e.clone());
+                    return Err(e);
+                }
+            }
+        } else {
+            rc
+        };
         match rc {
-            0 | nccl::NCCL_IN_PROGRESS => Ok(()),
+            0 => Ok(()),
             4 | 5 => Err(Error::invalid(format!(
                 "{what}: {}",
                 self.nccl.describe(rc, self.comm as NcclComm)

@@ -32,6 +32,43 @@ pub type NcclComm = *mut c_void;
 /// `ncclInProgress`: a nonblocking call has not finished yet.
 pub const NCCL_IN_PROGRESS: NcclResult = 7;
 
+/// The leading fields of `ncclConfig_t`, as NCCL 2.14 defined them.
+///
+/// NCCL reads `size` bytes of the caller's struct over its own defaults and honours the fields
+/// that `version` had, so this prefix works with every later NCCL. Accord sets one field,
+/// `blocking`: a nonblocking init or split returns at once, so the caller can wait with a
+/// deadline and abort instead of blocking forever on a peer that never joins. Operations on a
+/// nonblocking communicator pay for it (NCCL launches every group from a helper thread, about
+/// 100 us), so the communicators that carry operations are blocking.
+#[repr(C)]
+pub struct NcclConfig {
+    size: usize,
+    magic: u32,
+    version: u32,
+    blocking: c_int,
+    cga_cluster_size: c_int,
+    min_ctas: c_int,
+    max_ctas: c_int,
+    net_name: *const c_char,
+}
+
+impl NcclConfig {
+    /// `NCCL_CONFIG_INITIALIZER` (2.14 layout) with the given `blocking`.
+    pub fn new(blocking: bool) -> Self {
+        const UNDEF: c_int = c_int::MIN; // NCCL_CONFIG_UNDEF_INT
+        NcclConfig {
+            size: std::mem::size_of::<NcclConfig>(),
+            magic: 0xcafe_beef,
+            version: 21400,
+            blocking: c_int::from(blocking),
+            cga_cluster_size: UNDEF,
+            min_ctas: UNDEF,
+            max_ctas: UNDEF,
+            net_name: std::ptr::null(),
+        }
+    }
+}
+
 /// `ncclUniqueId`: 128 opaque bytes, created by one rank and given to all.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -78,8 +115,11 @@ macro_rules! nccl_api {
 nccl_api! {
     get_version: "ncclGetVersion" => fn(*mut c_int) -> NcclResult;
     get_unique_id: "ncclGetUniqueId" => fn(*mut NcclUniqueId) -> NcclResult;
-    comm_init_rank: "ncclCommInitRank" => fn(*mut NcclComm, c_int, NcclUniqueId, c_int) -> NcclResult;
-    comm_split: "ncclCommSplit" => fn(NcclComm, c_int, c_int, *mut NcclComm, *mut c_void) -> NcclResult;
+    comm_init_rank_config: "ncclCommInitRankConfig" => fn(*mut NcclComm, c_int, NcclUniqueId, c_int, *mut NcclConfig) -> NcclResult;
+    comm_split: "ncclCommSplit" => fn(NcclComm, c_int, c_int, *mut NcclComm, *mut NcclConfig) -> NcclResult;
+    comm_count: "ncclCommCount" => fn(NcclComm, *mut c_int) -> NcclResult;
+    comm_user_rank: "ncclCommUserRank" => fn(NcclComm, *mut c_int) -> NcclResult;
+    comm_finalize: "ncclCommFinalize" => fn(NcclComm) -> NcclResult;
     comm_abort: "ncclCommAbort" => fn(NcclComm) -> NcclResult;
     comm_destroy: "ncclCommDestroy" => fn(NcclComm) -> NcclResult;
     comm_get_async_error: "ncclCommGetAsyncError" => fn(NcclComm, *mut NcclResult) -> NcclResult;
