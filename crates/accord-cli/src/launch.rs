@@ -19,6 +19,48 @@ pub struct Launch {
     pub env: Vec<(String, String)>,
     /// Prefix each output line with `[rank] `.
     pub prefix: bool,
+    /// Which CPUs each rank may run on.
+    pub bind: Binding,
+}
+
+/// CPU binding of the ranks, as `mpirun --bind-to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Binding {
+    /// `core` when there are more ranks than CPUs, else `none`.
+    Auto,
+    /// Each rank on one CPU, spread evenly over the CPUs the launcher may use (rank `r` of `n`
+    /// on the `r * k / n`-th of `k`).
+    Core,
+    /// No binding: the scheduler places the ranks.
+    None,
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; the call writes it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+/// The CPU for each rank, or `None` for no binding. With more ranks than CPUs, ranks left to
+/// the scheduler sometimes end up three on one core and one on the other, and every collective
+/// then waits for the crowded core (4 ranks on 2 cores: about 10 us instead of 6.5-7 us per
+/// small allgather, depending on the run); spreading them evenly fixes that.
+fn placement(bind: Binding, n: usize) -> Option<Vec<usize>> {
+    let cpus = allowed_cpus();
+    let on = match bind {
+        Binding::Core => true,
+        Binding::Auto => n > cpus.len(),
+        Binding::None => false,
+    };
+    (on && !cpus.is_empty()).then(|| (0..n).map(|r| cpus[r * cpus.len() / n]).collect())
 }
 
 /// Signal received by the launcher (0 = none), forwarded to the ranks.
@@ -107,6 +149,7 @@ pub fn run(job: Launch) -> i32 {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
 
+    let cpus = placement(job.bind, job.n);
     let mut children: Vec<Option<Child>> = Vec::new();
     let mut pumps = Vec::new();
     for rank in 0..job.n {
@@ -131,6 +174,18 @@ pub fn run(job: Launch) -> i32 {
             .stderr(Stdio::piped());
         // Each rank leads its own process group so a stop reaches its children too.
         cmd.process_group(0);
+        if let Some(cpus) = &cpus {
+            // SAFETY: cpu_set_t is plain data, built before the fork.
+            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            unsafe { libc::CPU_SET(cpus[rank], &mut set) };
+            // SAFETY: sched_setaffinity is async-signal-safe; it binds only the new process.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                    Ok(())
+                });
+            }
+        }
         match cmd.spawn() {
             Ok(mut c) => {
                 pumps.push(pump(c.stdout.take().unwrap(), rank, job.prefix, false));

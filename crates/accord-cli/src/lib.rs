@@ -82,6 +82,9 @@ enum Cmd {
         /// Do not prefix output lines with `[rank] `.
         #[arg(long)]
         no_prefix: bool,
+        /// CPU binding: auto binds each rank to one CPU only when there are more ranks than CPUs.
+        #[arg(long, value_enum, default_value = "auto")]
+        bind_to: launch::Binding,
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         program: Vec<String>,
@@ -91,6 +94,9 @@ enum Cmd {
         /// Number of ranks.
         #[arg(short = 'n', long = "np", default_value_t = 2)]
         n: usize,
+        /// CPU binding of the ranks, as for `accord run`.
+        #[arg(long, value_enum, default_value = "auto")]
+        bind_to: launch::Binding,
         #[command(flatten)]
         args: BenchArgs,
     },
@@ -160,14 +166,20 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
         Cmd::Run {
             n,
             no_prefix,
+            bind_to,
             program,
         } => launch::run(launch::Launch {
             n,
             program,
             env: vec![],
             prefix: !no_prefix,
+            bind: bind_to,
         }),
-        Cmd::Bench { n, args: bargs } => match bench_opts(&bargs) {
+        Cmd::Bench {
+            n,
+            bind_to,
+            args: bargs,
+        } => match bench_opts(&bargs) {
             Err(e) => {
                 eprintln!("accord bench: {e}");
                 2
@@ -185,9 +197,10 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
                 }
                 launch::run(launch::Launch {
                     n,
-                    program: strip_np(program),
+                    program: strip_launcher_args(program),
                     env,
                     prefix: false,
+                    bind: bind_to,
                 })
             }
         },
@@ -217,7 +230,10 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
 }
 
 /// Remove `-n N` / `--np N` / `-nN` from the forwarded benchmark arguments.
-fn strip_np(args: Vec<String>) -> Vec<String> {
+/// The bench command line without the launcher's own options (`-n`, `--bind-to`), which the
+/// ranks do not take.
+fn strip_launcher_args(args: Vec<String>) -> Vec<String> {
+    const WITH_VALUE: [&str; 3] = ["-n", "--np", "--bind-to"];
     let mut out = Vec::with_capacity(args.len());
     let mut skip = false;
     for a in args {
@@ -225,11 +241,12 @@ fn strip_np(args: Vec<String>) -> Vec<String> {
             skip = false;
             continue;
         }
-        if a == "-n" || a == "--np" {
+        if WITH_VALUE.contains(&a.as_str()) {
             skip = true;
             continue;
         }
         if a.starts_with("--np=")
+            || a.starts_with("--bind-to=")
             || (a.starts_with("-n") && a.len() > 2 && a[2..].chars().all(|c| c.is_ascii_digit()))
         {
             continue;

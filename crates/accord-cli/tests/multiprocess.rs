@@ -310,3 +310,56 @@ fn sim_predicts_a_thousand_ranks() {
         .unwrap();
     assert!(text(&bad.stderr).contains("unknown cost model"));
 }
+
+/// The CPUs in this process's affinity mask, from `Cpus_allowed_list` of a status file.
+fn cpus_allowed(status: &str) -> Vec<usize> {
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list")
+        .trim()
+        .to_string();
+    list.split(',')
+        .flat_map(|part| {
+            let (a, b) = part.split_once('-').unwrap_or((part, part));
+            a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn launcher_binds_ranks_to_spread_cpus() {
+    let mine = cpus_allowed(&std::fs::read_to_string("/proc/self/status").unwrap());
+    let n = mine.len() + 1; // more ranks than CPUs: `auto` binds
+    for (bind, bound) in [("auto", true), ("core", true), ("none", false)] {
+        let out = accord()
+            .args(["run", "-n", &n.to_string(), "--bind-to", bind, "--"])
+            .args([
+                "sh",
+                "-c",
+                "echo cpus $ACCORD_RANK; grep Cpus_allowed_list /proc/self/status",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        for r in 0..n {
+            let status: String = stdout
+                .lines()
+                .filter(|l| l.starts_with(&format!("[{r}] ")))
+                .map(|l| format!("{}\n", &l[format!("[{r}] ").len()..]))
+                .collect();
+            let got = cpus_allowed(&status);
+            if bound {
+                // Rank r of n on the (r * k / n)-th allowed CPU: one each, evenly spread.
+                assert_eq!(
+                    got,
+                    vec![mine[r * mine.len() / n]],
+                    "{bind}: rank {r}: {stdout}"
+                );
+            } else {
+                assert_eq!(got, mine, "{bind}: rank {r}: {stdout}");
+            }
+        }
+    }
+}
