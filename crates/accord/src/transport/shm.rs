@@ -585,7 +585,9 @@ impl ShmGroup {
         }
         let start = Instant::now();
         let mut i = 0u32;
-        loop {
+        // No spinning at all when crowded: a round of PAUSEs before the first clock check
+        // costs about a microsecond, while the awaited peer may need this very core.
+        while !self.spin.is_zero() {
             if reached(w.load(Ordering::Acquire), epoch) {
                 return Ok(());
             }
