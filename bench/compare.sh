@@ -40,6 +40,13 @@ MPIRUN="mpirun --allow-run-as-root --oversubscribe --mca btl self,vader --mca oo
 {
   echo "# host: $(uname -srm) | nproc=$(nproc --all) | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//') | mem=$(free -g | awk '/Mem:/{print $2}')GiB"
   echo "# $(mpirun --version 2>&1 | head -1) | $("$PY" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null || echo 'no torch')"
+  # The memory-bandwidth floor of the large rows: a broadcast must read the source once and
+  # write every destination once, which is one memcpy's traffic per receiver.
+  "$PY" -c 'import numpy as np, time
+a = np.ones(16 << 20, np.float32); b = np.empty_like(a); ts = []
+for _ in range(23):
+    t = time.perf_counter(); np.copyto(b, a); ts.append(time.perf_counter() - t)
+print(f"# memcpy 64 MiB (numpy copyto, median of 20): {sorted(ts[3:])[10] * 1e3:.2f} ms")' 2>/dev/null || true
 } > "$OUT/machine.txt"
 
 for n in $NS; do

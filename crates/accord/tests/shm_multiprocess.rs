@@ -114,6 +114,14 @@ fn every_collective_over_shared_memory_matches_the_reference() {
     // Staged copies only (no process_vm_readv).
     let (_s, ch) = spawn("matrix", 3, same_host, &[("ACCORD_SHM_CMA", "0")]);
     all_ok(&collect(ch, Duration::from_secs(120)));
+    // Non-temporal (streaming) copies from a few KiB, at unaligned offsets and odd lengths.
+    let (_s, ch) = spawn(
+        "matrix",
+        3,
+        same_host,
+        &[("ACCORD_SHM_CMA", "0"), ("ACCORD_SHM_STREAM_BYTES", "4096")],
+    );
+    all_ok(&collect(ch, Duration::from_secs(120)));
     assert_no_segments();
 }
 

@@ -301,6 +301,10 @@ struct Ctx<'a> {
 /// As [`std::ptr::copy_nonoverlapping`].
 unsafe fn copy_out(src: *const u8, dst: *mut u8, len: usize, stream: bool) {
     #[cfg(target_arch = "x86_64")]
+    if stream && len >= 4096 && std::arch::is_x86_feature_detected!("avx512f") {
+        return stream_copy_avx512(src, dst, len);
+    }
+    #[cfg(target_arch = "x86_64")]
     if stream && len >= 4096 {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
         let head = dst.align_offset(16).min(len);
@@ -326,6 +330,42 @@ unsafe fn copy_out(src: *const u8, dst: *mut u8, len: usize, stream: bool) {
     }
     let _ = stream;
     std::ptr::copy_nonoverlapping(src, dst, len);
+}
+
+/// [`copy_out`]'s streaming copy with 64-byte non-temporal stores, prefetching the source
+/// ahead: the source is usually a slot another core just wrote, and its lines arrive faster
+/// when asked for early (one 64 MiB broadcast on the 2-core VM: 3.3 -> 2.7 ms in a two-thread
+/// model of the ring; a full line per store also beats four 16-byte ones).
+///
+/// # Safety
+/// As [`std::ptr::copy_nonoverlapping`]; the CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn stream_copy_avx512(src: *const u8, dst: *mut u8, len: usize) {
+    use std::arch::x86_64::{
+        _mm512_loadu_si512, _mm512_stream_si512, _mm_prefetch, _mm_sfence, _MM_HINT_T0,
+    };
+    const AHEAD: usize = 2048;
+    let head = dst.align_offset(64).min(len);
+    std::ptr::copy_nonoverlapping(src, dst, head);
+    let (mut s, mut d) = (src.add(head), dst.add(head));
+    let mut left = len - head;
+    while left >= 256 {
+        if left >= 256 + AHEAD {
+            for k in 0..4 {
+                _mm_prefetch::<_MM_HINT_T0>(s.add(AHEAD + 64 * k) as *const i8);
+            }
+        }
+        for k in 0..4 {
+            let v = _mm512_loadu_si512(s.add(64 * k) as *const _);
+            _mm512_stream_si512(d.add(64 * k) as *mut _, v);
+        }
+        s = s.add(256);
+        d = d.add(256);
+        left -= 256;
+    }
+    std::ptr::copy_nonoverlapping(s, d, left);
+    _mm_sfence();
 }
 
 /// `(start, len)` of part `i` when `m` elements are split into `n` near-equal parts.
