@@ -7,6 +7,8 @@
 #   OPS="allreduce" NS="2" MAX_BYTES=1M bench/compare.sh
 #
 # Knobs: OPS, NS, MAX_BYTES (64M), BUDGET (0.5 s per size for the baselines), SKIP ("mpi gloo"),
+# ROUNDS (3: Accord and OpenMPI alternate which runs first; each row is the median over rounds;
+# gloo, many times slower, runs once),
 # BASELINE_STATE (~/.cache/accord-baselines: the Python venv with numpy, mpi4py, torch;
 # created on first use, with openmpi-bin from apt if mpirun is missing), OUT (results folder).
 # Accord times each call after a barrier (ACCORD_BENCH_SYNC=1), as the baseline scripts do.
@@ -18,6 +20,7 @@ NS=${NS:-"2 4"}
 MAX_BYTES=${MAX_BYTES:-64M}
 BUDGET=${BUDGET:-0.5}
 SKIP=${SKIP:-}
+ROUNDS=${ROUNDS:-3}
 STATE=${BASELINE_STATE:-$HOME/.cache/accord-baselines}
 OUT=${OUT:-$STATE/compare-$(date +%Y%m%d-%H%M%S)}
 PY=$STATE/.venv/bin/python
@@ -49,22 +52,28 @@ for _ in range(23):
 print(f"# memcpy 64 MiB (numpy copyto, median of 20): {sorted(ts[3:])[10] * 1e3:.2f} ms")' 2>/dev/null || true
 } > "$OUT/machine.txt"
 
-for n in $NS; do
+run_accord() {
   for op in $OPS; do
-    echo "== accord $op n=$n" >&2
-    ACCORD_BENCH_SYNC=1 "$ACCORD" bench "$op" -n "$n" --sizes "4:$MAX_BYTES" --factor 4 \
-      > "$OUT/accord-$op-$n.txt"
+    echo "== accord $op n=$1 round $2" >&2
+    ACCORD_BENCH_SYNC=1 "$ACCORD" bench "$op" -n "$1" --sizes "4:$MAX_BYTES" --factor 4 \
+      > "$OUT/accord-$op-$1.r$2.txt"
   done
-  ops=$(echo $OPS | tr ' ' ,)
-  if ! skip mpi; then
-    echo "== mpi n=$n" >&2
-    timeout 900 $MPIRUN -n "$n" "$PY" "$HERE/mpi_allreduce.py" --ops "$ops" --budget "$BUDGET" \
-      --max-bytes "$MAX_BYTES" > "$OUT/mpi-$n.txt" || echo "mpi n=$n failed" >&2
-  fi
+}
+run_mpi() {
+  skip mpi && return 0
+  echo "== mpi n=$1 round $2" >&2
+  timeout 900 $MPIRUN -n "$1" "$PY" "$HERE/mpi_allreduce.py" --ops "$(echo $OPS | tr ' ' ,)" \
+    --budget "$BUDGET" --max-bytes "$MAX_BYTES" > "$OUT/mpi-$1.r$2.txt" || echo "mpi n=$1 failed" >&2
+}
+for n in $NS; do
+  for r in $(seq 1 "$ROUNDS"); do
+    if [ $((r % 2)) -eq 1 ]; then run_accord "$n" "$r"; run_mpi "$n" "$r"
+    else run_mpi "$n" "$r"; run_accord "$n" "$r"; fi
+  done
   if ! skip gloo; then
     echo "== gloo n=$n" >&2
-    timeout 900 "$PY" "$HERE/gloo_allreduce.py" -n "$n" --ops "$ops" --budget "$BUDGET" \
-      --max-bytes "$MAX_BYTES" > "$OUT/gloo-$n.txt" || echo "gloo n=$n failed" >&2
+    timeout 900 "$PY" "$HERE/gloo_allreduce.py" -n "$n" --ops "$(echo $OPS | tr ' ' ,)" \
+      --budget "$BUDGET" --max-bytes "$MAX_BYTES" > "$OUT/gloo-$n.txt" || echo "gloo n=$n failed" >&2
   fi
 done
 cat "$OUT/machine.txt"
