@@ -444,6 +444,30 @@ fn threads_every_primitive() {
     }
 }
 
+/// One grouped allreduce of `rank + 1` over `comms` (this process's GPUs of one communicator),
+/// checked on every device.
+fn grouped_allreduce_agrees(comms: &[&GpuCommunicator], len: usize) {
+    let bufs: Vec<_> = comms
+        .iter()
+        .map(|c| DeviceBuffer::from_host(c, &vec![c.rank() as f32 + 1.0; len]).unwrap())
+        .collect();
+    let reqs = gpu::group(|| {
+        comms
+            .iter()
+            .zip(&bufs)
+            .map(|(c, b)| c.all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm))
+            .collect::<accord::Result<Vec<_>>>()
+    })
+    .unwrap();
+    for r in reqs {
+        r.wait().unwrap();
+    }
+    let want: f32 = (1..=comms[0].size()).map(|v| v as f32).sum();
+    for b in &bufs {
+        assert!(b.to_host().unwrap().iter().all(|v| *v == want));
+    }
+}
+
 #[test]
 fn threads_several_gpus_per_process() {
     if skip("threads_several_gpus_per_process") {
@@ -458,25 +482,7 @@ fn threads_several_gpus_per_process() {
     accord::testing::run_world(1, |host| {
         let comms = GpuCommunicator::new_multi(&host, &devices).unwrap();
         assert_eq!(comms.len(), devices.len());
-        let bufs: Vec<_> = comms
-            .iter()
-            .map(|c| DeviceBuffer::from_host(c, &vec![c.rank() as f32 + 1.0; 4099]).unwrap())
-            .collect();
-        let reqs = gpu::group(|| {
-            comms
-                .iter()
-                .zip(&bufs)
-                .map(|(c, b)| c.all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm))
-                .collect::<accord::Result<Vec<_>>>()
-        })
-        .unwrap();
-        for r in reqs {
-            r.wait().unwrap();
-        }
-        let want: f32 = (1..=devices.len()).map(|v| v as f32).sum();
-        for b in &bufs {
-            assert!(b.to_host().unwrap().iter().all(|v| *v == want));
-        }
+        grouped_allreduce_agrees(&comms.iter().collect::<Vec<_>>(), 4099);
         // Split all of them at once: one child with the ranks reversed (key = -rank), and with
         // the last device opting out.
         let k = devices.len();
@@ -490,22 +496,7 @@ fn threads_several_gpus_per_process() {
             .collect();
         let kids = GpuCommunicator::split_group(&comms, &how).unwrap();
         let members = how.iter().filter(|h| h.0.is_some()).count();
-        let bufs: Vec<_> = kids
-            .iter()
-            .flatten()
-            .map(|c| DeviceBuffer::from_host(c, &[c.rank() as f32 + 1.0; 33]).unwrap())
-            .collect();
-        let reqs = gpu::group(|| {
-            kids.iter()
-                .flatten()
-                .zip(&bufs)
-                .map(|(c, b)| c.all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm))
-                .collect::<accord::Result<Vec<_>>>()
-        })
-        .unwrap();
-        for r in reqs {
-            r.wait().unwrap();
-        }
+        grouped_allreduce_agrees(&kids.iter().flatten().collect::<Vec<_>>(), 33);
         for (i, kid) in kids.iter().enumerate() {
             match (kid, how[i].0) {
                 (Some(c), Some(_)) => {
@@ -515,10 +506,6 @@ fn threads_several_gpus_per_process() {
                 (None, None) => {}
                 _ => panic!("device {i}: split result does not match its color"),
             }
-        }
-        let want: f32 = (1..=members).map(|v| v as f32).sum();
-        for b in &bufs {
-            assert!(b.to_host().unwrap().iter().all(|v| *v == want));
         }
         assert!(
             comms[0].split(Some(0), 0).is_err(),
