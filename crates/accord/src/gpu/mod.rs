@@ -29,6 +29,7 @@
 //! communicator for a blocking twin with `ncclCommSplit`: operations on a nonblocking
 //! communicator are launched from an NCCL helper thread and cost about 100 us each. Splits
 //! ([`GpuCommunicator::split`], [`GpuCommunicator::split_group`]) take the same two steps.
+//! `ACCORD_NCCL_INIT=blocking` falls back to NCCL's plain blocking init (no deadline).
 //!
 //! ## The API for bindings
 //!
@@ -798,11 +799,13 @@ impl GpuCommunicator {
         }
         let k = devices.len();
         let nranks = host.size() * k;
+        // Escape hatch: NCCL's plain blocking init, without a deadline.
+        let blocking = std::env::var("ACCORD_NCCL_INIT").is_ok_and(|v| v == "blocking");
         let mut comms: Vec<NcclComm> = vec![std::ptr::null_mut(); k];
         let mut started = Ok(());
         let mut init = |i: usize, out: &mut NcclComm| {
             let r = cu.make_current(ctxs[i]).and_then(|_| {
-                let mut cfg = nccl::NcclConfig::new(false);
+                let mut cfg = nccl::NcclConfig::new(blocking);
                 // SAFETY: `out` is a valid out-pointer; the id is the one all ranks share; the
                 // config outlives the call.
                 let rc = unsafe {
@@ -863,20 +866,24 @@ impl GpuCommunicator {
             return Err(e);
         }
         // Every rank is in: trade the nonblocking communicators for blocking twins.
-        let twins = (0..k).map(|i| Split {
-            parent: comms[i],
-            ctx: ctxs[i],
-            color: 0,
-            key: (host.rank() * k + i) as i32,
-        });
-        let comms = split_ready(n, cu, twins.collect(), true, host.timeout())
-            .inspect(|_| retire(n, &comms, host.timeout()))
-            .map_err(|why| {
-                abort_all(n, &comms);
-                Error::Aborted {
-                    reason: format!("NCCL initialisation on rank {}: {why}", host.rank()),
-                }
-            })?;
+        let comms = if blocking {
+            comms
+        } else {
+            let twins = (0..k).map(|i| Split {
+                parent: comms[i],
+                ctx: ctxs[i],
+                color: 0,
+                key: (host.rank() * k + i) as i32,
+            });
+            split_ready(n, cu, twins.collect(), true, host.timeout())
+                .inspect(|_| retire(n, &comms, host.timeout()))
+                .map_err(|why| {
+                    abort_all(n, &comms);
+                    Error::Aborted {
+                        reason: format!("NCCL initialisation on rank {}: {why}", host.rank()),
+                    }
+                })?
+        };
         let mut out = Vec::with_capacity(k);
         for (i, comm) in comms.into_iter().enumerate() {
             out.push(Self::wrap(
