@@ -26,27 +26,36 @@ pub struct Launch {
 /// CPU binding of the ranks, as `mpirun --bind-to`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Binding {
-    /// `core` when there are more ranks than CPUs, else `none`.
+    /// `cpu` when there are more ranks than CPUs, else `none`.
     Auto,
-    /// Each rank on one CPU, spread evenly over the CPUs the launcher may use (rank `r` of `n`
-    /// on the `r * k / n`-th of `k`).
-    Core,
+    /// Each rank on one logical CPU, spread evenly over the CPUs the launcher may use (rank `r`
+    /// of `n` on the `r * k / n`-th of `k`). On SMT hosts two ranks may share a physical core.
+    Cpu,
     /// No binding: the scheduler places the ranks.
     None,
 }
 
-/// The CPUs this process may run on.
+/// Bits in the affinity masks handled here (the kernel's may be larger than `cpu_set_t`).
+const MASK_WORDS: usize = 1024; // 65,536 CPUs
+
+/// The CPUs this process may run on (empty if the kernel would not say).
 fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: cpu_set_t is plain data; the call writes it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Vec::new();
-        }
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect()
+    let mut mask = vec![0u64; MASK_WORDS];
+    // SAFETY: the kernel writes at most the given number of bytes into `mask`.
+    let got = unsafe {
+        libc::syscall(
+            libc::SYS_sched_getaffinity,
+            0,
+            MASK_WORDS * 8,
+            mask.as_mut_ptr(),
+        )
+    };
+    if got <= 0 {
+        return Vec::new();
     }
+    (0..MASK_WORDS * 64)
+        .filter(|&c| mask[c / 64] & (1 << (c % 64)) != 0)
+        .collect()
 }
 
 /// The CPU for each rank, or `None` for no binding. With more ranks than CPUs, ranks left to
@@ -56,10 +65,13 @@ fn allowed_cpus() -> Vec<usize> {
 fn placement(bind: Binding, n: usize) -> Option<Vec<usize>> {
     let cpus = allowed_cpus();
     let on = match bind {
-        Binding::Core => true,
+        Binding::Cpu => true,
         Binding::Auto => n > cpus.len(),
         Binding::None => false,
     };
+    if on && cpus.is_empty() {
+        eprintln!("accord run: cannot read this process's CPU affinity; ranks are not bound");
+    }
     (on && !cpus.is_empty()).then(|| (0..n).map(|r| cpus[r * cpus.len() / n]).collect())
 }
 
@@ -175,13 +187,18 @@ pub fn run(job: Launch) -> i32 {
         // Each rank leads its own process group so a stop reaches its children too.
         cmd.process_group(0);
         if let Some(cpus) = &cpus {
-            // SAFETY: cpu_set_t is plain data, built before the fork.
-            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            unsafe { libc::CPU_SET(cpus[rank], &mut set) };
-            // SAFETY: sched_setaffinity is async-signal-safe; it binds only the new process.
+            let mut mask = vec![0u64; MASK_WORDS];
+            mask[cpus[rank] / 64] |= 1 << (cpus[rank] % 64);
+            // SAFETY: between fork and exec the closure makes one system call on memory
+            // prepared before the fork. Best effort: a rank that cannot be bound runs unbound.
             unsafe {
                 cmd.pre_exec(move || {
-                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                    libc::syscall(
+                        libc::SYS_sched_setaffinity,
+                        0,
+                        MASK_WORDS * 8,
+                        mask.as_ptr(),
+                    );
                     Ok(())
                 });
             }

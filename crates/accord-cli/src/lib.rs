@@ -82,7 +82,7 @@ enum Cmd {
         /// Do not prefix output lines with `[rank] `.
         #[arg(long)]
         no_prefix: bool,
-        /// CPU binding: auto binds each rank to one CPU only when there are more ranks than CPUs.
+        /// CPU binding: `auto` binds each rank to one CPU only when there are more ranks than CPUs.
         #[arg(long, value_enum, default_value = "auto")]
         bind_to: launch::Binding,
         /// The program and its arguments.

@@ -331,7 +331,7 @@ fn cpus_allowed(status: &str) -> Vec<usize> {
 fn launcher_binds_ranks_to_spread_cpus() {
     let mine = cpus_allowed(&std::fs::read_to_string("/proc/self/status").unwrap());
     let n = mine.len() + 1; // more ranks than CPUs: `auto` binds
-    for (bind, bound) in [("auto", true), ("core", true), ("none", false)] {
+    for (bind, bound) in [("auto", true), ("cpu", true), ("none", false)] {
         let out = accord()
             .args(["run", "-n", &n.to_string(), "--bind-to", bind, "--"])
             .args([

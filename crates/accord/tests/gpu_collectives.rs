@@ -610,34 +610,53 @@ fn processes_rank_never_joins_nccl() {
         return;
     };
     host.set_timeout(Duration::from_secs(5));
+    let last = host.size() - 1;
+    let dev = local_device(&host);
+    let expect_timeout = |what: &str, e: Error, start: Instant| {
+        let took = start.elapsed();
+        println!(
+            "processes_rank_never_joins_nccl: {what}: rank {} after {took:.2?}: {e}",
+            host.rank()
+        );
+        assert!(
+            matches!(&e, Error::Timeout { waiting_for, .. } if waiting_for == &vec![last]),
+            "{what}: expected a timeout naming rank {last}, got {e}"
+        );
+        assert!(
+            took < Duration::from_secs(9),
+            "{what}: took {took:?} with a 5 s timeout"
+        );
+    };
+
+    // 1. Initialisation: the last rank knows the id but never calls NCCL.
     let mut uid = if host.rank() == 0 {
         gpu::unique_id().unwrap()
     } else {
         gpu::nccl::NcclUniqueId { internal: [0; 128] }
     };
     host.broadcast(&mut uid.internal, 0).unwrap();
-    if host.rank() == host.size() - 1 {
-        // Knows the id but never calls NCCL: the others must not wait forever.
-        std::thread::sleep(Duration::from_secs(12));
-        return;
+    if host.rank() == last {
+        std::thread::sleep(Duration::from_secs(7));
+    } else {
+        let start = Instant::now();
+        let e = GpuCommunicator::with_unique_id(&host, &uid, &[dev])
+            .expect_err("NCCL init completed without the last rank");
+        expect_timeout("init", e, start);
     }
-    let start = Instant::now();
-    let e = GpuCommunicator::with_unique_id(&host, &uid, &[local_device(&host)])
-        .expect_err("NCCL init completed without the last rank");
-    let took = start.elapsed();
-    println!(
-        "processes_rank_never_joins_nccl: rank {} after {took:.2?}: {e}",
-        host.rank()
-    );
-    let last = host.size() - 1;
-    assert!(
-        matches!(&e, Error::Timeout { waiting_for, .. } if waiting_for == &vec![last]),
-        "expected a timeout naming rank {last}, got {e}"
-    );
-    assert!(
-        took < Duration::from_secs(9),
-        "took {took:?} with a 5 s timeout"
-    );
+
+    // 2. Split: everyone has a communicator; the last rank never calls split.
+    let g = GpuCommunicator::new(&host, dev).unwrap();
+    if host.rank() == last {
+        std::thread::sleep(Duration::from_secs(7));
+    } else {
+        let start = Instant::now();
+        let e = g
+            .split(Some(0), 0)
+            .expect_err("split completed without the last rank");
+        expect_timeout("split", e, start);
+    }
+    // The peers' communicators are in different states: leave them to process exit.
+    std::mem::forget(g);
 }
 
 #[test]

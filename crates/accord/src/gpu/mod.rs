@@ -213,6 +213,17 @@ thread_local! {
     static GROUP: RefCell<GroupState> = const { RefCell::new((0, Vec::new())) };
 }
 
+/// Communicators are created and split outside [`group`]: inside one, NCCL defers the work to
+/// the group's end, after this call would have had to return the new communicator.
+fn not_in_group(what: &str) -> Result<()> {
+    if GROUP.with(|g| g.borrow().0) > 0 {
+        return Err(Error::invalid(format!(
+            "{what} inside gpu::group is not possible; do it before or after the group"
+        )));
+    }
+    Ok(())
+}
+
 fn group_start(n: &Nccl) -> Result<()> {
     // SAFETY: no arguments.
     let rc = unsafe { (n.group_start)() };
@@ -596,17 +607,19 @@ fn settle(n: &Nccl, comm: NcclComm, deadline: Instant) -> std::result::Result<()
     }
 }
 
-/// The error for an NCCL initialisation that did not finish in time, naming the ranks that never
-/// started it (from their marks in the store).
-fn join_timeout(host: &Communicator, store: Option<&StoreClient>, id: &str) -> Error {
+/// The error for an NCCL initialisation that did not finish in time, naming the ranks (NCCL
+/// ranks: `k` per process) that never started it, from their processes' marks in the store.
+fn join_timeout(host: &Communicator, store: Option<&StoreClient>, id: &str, k: usize) -> Error {
     let missing: Vec<usize> = match store {
         Some(s) => (0..host.size())
             .filter(|r| !matches!(s.try_get(&format!("joining/{r}")), Ok(Some(_))))
+            .flat_map(|r| r * k..(r + 1) * k)
             .collect(),
         None => Vec::new(),
     };
     let (waiting_for, hint) = if missing.is_empty() {
-        let others = (0..host.size()).filter(|&r| r != host.rank()).collect();
+        let me = host.rank() * k..(host.rank() + 1) * k;
+        let others = (0..host.size() * k).filter(|r| !me.contains(r)).collect();
         let hint = "; every rank started NCCL initialisation, so it is stuck inside NCCL \
                     (network, or a rank that died after starting; NCCL_DEBUG=INFO tells more)";
         (others, hint.to_string())
@@ -626,68 +639,83 @@ fn join_timeout(host: &Communicator, store: Option<&StoreClient>, id: &str) -> E
     }
 }
 
-/// One `ncclCommSplit` to issue: from `parent` (current context `ctx`) with `color`, `key`.
-struct Split {
-    parent: NcclComm,
-    ctx: CuContext,
-    color: i32,
-    key: i32,
-}
-
-/// Issue `splits` (as one NCCL group when several) with a nonblocking or blocking config and wait
-/// until parents and children are ready, up to `timeout`. One child per split, null for
-/// `NCCL_SPLIT_NOCOLOR`. On failure the children are aborted and the reason returned.
-fn split_ready(
+/// Blocking twins of ready nonblocking communicators (`parents[i]`: the communicator, its
+/// context, this rank's key), through one `ncclCommSplit` each (as one NCCL group when several),
+/// waited on up to `timeout`. Operations on a nonblocking communicator cost ~100 us each, on a
+/// blocking one a few: only initialisation needs the deadline.
+///
+/// On success the caller retires the parents. On failure the parents and any children are
+/// aborted here, in that order: with a nonblocking parent NCCL writes the child handle from its
+/// own thread when the split finishes, and aborting the parent waits for that thread, so only
+/// then may the slots be read (and freed).
+fn blocking_twins(
     n: &Nccl,
     cu: &Driver,
-    splits: Vec<Split>,
-    blocking: bool,
+    parents: &[(NcclComm, CuContext, i32)],
     timeout: Duration,
 ) -> std::result::Result<Vec<NcclComm>, String> {
-    let mut news: Vec<NcclComm> = vec![std::ptr::null_mut(); splits.len()];
-    let grouped = splits.len() > 1;
+    let mut news: Vec<NcclComm> = vec![std::ptr::null_mut(); parents.len()];
+    let grouped = parents.len() > 1;
     let mut issued = Ok(());
-    // SAFETY (group calls): no arguments; start and end are paired.
     if grouped {
+        // SAFETY: no arguments; paired below.
         unsafe { (n.group_start)() };
     }
-    for (sp, out) in splits.iter().zip(news.iter_mut()) {
+    for (&(parent, ctx, key), out) in parents.iter().zip(news.iter_mut()) {
         if issued.is_err() {
             break;
         }
-        issued = cu.make_current(sp.ctx).map_err(|e| e.to_string());
-        let mut cfg = nccl::NcclConfig::new(blocking);
-        // SAFETY: a live communicator; the config outlives the call.
-        let rc = unsafe { (n.comm_split)(sp.parent, sp.color, sp.key, out, &mut cfg) };
+        issued = cu.make_current(ctx).map_err(|e| e.to_string());
+        let mut cfg = nccl::NcclConfig::new(true);
+        // SAFETY: a live communicator; the config outlives the call; `out` stays valid until
+        // NCCL's thread is done with it (`news` lives to the end of this function, and on
+        // failure the parents are aborted, which waits for that thread, before it is dropped).
+        let rc = unsafe { (n.comm_split)(parent, 0, key, out, &mut cfg) };
         if rc != 0 && rc != nccl::NCCL_IN_PROGRESS && issued.is_ok() {
-            issued = Err(n.describe(rc, sp.parent));
+            issued = Err(n.describe(rc, parent));
         }
     }
     if grouped {
+        // SAFETY: paired with the start above.
         let rc = unsafe { (n.group_end)() };
         if rc != 0 && rc != nccl::NCCL_IN_PROGRESS && issued.is_ok() {
             issued = Err(n.describe(rc, std::ptr::null_mut()));
         }
     }
     let deadline = Instant::now() + timeout;
-    for (sp, &new) in splits.iter().zip(&news) {
-        for comm in [sp.parent, new] {
-            if issued.is_err() || comm.is_null() {
-                continue;
-            }
-            issued = settle(n, comm, deadline).map_err(|rc| match rc {
-                Some(rc) => n.describe(rc, comm),
-                None => format!(
-                    "did not finish within {timeout:?} (a rank did not take part, or NCCL is \
-                     stuck; NCCL_DEBUG=INFO tells more)"
-                ),
-            });
+    let slot = |i: usize| {
+        // SAFETY: an element of `news`; NCCL's thread wrote it before the parent settled.
+        unsafe { std::ptr::read_volatile(&news[i]) }
+    };
+    let why = |comm: NcclComm, rc: Option<i32>| match rc {
+        Some(rc) => n.describe(rc, comm),
+        None => format!(
+            "did not finish within {timeout:?} (a rank did not take part, or NCCL is stuck; \
+             NCCL_DEBUG=INFO tells more)"
+        ),
+    };
+    // The parents first: their settling is the split's completion.
+    for &(parent, _, _) in parents {
+        if issued.is_ok() {
+            issued = settle(n, parent, deadline).map_err(|rc| why(parent, rc));
+        }
+    }
+    for i in 0..parents.len() {
+        let child = slot(i);
+        if issued.is_ok() && child.is_null() {
+            issued = Err("NCCL returned no communicator".into());
+        }
+        if issued.is_ok() {
+            issued = settle(n, child, deadline).map_err(|rc| why(child, rc));
         }
     }
     match issued {
-        Ok(()) => Ok(news),
+        Ok(()) => Ok((0..parents.len()).map(slot).collect()),
         Err(why) => {
-            abort_all(n, &news);
+            let ps: Vec<NcclComm> = parents.iter().map(|p| p.0).collect();
+            abort_all(n, &ps);
+            let children: Vec<NcclComm> = (0..parents.len()).map(slot).collect();
+            abort_all(n, &children);
             Err(why)
         }
     }
@@ -700,15 +728,21 @@ fn abort_all(n: &Nccl, comms: &[NcclComm]) {
     }
 }
 
-/// Free communicators that are no longer needed: finalize (waiting up to `timeout`), then
-/// destroy; abort whatever does not finalize in time.
+/// Free communicators that are no longer needed: finalize them all (one may wait for the
+/// others, e.g. the GPUs of one process), wait up to `timeout`, then destroy; abort whatever
+/// does not finalize in time.
 fn retire(n: &Nccl, comms: &[NcclComm], timeout: Duration) {
+    let live: Vec<NcclComm> = comms.iter().copied().filter(|c| !c.is_null()).collect();
+    // SAFETY: live communicators with no work left, each destroyed or aborted exactly once.
+    let started: Vec<bool> = live
+        .iter()
+        .map(|&c| matches!(unsafe { (n.comm_finalize)(c) }, 0 | nccl::NCCL_IN_PROGRESS))
+        .collect();
     let deadline = Instant::now() + timeout;
-    for &c in comms.iter().filter(|c| !c.is_null()) {
-        // SAFETY: a live communicator with no work left, destroyed or aborted exactly once.
+    for (&c, ok) in live.iter().zip(started) {
+        // SAFETY: as above.
         unsafe {
-            let rc = (n.comm_finalize)(c);
-            if (rc == 0 || rc == nccl::NCCL_IN_PROGRESS) && settle(n, c, deadline).is_ok() {
+            if ok && settle(n, c, deadline).is_ok() {
                 (n.comm_destroy)(c);
             } else {
                 (n.comm_abort)(c);
@@ -786,6 +820,7 @@ impl GpuCommunicator {
         uid: &NcclUniqueId,
         devices: &[usize],
     ) -> Result<Vec<GpuCommunicator>> {
+        not_in_group("creating a GPU communicator")?;
         let cu = cuda::driver()?;
         let ctxs: Vec<CuContext> = devices
             .iter()
@@ -858,7 +893,7 @@ impl GpuCommunicator {
                         n.describe(rc, c)
                     ),
                 }),
-                Err(None) => Err(join_timeout(host, store.as_ref(), &id)),
+                Err(None) => Err(join_timeout(host, store.as_ref(), &id, k)),
             };
         }
         if let Err(e) = outcome {
@@ -869,24 +904,19 @@ impl GpuCommunicator {
         let comms = if blocking {
             comms
         } else {
-            let twins = (0..k).map(|i| Split {
-                parent: comms[i],
-                ctx: ctxs[i],
-                color: 0,
-                key: (host.rank() * k + i) as i32,
-            });
-            split_ready(n, cu, twins.collect(), true, host.timeout())
-                .inspect(|_| retire(n, &comms, host.timeout()))
-                .map_err(|why| {
-                    abort_all(n, &comms);
-                    Error::Aborted {
-                        reason: format!("NCCL initialisation on rank {}: {why}", host.rank()),
-                    }
-                })?
+            let parents: Vec<_> = (0..k)
+                .map(|i| (comms[i], ctxs[i], (host.rank() * k + i) as i32))
+                .collect();
+            let twins =
+                blocking_twins(n, cu, &parents, host.timeout()).map_err(|why| Error::Aborted {
+                    reason: format!("NCCL initialisation on rank {}: {why}", host.rank()),
+                })?;
+            retire(n, &comms, host.timeout());
+            twins
         };
         let mut out = Vec::with_capacity(k);
-        for (i, comm) in comms.into_iter().enumerate() {
-            out.push(Self::wrap(
+        for (i, &comm) in comms.iter().enumerate() {
+            let g = Self::wrap(
                 host,
                 n,
                 cu,
@@ -897,7 +927,15 @@ impl GpuCommunicator {
                 nranks,
                 id.clone(),
                 k > 1,
-            )?);
+            );
+            match g {
+                Ok(g) => out.push(g),
+                Err(e) => {
+                    // The wrapped ones abort or destroy theirs when dropped.
+                    abort_all(n, &comms[i..]);
+                    return Err(e);
+                }
+            }
         }
         Ok(out)
     }
@@ -1672,10 +1710,15 @@ impl GpuCommunicator {
     /// Split this process's communicators (one per GPU, from [`GpuCommunicator::new_multi`])
     /// in one NCCL group: `how[i]` is the `(color, key)` of `comms[i]`, as in
     /// [`GpuCommunicator::split`]. Devices of one process may pick different colors.
+    ///
+    /// Every rank first posts its `(color, key)` to the rendezvous store and waits, under the
+    /// timeout, until all ranks of the communicator have: a rank that never calls split is
+    /// named in a timeout instead of leaving the others blocked inside NCCL.
     pub fn split_group(
         comms: &[GpuCommunicator],
         how: &[(Option<u32>, i64)],
     ) -> Result<Vec<Option<GpuCommunicator>>> {
+        not_in_group("splitting a GPU communicator")?;
         if comms.is_empty() || comms.len() != how.len() {
             return Err(Error::invalid(format!(
                 "split_group needs one (color, key) per communicator ({} communicators, {} \
@@ -1684,101 +1727,126 @@ impl GpuCommunicator {
                 how.len()
             )));
         }
+        let mut args = Vec::with_capacity(how.len());
+        for &(color, key) in how {
+            let c = match color {
+                None => -1, // NCCL_SPLIT_NOCOLOR
+                Some(c) => i32::try_from(c).map_err(|_| {
+                    Error::invalid(format!("split color {c} is above {}", i32::MAX))
+                })?,
+            };
+            let k = i32::try_from(key)
+                .map_err(|_| Error::invalid(format!("split key {key} does not fit in 32 bits")))?;
+            args.push((c, k));
+        }
         for c in comms {
             if let Some(e) = c.inner.poison() {
                 return Err(e);
             }
         }
-        let n = comms[0].inner.nccl;
-        let cu = comms[0].inner.cu;
-        let grouped = comms.len() > 1;
+        let first = &comms[0].inner;
         let timeout = comms
             .iter()
             .map(|c| c.inner.timeout.get())
             .max()
             .unwrap_or_default();
-        // Split nonblocking (abortable: a rank that never calls split costs a timeout, not a
-        // hang), then trade each child for a blocking twin, as at creation.
-        let first = comms.iter().zip(how).map(|(c, &(color, key))| Split {
-            parent: c.inner.comm as NcclComm,
-            ctx: c.inner.ctx as CuContext,
-            color: color.map_or(-1, |c| c as i32), // NCCL_SPLIT_NOCOLOR
-            key: key as i32,
-        });
-        let fail = |why: String| {
-            let e = Error::Aborted {
-                reason: format!("ncclCommSplit on rank {}: {why}", comms[0].rank()),
-            };
-            for c in comms {
-                c.inner.fail(e.clone());
-            }
-            e
-        };
-        let mids = split_ready(n, cu, first.collect(), false, timeout).map_err(fail)?;
-        let mut ranks = vec![0i32; mids.len()];
-        for (m, r) in mids
-            .iter()
-            .zip(ranks.iter_mut())
-            .filter(|(m, _)| !m.is_null())
-        {
-            // SAFETY: a ready communicator; writes one int.
-            unsafe { (n.comm_user_rank)(*m, r) };
+        let k = first.splits.fetch_add(1, Ordering::Relaxed) + 1;
+        for c in &comms[1..] {
+            c.inner.splits.fetch_add(1, Ordering::Relaxed);
         }
-        let twins = mids
-            .iter()
-            .zip(comms)
-            .zip(&ranks)
-            .filter(|((m, _), _)| !m.is_null())
-            .map(|((&m, c), &r)| Split {
-                parent: m,
-                ctx: c.inner.ctx as CuContext,
-                color: 0,
-                key: r,
-            });
-        let twins = split_ready(n, cu, twins.collect(), true, timeout).map_err(|why| {
-            abort_all(n, &mids);
-            fail(why)
-        })?;
-        retire(n, &mids, timeout);
-        let mut twins = twins.into_iter();
-        let news: Vec<NcclComm> = mids
-            .iter()
-            .map(|m| {
-                if m.is_null() {
-                    std::ptr::null_mut()
-                } else {
-                    twins.next().unwrap_or(std::ptr::null_mut())
-                }
-            })
-            .collect();
-        let mut out = Vec::with_capacity(comms.len());
-        for ((c, &(color, _)), new) in comms.iter().zip(how).zip(news) {
+        if let Some(store) = &first.store {
+            for (c, &(col, key)) in comms.iter().zip(&args) {
+                store.set(&format!("split/{k}/{}", c.rank()), format!("{col} {key}"))?;
+            }
+            let keys: Vec<String> = (0..first.size).map(|r| format!("split/{k}/{r}")).collect();
+            let missing = store.wait_missing(&keys, timeout)?;
+            if !missing.is_empty() {
+                let ranks: Vec<usize> = missing
+                    .iter()
+                    .filter_map(|m| m.rsplit('/').next()?.parse().ok())
+                    .collect();
+                return Err(Error::Timeout {
+                    op: "split".into(),
+                    seq: k,
+                    comm: format!("gpu/{}", first.id),
+                    waiting_for: ranks,
+                    after: timeout,
+                    hint: "; they never called split".into(),
+                });
+            }
+        }
+        // Every rank is in: the (blocking) split runs to completion.
+        let n = first.nccl;
+        let mut news: Vec<NcclComm> = vec![std::ptr::null_mut(); comms.len()];
+        let grouped = comms.len() > 1;
+        if grouped {
+            group_start(n)?;
+        }
+        let mut issued = Ok(());
+        for ((c, &(col, key)), out) in comms.iter().zip(&args).zip(news.iter_mut()) {
             let inner = &c.inner;
-            let k = inner.splits.fetch_add(1, Ordering::Relaxed) + 1;
-            let (Some(col), false) = (color, new.is_null()) else {
+            issued = issued.and_then(|_| {
+                inner.cu.make_current(inner.ctx as CuContext)?;
+                // SAFETY: a live blocking communicator; a null config inherits its settings.
+                let rc = unsafe {
+                    (n.comm_split)(inner.comm as NcclComm, col, key, out, std::ptr::null_mut())
+                };
+                inner.rc("ncclCommSplit", rc)
+            });
+        }
+        if grouped {
+            issued = issued.and(group_end(n));
+        }
+        if let Err(e) = issued {
+            abort_all(n, &news);
+            return Err(e);
+        }
+        let mut out = Vec::with_capacity(comms.len());
+        for (i, (c, &(col, _))) in comms.iter().zip(&args).enumerate() {
+            let inner = &c.inner;
+            let new = news[i];
+            if col < 0 || new.is_null() {
                 out.push(None);
                 continue;
-            };
-            let (mut rank, mut size) = (0, 0);
-            // SAFETY: a ready communicator; each writes one int.
-            unsafe {
-                inner.rc("ncclCommUserRank", (n.comm_user_rank)(new, &mut rank))?;
-                inner.rc("ncclCommCount", (n.comm_count)(new, &mut size))?;
             }
-            let child = Self::wrap(
-                &inner.host,
-                n,
-                inner.cu,
-                new,
-                inner.ctx as CuContext,
-                inner.device,
-                rank as usize,
-                size as usize,
-                format!("{}-s{k}c{col}", inner.id),
-                grouped,
-            )?;
-            child.set_timeout(inner.timeout.get());
-            out.push(Some(child));
+            // Several GPUs of this process in the same child: drive them with `group`.
+            let multi = args.iter().filter(|a| a.0 == col).count() > 1;
+            let (mut rank, mut size) = (0, 0);
+            // SAFETY: a ready communicator; each call writes one int.
+            let child = unsafe {
+                (
+                    (n.comm_user_rank)(new, &mut rank),
+                    (n.comm_count)(new, &mut size),
+                )
+            };
+            let child = match child {
+                (0, 0) => Self::wrap(
+                    &inner.host,
+                    n,
+                    inner.cu,
+                    new,
+                    inner.ctx as CuContext,
+                    inner.device,
+                    rank as usize,
+                    size as usize,
+                    format!("{}-s{k}c{col}", inner.id),
+                    multi,
+                ),
+                (0, rc) | (rc, _) => Err(Error::Aborted {
+                    reason: format!("ncclCommUserRank/Count: {}", n.describe(rc, new)),
+                }),
+            };
+            match child {
+                Ok(g) => {
+                    g.set_timeout(inner.timeout.get());
+                    out.push(Some(g));
+                }
+                Err(e) => {
+                    // Children wrapped so far clean up when dropped.
+                    abort_all(n, &news[i..]);
+                    return Err(e);
+                }
+            }
         }
         Ok(out)
     }

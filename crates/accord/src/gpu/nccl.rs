@@ -32,39 +32,36 @@ pub type NcclComm = *mut c_void;
 /// `ncclInProgress`: a nonblocking call has not finished yet.
 pub const NCCL_IN_PROGRESS: NcclResult = 7;
 
-/// The leading fields of `ncclConfig_t`, as NCCL 2.14 defined them.
+/// The leading fields of `ncclConfig_t` (`size`, `magic`, `version`, `blocking`).
 ///
-/// NCCL reads `size` bytes of the caller's struct over its own defaults and honours the fields
-/// that `version` had, so this prefix works with every later NCCL. Accord sets one field,
-/// `blocking`: a nonblocking init or split returns at once, so the caller can wait with a
-/// deadline and abort instead of blocking forever on a peer that never joins. Operations on a
-/// nonblocking communicator pay for it (NCCL launches every group from a helper thread, about
-/// 100 us), so the communicators that carry operations are blocking.
+/// NCCL copies `size` bytes of the caller's struct over its own defaults and honours only the
+/// fields that `version` had; version 2.14 had just `blocking`, which is all Accord sets, so
+/// this prefix works with every NCCL from 2.14 on. A nonblocking init or split returns at once,
+/// so the caller can wait with a deadline and abort instead of blocking forever on a peer that
+/// never joins. Operations on a nonblocking communicator pay for it (NCCL launches every group
+/// from a helper thread, about 100 us), so the communicators that carry operations are
+/// blocking. `NCCL_COMM_BLOCKING` in the environment overrides the field (=1: no deadline;
+/// =0: slow operations).
 #[repr(C)]
 pub struct NcclConfig {
     size: usize,
     magic: u32,
     version: u32,
     blocking: c_int,
-    cga_cluster_size: c_int,
-    min_ctas: c_int,
-    max_ctas: c_int,
-    net_name: *const c_char,
+    /// Where 2.17 put `cgaClusterSize` (ignored at version 2.14): NCCL copies `size` bytes,
+    /// so this is `NCCL_CONFIG_UNDEF_INT` rather than uninitialised padding.
+    undefined: c_int,
 }
 
 impl NcclConfig {
-    /// `NCCL_CONFIG_INITIALIZER` (2.14 layout) with the given `blocking`.
+    /// `NCCL_CONFIG_INITIALIZER` as of 2.14, with the given `blocking`.
     pub fn new(blocking: bool) -> Self {
-        const UNDEF: c_int = c_int::MIN; // NCCL_CONFIG_UNDEF_INT
         NcclConfig {
             size: std::mem::size_of::<NcclConfig>(),
             magic: 0xcafe_beef,
             version: 21400,
             blocking: c_int::from(blocking),
-            cga_cluster_size: UNDEF,
-            min_ctas: UNDEF,
-            max_ctas: UNDEF,
-            net_name: std::ptr::null(),
+            undefined: c_int::MIN,
         }
     }
 }
