@@ -27,8 +27,10 @@
 //! cannot be interrupted, so Accord initialises in NCCL's nonblocking mode, waits with the
 //! deadline (aborting on expiry, naming the ranks that never started), and then trades that
 //! communicator for a blocking twin with `ncclCommSplit`: operations on a nonblocking
-//! communicator are launched from an NCCL helper thread and cost about 100 us each. Splits
-//! ([`GpuCommunicator::split`], [`GpuCommunicator::split_group`]) take the same two steps.
+//! communicator are launched from an NCCL helper thread and cost about 100 us each. A split of
+//! a blocking communicator blocks whatever the child's configuration, so splits
+//! ([`GpuCommunicator::split`], [`GpuCommunicator::split_group`]) first meet in the rendezvous
+//! store under the deadline (naming ranks that never call split) and only then call NCCL.
 //! `ACCORD_NCCL_INIT=blocking` falls back to NCCL's plain blocking init (no deadline).
 //!
 //! ## The API for bindings
