@@ -164,20 +164,12 @@ impl ShmWorld {
     ) -> Result<()> {
         let inp = input.map_or(output.as_ptr(), <[u8]>::as_ptr);
         let out = output.as_mut_ptr();
-        let deadline = Instant::now() + call.timeout;
         if !self.single_host() {
             return self.hierarchical(comm, leaders, call, coll, input, output);
         }
         let g = self.group.as_ref().expect("single host implies a group");
         let _serial = g.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let c = Ctx {
-            g,
-            call,
-            deadline,
-            cma: if g.cma() { self.cma_bytes } else { usize::MAX },
-            stream: self.stream_bytes,
-            slot: self.slot_bytes,
-        };
+        let c = self.ctx(g, call, Instant::now() + call.timeout);
         match *coll {
             Collective::AllReduce { count } => c.allreduce(inp, out, count, true, None, self.small),
             Collective::Reduce { count, root } => {
@@ -194,6 +186,18 @@ impl ShmWorld {
                 "internal: {} on the shared-memory path",
                 call.fp
             ))),
+        }
+    }
+
+    /// The state of one call on `g` with this world's thresholds.
+    fn ctx<'a>(&self, g: &'a ShmGroup, call: &'a ShmCall<'a>, deadline: Instant) -> Ctx<'a> {
+        Ctx {
+            g,
+            call,
+            deadline,
+            cma: if g.cma() { self.cma_bytes } else { usize::MAX },
+            stream: self.stream_bytes,
+            slot: self.slot_bytes,
         }
     }
 
@@ -215,14 +219,7 @@ impl ShmWorld {
             match &self.group {
                 Some(g) => {
                     let _serial = g.lock.lock().unwrap_or_else(|p| p.into_inner());
-                    f(&Ctx {
-                        g,
-                        call,
-                        deadline,
-                        cma: if g.cma() { self.cma_bytes } else { usize::MAX },
-                        stream: self.stream_bytes,
-                        slot: self.slot_bytes,
-                    })
+                    f(&self.ctx(g, call, deadline))
                 }
                 None => Ok(()),
             }
