@@ -52,6 +52,42 @@ pub struct Row {
     pub(crate) wrong: u64,
 }
 
+impl Row {
+    /// The row for `count` elements (`bytes` as shown) timed at `time_us` per call, with
+    /// nccl-tests' bandwidths.
+    pub(crate) fn new(
+        op: &str,
+        n: usize,
+        bytes: usize,
+        count: usize,
+        time_us: f64,
+        wrong: u64,
+    ) -> Row {
+        let algbw = bytes as f64 / time_us / 1e3;
+        Row {
+            bytes,
+            count,
+            time_us,
+            algbw,
+            busbw: algbw * bus_factor(op, n),
+            wrong,
+        }
+    }
+}
+
+/// Sizes follow nccl-tests (the whole buffer; per-rank blocks are size / n), so a size is a
+/// multiple of this many bytes.
+pub(crate) fn size_unit(op: &str, n: usize, esz: usize) -> usize {
+    if matches!(
+        op,
+        "allgather" | "gather" | "scatter" | "reduce_scatter" | "alltoall"
+    ) {
+        esz * n
+    } else {
+        esz
+    }
+}
+
 /// Parse `4`, `64K`, `16M`, `1G` (powers of two).
 pub(crate) fn parse_size(s: &str) -> std::result::Result<usize, String> {
     let s = s.trim();
@@ -220,15 +256,7 @@ fn bench_typed<T: Num>(comm: &Communicator, o: &BenchOpts) -> Result<Vec<Row>> {
     let me = comm.rank();
     let esz = T::DTYPE.size();
     let mut rows = Vec::new();
-    // Sizes follow nccl-tests: the whole buffer; per-rank blocks are size / n.
-    let unit = if matches!(
-        o.op.as_str(),
-        "allgather" | "gather" | "scatter" | "reduce_scatter" | "alltoall"
-    ) {
-        esz * n
-    } else {
-        esz
-    };
+    let unit = size_unit(&o.op, n, esz);
     // Rows follow min, min x factor, ... exactly (as the baselines' tables do); a size too
     // small for one element per rank is skipped rather than rounded up.
     let mut bytes = o.min_bytes;
@@ -271,16 +299,14 @@ fn bench_typed<T: Num>(comm: &Communicator, o: &BenchOpts) -> Result<Vec<Row>> {
         let mut w = [wrong];
         comm.all_reduce(&mut w, ReduceOp::Sum)?;
         times.sort_by(f64::total_cmp);
-        let time_us = times[times.len() / 2];
-        let algbw = shown as f64 / time_us / 1e3;
-        rows.push(Row {
-            bytes: shown,
+        rows.push(Row::new(
+            &o.op,
+            n,
+            shown,
             count,
-            time_us,
-            algbw,
-            busbw: algbw * bus_factor(&o.op, n),
-            wrong: w[0],
-        });
+            times[times.len() / 2],
+            w[0],
+        ));
         if bytes >= o.max_bytes || o.op == "barrier" {
             break;
         }
@@ -356,15 +382,27 @@ pub fn rank_main(o: &BenchOpts) -> i32 {
             return 1;
         }
     };
+    let transport = match comm.uses_shm() {
+        true => format!("{}, shared-memory collectives", comm.transport_name()),
+        false => comm.transport_name().to_string(),
+    };
+    report(&comm, o, &rows, &transport, &transport)
+}
+
+/// Rank 0 prints the table (labelled with `transport`) and writes the JSON (with
+/// `json_transport`); every rank returns the exit code: 1 if any result was wrong.
+pub(crate) fn report(
+    comm: &Communicator,
+    o: &BenchOpts,
+    rows: &[Row],
+    transport: &str,
+    json_transport: &str,
+) -> i32 {
     let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
     if comm.rank() == 0 {
-        let transport = match comm.uses_shm() {
-            true => format!("{}, shared-memory collectives", comm.transport_name()),
-            false => comm.transport_name().to_string(),
-        };
-        print_rows(&comm, o, &rows, &transport);
+        print_rows(comm, o, rows, transport);
         if let Some(path) = &o.json {
-            if let Err(e) = std::fs::write(path, rows_json(&comm, o, &rows, &transport)) {
+            if let Err(e) = std::fs::write(path, rows_json(comm, o, rows, json_transport)) {
                 eprintln!("accord bench: cannot write {path}: {e}");
                 return 1;
             }
@@ -373,11 +411,7 @@ pub fn rank_main(o: &BenchOpts) -> i32 {
             eprintln!("accord bench: {wrong} wrong result element(s)");
         }
     }
-    if wrong > 0 {
-        1
-    } else {
-        0
-    }
+    i32::from(wrong > 0)
 }
 
 pub(crate) fn print_rows(comm: &Communicator, o: &BenchOpts, rows: &[Row], transport: &str) {

@@ -5,8 +5,8 @@
 //! back-to-back operations on the communicator's stream, divided by `iters`; the slowest rank's
 //! time is reported. Results are checked once per size (small integers, exact in every type).
 
-use crate::bench::{bus_factor, BenchOpts, Row};
-use accord::gpu::{cuda, DeviceBuffer, DeviceSlice, GpuCommunicator, Stream};
+use crate::bench::{size_unit, BenchOpts, Row};
+use accord::gpu::{cuda, DeviceBuffer, GpuCommunicator, Stream};
 use accord::{Communicator, DataType, Error, ReduceOp, Result};
 
 fn val(r: usize, i: usize) -> f32 {
@@ -147,14 +147,7 @@ fn bench(host: &Communicator, g: &GpuCommunicator, o: &BenchOpts) -> Result<Vec<
     let mut rows = Vec::new();
     let mut bytes = o.min_bytes.max(if o.op == "barrier" { 0 } else { esz });
     loop {
-        let unit = if matches!(
-            o.op.as_str(),
-            "allgather" | "gather" | "scatter" | "reduce_scatter" | "alltoall"
-        ) {
-            esz * n
-        } else {
-            esz
-        };
+        let unit = size_unit(&o.op, n, esz);
         let count = (bytes / unit) * unit / esz;
         let shown = count * esz;
         let b = make(g, &o.op, count)?;
@@ -171,15 +164,7 @@ fn bench(host: &Communicator, g: &GpuCommunicator, o: &BenchOpts) -> Result<Vec<
         let mut t = [time_loop(g, &o.op, &b, iters)?];
         host.all_reduce(&mut t, ReduceOp::Max)?;
         host.all_reduce(&mut w, ReduceOp::Sum)?;
-        let algbw = shown as f64 / t[0] / 1e3;
-        rows.push(Row {
-            bytes: shown,
-            count,
-            time_us: t[0],
-            algbw,
-            busbw: algbw * bus_factor(&o.op, n),
-            wrong: w[0],
-        });
+        rows.push(Row::new(&o.op, n, shown, count, t[0], w[0]));
         if bytes >= o.max_bytes || o.op == "barrier" {
             break;
         }
@@ -220,20 +205,6 @@ pub fn rank_main(o: &BenchOpts) -> i32 {
             return 1;
         }
     };
-    let _ = DeviceSlice::empty(DataType::F32);
-    let bad: u64 = rows.iter().map(|r| r.wrong).sum();
-    if host.rank() == 0 {
-        let (v, _) = g.nccl_version();
-        crate::bench::print_rows(&host, o, &rows, &format!("cuda (NCCL {v})"));
-        if let Some(path) = &o.json {
-            if let Err(e) = std::fs::write(path, crate::bench::rows_json(&host, o, &rows, "cuda")) {
-                eprintln!("accord bench: cannot write {path}: {e}");
-                return 1;
-            }
-        }
-        if bad > 0 {
-            eprintln!("accord bench: {bad} wrong result element(s)");
-        }
-    }
-    i32::from(bad > 0)
+    let (v, _) = g.nccl_version();
+    crate::bench::report(&host, o, &rows, &format!("cuda (NCCL {v})"), "cuda")
 }
