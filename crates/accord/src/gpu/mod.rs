@@ -272,6 +272,31 @@ fn group_end(n: &Nccl) -> Result<()> {
     result
 }
 
+/// Issue `issue(i)` for `i in 0..count`, as one NCCL group when there are several (one thread
+/// drives several GPUs), every one even after another fails; the first failure, or the group
+/// end's, is returned. Raw group calls: used outside [`group`], with no events to arm.
+fn issue_grouped(n: &Nccl, count: usize, mut issue: impl FnMut(usize) -> Result<()>) -> Result<()> {
+    let grouped = count > 1;
+    if grouped {
+        // SAFETY: no arguments; paired below.
+        unsafe { (n.group_start)() };
+    }
+    let mut issued = Ok(());
+    for i in 0..count {
+        issued = issued.and(issue(i));
+    }
+    if grouped {
+        // SAFETY: paired with the start above.
+        let rc = unsafe { (n.group_end)() };
+        if rc != 0 && rc != nccl::NCCL_IN_PROGRESS {
+            issued = issued.and(Err(Error::Aborted {
+                reason: format!("ncclGroupEnd: {}", n.describe(rc, std::ptr::null_mut())),
+            }));
+        }
+    }
+    issued
+}
+
 /// A CUDA event taken from its communicator's pool, returned there when dropped.
 struct Event {
     handle: usize,
@@ -657,33 +682,27 @@ fn blocking_twins(
     timeout: Duration,
 ) -> std::result::Result<Vec<NcclComm>, String> {
     let mut news: Vec<NcclComm> = vec![std::ptr::null_mut(); parents.len()];
-    let grouped = parents.len() > 1;
-    let mut issued = Ok(());
-    if grouped {
-        // SAFETY: no arguments; paired below.
-        unsafe { (n.group_start)() };
-    }
-    for (&(parent, ctx, key), out) in parents.iter().zip(news.iter_mut()) {
-        if issued.is_err() {
-            break;
-        }
-        issued = cu.make_current(ctx).map_err(|e| e.to_string());
+    let outs = news.as_mut_ptr();
+    let mut issued = issue_grouped(n, parents.len(), |i| {
+        let (parent, ctx, key) = parents[i];
+        cu.make_current(ctx)?;
         let mut cfg = nccl::NcclConfig::new(true);
-        // SAFETY: a live communicator; the config outlives the call; `out` stays valid until
-        // NCCL's thread is done with it (`news` lives to the end of this function, and on
-        // failure the parents are aborted, which waits for that thread, before it is dropped).
-        let rc = unsafe { (n.comm_split)(parent, 0, key, out, &mut cfg) };
-        if rc != 0 && rc != nccl::NCCL_IN_PROGRESS && issued.is_ok() {
-            issued = Err(n.describe(rc, parent));
+        // SAFETY: a live communicator; the config outlives the call; slot `i` of `news` stays
+        // valid until NCCL's thread is done with it (`news` lives to the end of this function,
+        // and on failure the parents are aborted, which waits for that thread, before it is
+        // dropped).
+        let rc = unsafe { (n.comm_split)(parent, 0, key, outs.add(i), &mut cfg) };
+        if rc != 0 && rc != nccl::NCCL_IN_PROGRESS {
+            return Err(Error::Aborted {
+                reason: n.describe(rc, parent),
+            });
         }
-    }
-    if grouped {
-        // SAFETY: paired with the start above.
-        let rc = unsafe { (n.group_end)() };
-        if rc != 0 && rc != nccl::NCCL_IN_PROGRESS && issued.is_ok() {
-            issued = Err(n.describe(rc, std::ptr::null_mut()));
-        }
-    }
+        Ok(())
+    })
+    .map_err(|e| match e {
+        Error::Aborted { reason } => reason,
+        e => e.to_string(),
+    });
     let deadline = Instant::now() + timeout;
     let slot = |i: usize| {
         // SAFETY: an element of `news`; NCCL's thread wrote it before the parent settled.
@@ -839,48 +858,29 @@ impl GpuCommunicator {
         // Escape hatch: NCCL's plain blocking init, without a deadline.
         let blocking = std::env::var("ACCORD_NCCL_INIT").is_ok_and(|v| v == "blocking");
         let mut comms: Vec<NcclComm> = vec![std::ptr::null_mut(); k];
-        let mut started = Ok(());
-        let mut init = |i: usize, out: &mut NcclComm| {
-            let r = cu.make_current(ctxs[i]).and_then(|_| {
-                let mut cfg = nccl::NcclConfig::new(blocking);
-                // SAFETY: `out` is a valid out-pointer; the id is the one all ranks share; the
-                // config outlives the call.
-                let rc = unsafe {
-                    (n.comm_init_rank_config)(
-                        out,
-                        nranks as i32,
-                        *uid,
-                        (host.rank() * k + i) as i32,
-                        &mut cfg,
-                    )
-                };
-                if rc != 0 && rc != nccl::NCCL_IN_PROGRESS {
-                    return Err(Error::Aborted {
-                        reason: format!("ncclCommInitRankConfig: {}", n.describe(rc, *out)),
-                    });
-                }
-                Ok(())
-            });
-            started = std::mem::replace(&mut started, Ok(())).and(r);
-        };
-        if k == 1 {
-            init(0, &mut comms[0]);
-        } else {
-            // SAFETY: no arguments; paired below.
-            unsafe { (n.group_start)() };
-            for (i, c) in comms.iter_mut().enumerate() {
-                init(i, c);
-            }
-            // SAFETY: paired with the start above.
-            let rc = unsafe { (n.group_end)() };
-            if rc != 0 && rc != nccl::NCCL_IN_PROGRESS && started.is_ok() {
-                started = Err(Error::Aborted {
-                    reason: format!("ncclGroupEnd: {}", n.describe(rc, std::ptr::null_mut())),
+        let mut outcome = issue_grouped(n, k, |i| {
+            cu.make_current(ctxs[i])?;
+            let mut cfg = nccl::NcclConfig::new(blocking);
+            let out = &mut comms[i];
+            // SAFETY: `out` is a valid out-pointer; the id is the one all ranks share; the
+            // config outlives the call.
+            let rc = unsafe {
+                (n.comm_init_rank_config)(
+                    out,
+                    nranks as i32,
+                    *uid,
+                    (host.rank() * k + i) as i32,
+                    &mut cfg,
+                )
+            };
+            if rc != 0 && rc != nccl::NCCL_IN_PROGRESS {
+                return Err(Error::Aborted {
+                    reason: format!("ncclCommInitRankConfig: {}", n.describe(rc, *out)),
                 });
             }
-        }
+            Ok(())
+        });
         let deadline = Instant::now() + host.timeout();
-        let mut outcome = started;
         for (i, &c) in comms.iter().enumerate() {
             if outcome.is_err() || c.is_null() {
                 break;
@@ -1780,25 +1780,21 @@ impl GpuCommunicator {
         // Every rank is in: the (blocking) split runs to completion.
         let n = first.nccl;
         let mut news: Vec<NcclComm> = vec![std::ptr::null_mut(); comms.len()];
-        let grouped = comms.len() > 1;
-        if grouped {
-            group_start(n)?;
-        }
-        let mut issued = Ok(());
-        for ((c, &(col, key)), out) in comms.iter().zip(&args).zip(news.iter_mut()) {
-            let inner = &c.inner;
-            issued = issued.and_then(|_| {
-                inner.cu.make_current(inner.ctx as CuContext)?;
-                // SAFETY: a live blocking communicator; a null config inherits its settings.
-                let rc = unsafe {
-                    (n.comm_split)(inner.comm as NcclComm, col, key, out, std::ptr::null_mut())
-                };
-                inner.rc("ncclCommSplit", rc)
-            });
-        }
-        if grouped {
-            issued = issued.and(group_end(n));
-        }
+        let issued = issue_grouped(n, comms.len(), |i| {
+            let (inner, (col, key)) = (&comms[i].inner, args[i]);
+            inner.cu.make_current(inner.ctx as CuContext)?;
+            // SAFETY: a live blocking communicator; a null config inherits its settings.
+            let rc = unsafe {
+                (n.comm_split)(
+                    inner.comm as NcclComm,
+                    col,
+                    key,
+                    &mut news[i],
+                    std::ptr::null_mut(),
+                )
+            };
+            inner.rc("ncclCommSplit", rc)
+        });
         if let Err(e) = issued {
             abort_all(n, &news);
             return Err(e);
