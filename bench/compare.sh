@@ -43,15 +43,19 @@ MPIRUN="mpirun --allow-run-as-root --oversubscribe --mca btl self,vader --mca oo
 {
   echo "# host: $(uname -srm) | nproc=$(nproc --all) | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//') | mem=$(free -g | awk '/Mem:/{print $2}')GiB"
   echo "# $(mpirun --version 2>&1 | head -1) | $("$PY" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null || echo 'no torch')"
-  # The memory-bandwidth floor of the large rows: a broadcast must read the source once and
-  # write every destination once, which is one memcpy's traffic per receiver.
-  "$PY" -c 'import numpy as np, time
-a = np.ones(16 << 20, np.float32); b = np.empty_like(a); ts = []
-for _ in range(23):
-    t = time.perf_counter(); np.copyto(b, a); ts.append(time.perf_counter() - t)
-print(f"# memcpy 64 MiB (numpy copyto, median of 20): {sorted(ts[3:])[10] * 1e3:.2f} ms")' 2>/dev/null || true
+  echo "# last-level cache: $(cat /sys/devices/system/cpu/cpu0/cache/index3/size 2>/dev/null || echo unknown)"
 } > "$OUT/machine.txt"
 
+# The state of the machine before each round. The memory floor of the large rows: every rank
+# copies 64 MiB at once with the collectives' streaming copy; its busbw is the machine's copy
+# bandwidth (compare_table.py turns it into the least time the bytes of a row need to reach
+# memory). And a two-rank barrier, which takes one cache-line transfer each way between two
+# cores: on a VM it shows where the vCPUs sit at the time (0.2 us on neighbouring cores, several
+# times that when the host has put them far apart, which slows every transfer between them).
+run_probe() {
+  { "$ACCORD" bench copy -n 2 --sizes 64M:64M; "$ACCORD" bench barrier -n 2; } \
+    > "$OUT/probe.r$1.txt" || echo "probe failed" >&2
+}
 run_accord() {
   for op in $OPS; do
     echo "== accord $op n=$1 round $2" >&2
@@ -67,6 +71,7 @@ run_mpi() {
 }
 for n in $NS; do
   for r in $(seq 1 "$ROUNDS"); do
+    run_probe "$n.$r"
     if [ $((r % 2)) -eq 1 ]; then run_accord "$n" "$r"; run_mpi "$n" "$r"
     else run_mpi "$n" "$r"; run_accord "$n" "$r"; fi
   done

@@ -3,7 +3,13 @@
 
 Rows: (op, N, bytes). Columns: median time of accord, OpenMPI and gloo (per-iteration max over
 ranks; for accord and OpenMPI also the median over rounds), busbw, and the ratios
-time(baseline) / time(accord): above 1 means accord is faster by that factor."""
+time(baseline) / time(accord): above 1 means accord is faster by that factor.
+
+Rows whose buffers are far larger than the last-level cache also get a memory floor: the bytes
+every rank must read and write (broadcast: the source once and n-1 destinations; allgather:
+the inputs once and n outputs; allreduce: n inputs and n outputs) at the copy bandwidth that
+`accord bench copy` measured in the same run. No implementation can beat it, so
+"OpenMPI / floor" is the most any library could be faster than OpenMPI in that row."""
 import glob
 import os
 import re
@@ -36,6 +42,26 @@ def parse_baseline(path):
     return out
 
 
+def traffic(op, n, size):
+    """Bytes that must move to or from memory for one call, per the module docstring."""
+    return {"broadcast": n, "allgather": n + 1, "allreduce": 2 * n}.get(op, 0) * size
+
+
+def machine(d):
+    """(copy bandwidth in GB/s or None, last-level cache bytes, probes, two-rank barrier us
+    per probe) of a run."""
+    probes = [parse_accord(p) for p in sorted(glob.glob(os.path.join(d, "probe.*.txt")))]
+    bws = [p[64 << 20][1] for p in probes if 64 << 20 in p]
+    barriers = [p[4][0] for p in probes if 4 in p]
+    llc = 32 << 20
+    path = os.path.join(d, "machine.txt")
+    if os.path.exists(path):
+        m = re.search(r"last-level cache: (\d+)([KM]?)", open(path).read())
+        if m:
+            llc = int(m.group(1)) << {"": 0, "K": 10, "M": 20}[m.group(2)]
+    return (median(bws) if bws else None), llc, len(bws), barriers
+
+
 def median(xs):
     xs = sorted(xs)
     return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
@@ -57,11 +83,18 @@ def main(d):
         op, n = stem.rsplit("-", 1)
         rounds.setdefault((op, int(n)), {})[r] = parse_accord(p)
     nr = max((len(v) for v in rounds.values()), default=0)
+    copy_bw, llc, nbw, barriers = machine(d)
     print(f"Median over {nr} round(s); 'per round' is the range of the per-round ratios to OpenMPI.")
+    if copy_bw:
+        print(f"Memory floor at {copy_bw:.1f} GB/s copy bandwidth (`accord bench copy -n 2 --sizes 64M`, "
+              f"median of {nbw}), for rows moving at least 4x the {llc >> 20} MiB last-level cache.")
+    if barriers:
+        print("Two-rank barrier before each round (core-to-core state): "
+              + ", ".join(f"{b:.2f}" for b in barriers) + " us.")
     print()
     print("| op | N | bytes | accord us | OpenMPI us | gloo us | accord busbw GB/s | OpenMPI busbw "
-          "| x vs OpenMPI | per round | x vs gloo |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| x vs OpenMPI | per round | x vs gloo | floor us | OpenMPI / floor |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (op, n) in sorted(rounds, key=lambda k: (k[1], k[0])):
         acc = rounds[(op, n)]
         mpi = mpi_rounds.get((op, n), {})
@@ -82,6 +115,12 @@ def main(d):
                 f"{m / t:.2f}" if m is not None and t > 0 else "-",
                 f"{min(per):.2f}-{max(per):.2f}" if per else "-",
                 f"{g[b][0] / t:.2f}" if b in g and t > 0 else "-",
+            ]
+            moved = traffic(op, n, b)
+            floor = moved / (copy_bw * 1e3) if copy_bw and moved >= 4 * llc else None
+            cells += [
+                f"{floor:.1f}" if floor else "-",
+                f"{m / floor:.2f}" if floor and m is not None else "-",
             ]
             print(f"| {op} | {n} | {b} | {t:.1f} | " + " | ".join(cells) + " |")
 

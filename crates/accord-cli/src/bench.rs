@@ -17,6 +17,7 @@ pub const OPS: &[&str] = &[
     "alltoall",
     "sendrecv",
     "barrier",
+    "copy",
 ];
 
 /// Options shared by the launcher side and the ranks.
@@ -109,6 +110,8 @@ pub(crate) fn bus_factor(op: &str, n: usize) -> f64 {
     match op {
         "allreduce" => 2.0 * (n - 1.0) / n,
         "allgather" | "reduce_scatter" | "alltoall" | "gather" | "scatter" => (n - 1.0) / n,
+        // Bytes read and written by all ranks together: the machine's copy bandwidth.
+        "copy" => 2.0 * n,
         _ => 1.0,
     }
 }
@@ -162,6 +165,15 @@ fn run_once<T: Num>(comm: &Communicator, op: &str, c: &mut Case<T>) -> Result<()
         "alltoall" => comm.all_to_all(&c.send, &mut c.recv),
         "sendrecv" => comm.sendrecv(&c.send, (me + 1) % n, &mut c.recv, (me + n - 1) % n, 7),
         "barrier" => comm.barrier(),
+        // No communication: every rank copies its own buffer at once with the collectives'
+        // streaming copy. Its bandwidth is the memory floor of the large rows.
+        "copy" => {
+            accord::shm_coll::copy_streaming(
+                accord::dtype::as_bytes_mut(&mut c.recv),
+                accord::dtype::as_bytes(&c.send),
+            );
+            Ok(())
+        }
         _ => Err(accord::Error::invalid(format!(
             "unknown benchmark op {op:?}"
         ))),
@@ -239,6 +251,7 @@ fn check<T: Num>(op: &str, n: usize, me: usize, c: &Case<T>) -> u64 {
         }
         "alltoall" => count_wrong(&c.recv, |j| a2a(j / block.max(1), me, j % block.max(1))),
         "sendrecv" => count_wrong(&c.recv, |i| val((me + n - 1) % n, i)),
+        "copy" => count_wrong(&c.recv, |i| val(me, i)),
         _ => 0,
     }
 }

@@ -26,7 +26,7 @@ pub struct Launch {
 /// CPU binding of the ranks, as `mpirun --bind-to`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Binding {
-    /// `cpu` when there are more ranks than CPUs, else `none`.
+    /// `cpu` when the ranks fill or outnumber the CPUs, else `none`.
     Auto,
     /// Each rank on one logical CPU, spread evenly over the CPUs the launcher may use (rank `r`
     /// of `n` on the `r * k / n`-th of `k`). On SMT hosts two ranks may share a physical core.
@@ -58,15 +58,17 @@ fn allowed_cpus() -> Vec<usize> {
         .collect()
 }
 
-/// The CPU for each rank, or `None` for no binding. With more ranks than CPUs, ranks left to
-/// the scheduler sometimes end up three on one core and one on the other, and every collective
-/// then waits for the crowded core (4 ranks on 2 cores: about 10 us instead of 6.5-7 us per
-/// small allgather, depending on the run); spreading them evenly fixes that.
+/// The CPU for each rank, or `None` for no binding. When ranks fill or outnumber the CPUs,
+/// ranks left to the scheduler sometimes share a core while another is idle, and every
+/// collective then waits for the crowded core (4 ranks on 2 cores ran 3:1 at times: 10 us
+/// instead of 6.5-7 us per small allgather). Spreading them evenly fixes that, and with as
+/// many ranks as CPUs places them as mpirun does (one core each); with fewer ranks than CPUs
+/// the scheduler has room, and multithreaded ranks keep it.
 fn placement(bind: Binding, n: usize) -> Option<Vec<usize>> {
     let cpus = allowed_cpus();
     let on = match bind {
         Binding::Cpu => true,
-        Binding::Auto => n > cpus.len(),
+        Binding::Auto => n >= cpus.len(),
         Binding::None => false,
     };
     if on && cpus.is_empty() {

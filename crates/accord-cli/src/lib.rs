@@ -25,7 +25,9 @@ struct Cli {
 #[derive(clap::Args, Clone)]
 struct BenchArgs {
     /// Operation: allreduce, broadcast, reduce, allgather, gather, scatter, reduce_scatter,
-    /// alltoall, sendrecv, barrier.
+    /// alltoall, sendrecv, barrier; or copy (no communication: every rank copies its buffer
+    /// at once, as large collective outputs are filled; busbw is the bytes all ranks read and
+    /// wrote per second, the memory bandwidth that bounds large collectives).
     op: String,
     /// Size range in bytes, MIN:MAX (suffixes K, M, G).
     #[arg(long, default_value = "4:4M")]
@@ -82,7 +84,8 @@ enum Cmd {
         /// Do not prefix output lines with `[rank] `.
         #[arg(long)]
         no_prefix: bool,
-        /// CPU binding: `auto` binds each rank to one CPU only when there are more ranks than CPUs.
+        /// CPU binding: `auto` binds each rank to one CPU only when the ranks fill or outnumber the
+        /// CPUs (as mpirun binds to cores).
         #[arg(long, value_enum, default_value = "auto")]
         bind_to: launch::Binding,
         /// The program and its arguments.

@@ -240,6 +240,7 @@ fn bench_checks_every_operation() {
         "alltoall",
         "sendrecv",
         "barrier",
+        "copy",
     ] {
         let out = accord()
             .args([
@@ -330,8 +331,18 @@ fn cpus_allowed(status: &str) -> Vec<usize> {
 #[test]
 fn launcher_binds_ranks_to_spread_cpus() {
     let mine = cpus_allowed(&std::fs::read_to_string("/proc/self/status").unwrap());
-    let n = mine.len() + 1; // more ranks than CPUs: `auto` binds
-    for (bind, bound) in [("auto", true), ("cpu", true), ("none", false)] {
+    let k = mine.len();
+    // `auto` binds when the ranks fill or outnumber the CPUs, and leaves fewer ranks alone.
+    let mut cases = vec![
+        (k + 1, "auto", true),
+        (k, "auto", true),
+        (k + 1, "cpu", true),
+        (k + 1, "none", false),
+    ];
+    if k > 1 {
+        cases.push((k - 1, "auto", false));
+    }
+    for (n, bind, bound) in cases {
         let out = accord()
             .args(["run", "-n", &n.to_string(), "--bind-to", bind, "--"])
             .args([
