@@ -17,9 +17,10 @@
 //!
 //! A rank "arrives" by incrementing its counter (a 32-bit word in the shared mapping) and waking
 //! waiters with `FUTEX_WAKE` — a *shared* futex (no `FUTEX_PRIVATE_FLAG`), since the waiters are
-//! other processes. Waiting for a peer's counter spins for a bounded time (`ACCORD_SHM_SPIN_US`, 50 us;
-//! none beyond a few dozen polls when the host has fewer cores than local ranks, where the awaited
-//! peer usually needs the very core the waiter holds), then yields the core
+//! other processes. Waiting for a peer's counter spins for a bounded time
+//! (`ACCORD_SHM_SPIN_US`, 50 us; none beyond a few dozen polls when the local ranks outnumber
+//! the CPUs they may use together, where the awaited peer usually needs the very core the
+//! waiter holds), then yields the core
 //! (`ACCORD_SHM_YIELD_US`, 0.5 ms; 5 ms when crowded), then sleeps in `FUTEX_WAIT` in slices of
 //! at most 10 ms. Between slices it checks, in this order: an abort or lost-peer notice from the
 //! TCP side channel (every rank keeps its TCP connections, which also carry aborts), whether the
@@ -293,6 +294,50 @@ fn read_remote(pid: i32, addr: u64, dst: *mut u8, len: usize) -> std::io::Result
 }
 
 /// `a` has reached `b` in wrapping 32-bit order.
+/// This process's CPU affinity as comma-separated hex words (empty if the kernel would not
+/// say, or the mask does not fit a `cpu_set_t`).
+fn affinity_hex() -> String {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the kernel fills at most its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } == 0;
+    if !ok {
+        return String::new();
+    }
+    let words = std::mem::size_of_val(&set) / 8;
+    // SAFETY: cpu_set_t is plain bits, a whole number of u64 words.
+    let bits = unsafe {
+        std::slice::from_raw_parts((&set as *const libc::cpu_set_t).cast::<u64>(), words)
+    };
+    bits.iter()
+        .map(|w| format!("{w:x}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// CPUs in the union of the published masks ([`affinity_hex`]); if any rank could not say,
+/// this process's usable CPUs.
+fn cpus_in_union(masks: &[Vec<u8>]) -> usize {
+    let mut union: Vec<u64> = Vec::new();
+    for m in masks {
+        let text = String::from_utf8_lossy(m);
+        let words: Option<Vec<u64>> = text
+            .split(',')
+            .map(|w| u64::from_str_radix(w.trim(), 16).ok())
+            .collect();
+        match words {
+            Some(w) if !text.trim().is_empty() => {
+                union.resize(union.len().max(w.len()), 0);
+                for (u, w) in union.iter_mut().zip(w) {
+                    *u |= w;
+                }
+            }
+            _ => return std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+    let n: u32 = union.iter().map(|w| w.count_ones()).sum();
+    (n as usize).max(1)
+}
+
 fn reached(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) >= 0
 }
@@ -443,7 +488,13 @@ impl ShmGroup {
             );
         }
 
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Crowded means the local ranks cannot all run at once: more of them than the CPUs
+        // they may use together. Ranks bound to one CPU each (`accord run`, mpirun) see one CPU
+        // in their own mask, so the masks are pooled; every rank computes the same answer,
+        // which the protocol needs (crowded barriers are centralized).
+        store.set(&format!("cpus/{rank}"), affinity_hex())?;
+        let keys: Vec<String> = members.iter().map(|r| format!("cpus/{r}")).collect();
+        let cores = cpus_in_union(&store.multi_get(&keys, timeout)?);
         let crowded = members.len() > cores;
         let us = |name: &str, default: u64| {
             Duration::from_micros(env_usize(name).map_or(default, |v| v as u64))
@@ -754,5 +805,25 @@ impl RingArea {
     pub(crate) fn word(&self, r: usize, off: usize) -> &AtomicU32 {
         // SAFETY: off < HEADER, aligned; the mapping lives as long as self.
         unsafe { &*(self.maps[r].ptr.add(off) as *const AtomicU32) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crowding_counts_the_cpus_of_all_local_ranks_together() {
+        // Two ranks bound to CPU 0 and CPU 65: two CPUs between them.
+        let masks = [b"1".to_vec(), b"0,2".to_vec()];
+        assert_eq!(cpus_in_union(&masks), 2);
+        // Overlapping masks count once.
+        assert_eq!(cpus_in_union(&[b"3".to_vec(), b"6".to_vec()]), 3);
+        // Our own mask names at least one CPU.
+        assert!(cpus_in_union(&[affinity_hex().into_bytes()]) >= 1);
+        // A rank that could not say: fall back to this process's view.
+        let own = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(cpus_in_union(&[b"1".to_vec(), Vec::new()]), own);
+        assert_eq!(cpus_in_union(&[b"zz".to_vec()]), own);
     }
 }
