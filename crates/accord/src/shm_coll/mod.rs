@@ -7,9 +7,11 @@
 //!
 //! - **allreduce**: small messages (at most `ACCORD_SHM_SMALL_BYTES`, default 16 KiB): one
 //!   barrier, then every rank reduces the whole vector from every staging area (same order on
-//!   every rank, so every rank gets identical bits). Larger ones: each rank reduces *its* slice
-//!   from every staging area in place, a second barrier, then everyone gathers the reduced
-//!   slices. Messages larger than a staging half are pipelined chunk by chunk.
+//!   every rank, so every rank gets identical bits). Larger ones: each rank stages the slices
+//!   its peers reduce, then reduces *its* slice from its own input and every peer's staging
+//!   area, a piece at a time that stays in L1 while it is staged, reduced and copied to the
+//!   output; a second barrier, then everyone gathers the peers' reduced slices. Messages
+//!   larger than a staging half are pipelined chunk by chunk.
 //! - **reduce**: the large-message allreduce where only the root gathers (small ones with
 //!   more ranks than cores: see below).
 //! - **broadcast**: root-driven, no barrier. The root copies a chunk into a slot and arrives;
