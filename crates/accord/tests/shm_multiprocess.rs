@@ -382,7 +382,7 @@ fn v(r: usize, i: usize) -> f64 {
 fn matrix(comm: &Communicator) {
     let n = comm.size();
     let me = comm.rank();
-    for &count in &[0usize, 1, 3, 17, 1000, 5000, 70_000] {
+    for &count in &[0usize, 1, 3, 17, 1000, 5000, 70_000, 300_001] {
         // allreduce: sum, max, avg (f64), sum (i32), in place and not.
         let mine: Vec<f64> = (0..count).map(|i| v(me, i)).collect();
         let sum = |i: usize| (0..n).map(|r| v(r, i)).sum::<f64>();

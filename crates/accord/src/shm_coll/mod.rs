@@ -379,6 +379,9 @@ unsafe fn stream_copy_avx512(src: *const u8, dst: *mut u8, len: usize) {
     _mm_sfence();
 }
 
+/// Most bytes per chunk of the collectives other than allreduce ([`Ctx::span`]).
+const SPAN_BYTES: usize = 256 << 10;
+
 /// Bytes of our own slice an allreduce stages, reduces and copies out in one go: small enough
 /// to stay in L1 between the three steps.
 const PIECE_BYTES: usize = 16 << 10;
@@ -401,6 +404,13 @@ impl Ctx<'_> {
 
     fn esz(&self) -> usize {
         self.call.dtype.size()
+    }
+
+    /// Bytes of a staging half that the collectives other than allreduce use per chunk: they
+    /// copy more than they compute, and chunks past L2 cost them more than the extra barriers
+    /// of smaller ones. Allreduce uses whole halves.
+    fn span(&self) -> usize {
+        self.g.half_bytes().min(SPAN_BYTES)
     }
 
     fn error(&self, e: ShmWaitError) -> Error {
@@ -733,8 +743,7 @@ impl Ctx<'_> {
         if bytes >= self.cma && self.n() > 1 {
             return self.broadcast_direct(buf, bytes, root);
         }
-        let half = self.g.half_bytes();
-        if bytes > half {
+        if bytes > self.span() {
             return self.broadcast_ring(buf, bytes, root);
         }
         let h = self.begin(true)?;
@@ -762,8 +771,9 @@ impl Ctx<'_> {
         // The second half's guard may name the readers' next arrival (after a barrier), which
         // comes only once they read chunk 0: the root waits for it when it first writes there.
         let h2 = self.g.next_chunk();
-        let per_half = self.g.half_bytes() / self.slot.clamp(64, self.g.half_bytes());
-        let slot = (self.g.half_bytes() / per_half.max(1)) / 64 * 64;
+        let span = self.span();
+        let per_half = span / self.slot.clamp(64, span);
+        let slot = (span / per_half.max(1)) / 64 * 64;
         let slots = 2 * per_half;
         let e0 = self.g.epoch();
         let stream = bytes >= self.stream;
@@ -835,7 +845,7 @@ impl Ctx<'_> {
         if block * esz * n >= self.cma && n > 1 && block > 0 {
             return self.allgather_direct(inp, out, block * esz);
         }
-        let per = (self.g.half_bytes() / esz).max(1);
+        let per = (self.span() / esz).max(1);
         // Outputs well beyond the caches: peers' blocks bypass them. Measured on the 2-core VM
         // (N = 2): from 16 MiB (8x the broadcast threshold) this wins, at 4 MiB it loses.
         let stream = block * esz * n >= self.stream.saturating_mul(8);
@@ -926,7 +936,7 @@ impl Ctx<'_> {
 
     fn reduce_scatter(&self, inp: *const u8, out: *mut u8, block: usize) -> Result<()> {
         let (n, me, esz) = (self.n(), self.me(), self.esz());
-        let per = (self.g.half_bytes() / (esz * n)).max(1);
+        let per = (self.span() / (esz * n)).max(1);
         for k in 0..Self::chunks(block, per) {
             let (h, off, m) = self.staged_chunk(k, per, block, |h, off, m| {
                 self.scatter_in(inp, h, block, off, m)
@@ -946,7 +956,7 @@ impl Ctx<'_> {
 
     fn alltoall(&self, inp: *const u8, out: *mut u8, block: usize) -> Result<()> {
         let (n, me, esz) = (self.n(), self.me(), self.esz());
-        let per = (self.g.half_bytes() / (esz * n)).max(1);
+        let per = (self.span() / (esz * n)).max(1);
         for k in 0..Self::chunks(block, per) {
             let (h, off, m) = self.staged_chunk(k, per, block, |h, off, m| {
                 self.scatter_in(inp, h, block, off, m)

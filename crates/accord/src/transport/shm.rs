@@ -68,7 +68,7 @@ pub(crate) const OFF_BELL_SLEEP: usize = 704;
 pub const DEFAULT_RING_BYTES: usize = 512 << 10;
 
 /// Default size of one staging half.
-pub const DEFAULT_HALF_BYTES: usize = 256 << 10;
+pub const DEFAULT_HALF_BYTES: usize = 1 << 20;
 
 /// This machine's identity for placement: `ACCORD_HOST_ID`, else host name + boot id.
 pub fn host_id() -> String {
