@@ -86,7 +86,7 @@ def main(d):
     copy_bw, llc, nbw, barriers = machine(d)
     print(f"Median over {nr} round(s); 'per round' is the range of the per-round ratios to OpenMPI.")
     if copy_bw:
-        print(f"Memory floor at {copy_bw:.1f} GB/s copy bandwidth (`accord bench copy -n 2 --sizes 64M`, "
+        print(f"Memory floor at {copy_bw:.1f} GB/s copy bandwidth (`accord bench copy --sizes 64M`, "
               f"median of {nbw}), for rows moving at least 4x the {llc >> 20} MiB last-level cache.")
     if barriers:
         print("Two-rank barrier before each round (core-to-core state): "

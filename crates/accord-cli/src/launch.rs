@@ -63,8 +63,9 @@ fn allowed_cpus() -> Vec<usize> {
 /// collective then waits for the crowded core (4 ranks on 2 cores ran 3:1 at times: 10 us
 /// instead of 6.5-7 us per small allgather; 2 unbound ranks on 2 cores, in one run of three,
 /// shared a core and every small allgather took 105 us instead of 0.2). Spreading them evenly
-/// fixes that, and with as many ranks as CPUs places them as mpirun does (one core each); with
-/// fewer ranks than CPUs the scheduler has room, and multithreaded ranks keep it.
+/// fixes that, and with as many ranks as CPUs gives each its own core (as mpirun binds two
+/// ranks); with fewer ranks than CPUs the scheduler has room, and multithreaded ranks keep it.
+/// `--bind-to none` leaves placement to the scheduler.
 fn placement(bind: Binding, n: usize) -> Option<Vec<usize>> {
     let cpus = allowed_cpus();
     let on = match bind {

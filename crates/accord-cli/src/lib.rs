@@ -140,6 +140,9 @@ fn bench_opts(a: &BenchArgs) -> Result<bench::BenchOpts, String> {
         json: a.json.clone(),
         iters: a.iters,
         device: match a.device.as_str() {
+            "cuda" if a.op == "copy" => {
+                return Err("copy measures host memory; it has no --device cuda form".into())
+            }
             "cpu" | "cuda" => a.device.clone(),
             d => return Err(format!("unknown device {d:?}; choose cpu or cuda")),
         },

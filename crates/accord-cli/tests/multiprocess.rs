@@ -267,6 +267,17 @@ fn bench_checks_every_operation() {
 }
 
 #[test]
+fn bench_copy_has_no_gpu_form() {
+    let out = accord()
+        .args(["bench", "copy", "--device", "cuda", "--sizes", "4:4"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("copy measures host memory"), "{err}");
+}
+
+#[test]
 fn bench_explain_prints_the_cost_table() {
     let out = accord()
         .args([

@@ -43,6 +43,7 @@
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FINGERPRINT_WIRE_LEN};
 use crate::rendezvous::StoreClient;
+use crate::transport::cpus;
 use crate::transport::Transport;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -293,68 +294,6 @@ fn read_remote(pid: i32, addr: u64, dst: *mut u8, len: usize) -> std::io::Result
     Ok(())
 }
 
-/// This process's CPUs as published for [`cpus_in_union`]: the affinity mask as comma-separated
-/// hex words (empty if the kernel would not say), `;`, and `available_parallelism`, which also
-/// counts a cgroup CPU quota.
-fn affinity_hex() -> String {
-    let usable = std::thread::available_parallelism().map_or(1, |n| n.get());
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; the kernel fills at most its size.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    let ok = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } == 0;
-    if !ok {
-        return format!(";{usable}");
-    }
-    let words = std::mem::size_of_val(&set) / 8;
-    // SAFETY: cpu_set_t is plain bits, a whole number of u64 words.
-    let bits = unsafe {
-        std::slice::from_raw_parts((&set as *const libc::cpu_set_t).cast::<u64>(), words)
-    };
-    let hex: Vec<String> = bits.iter().map(|w| format!("{w:x}")).collect();
-    format!("{};{usable}", hex.join(","))
-}
-
-/// How many CPUs the local ranks can use together, from every rank's [`affinity_hex`]: the
-/// CPUs in the union of their masks, capped by a CPU quota where one shows (a rank whose usable
-/// count is below its mask's). Every rank computes the same number. If a rank could not read
-/// its mask, the host's online CPUs stand in for the union.
-fn cpus_in_union(published: &[Vec<u8>]) -> usize {
-    let mut union: Vec<u64> = Vec::new();
-    let mut masks_known = true;
-    let mut quota = usize::MAX;
-    for p in published {
-        let text = String::from_utf8_lossy(p);
-        let (mask, usable) = text.split_once(';').unwrap_or((&text, ""));
-        let words: Option<Vec<u64>> = mask
-            .split(',')
-            .map(|w| u64::from_str_radix(w.trim(), 16).ok())
-            .collect();
-        let in_mask = match words {
-            Some(w) if !mask.trim().is_empty() => {
-                union.resize(union.len().max(w.len()), 0);
-                for (u, w) in union.iter_mut().zip(&w) {
-                    *u |= w;
-                }
-                w.iter().map(|x| x.count_ones() as usize).sum()
-            }
-            _ => {
-                masks_known = false;
-                usize::MAX
-            }
-        };
-        match usable.trim().parse::<usize>() {
-            Ok(u) if in_mask != usize::MAX && u < in_mask => quota = quota.min(u),
-            _ => {}
-        }
-    }
-    let cpus = if masks_known {
-        union.iter().map(|w| w.count_ones() as usize).sum()
-    } else {
-        // SAFETY: plain sysconf query.
-        usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap_or(1)
-    };
-    cpus.min(quota).max(1)
-}
-
 /// `a` has reached `b` in wrapping 32-bit order.
 fn reached(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) >= 0
@@ -508,11 +447,12 @@ impl ShmGroup {
 
         // Crowded means the local ranks cannot all run at once: more of them than the CPUs
         // they may use together. Ranks bound to one CPU each (`accord run`, mpirun) see one CPU
-        // in their own mask, so the masks are pooled; every rank computes the same answer,
-        // which the protocol needs (crowded barriers are centralized).
-        store.set(&format!("cpus/{rank}"), affinity_hex())?;
+        // in their own mask, so every rank publishes what it sees and all compute the same
+        // answer from the same data, which the protocol needs (crowded barriers are
+        // centralized).
+        store.set(&format!("cpus/{rank}"), cpus::publish())?;
         let keys: Vec<String> = members.iter().map(|r| format!("cpus/{r}")).collect();
-        let cores = cpus_in_union(&store.multi_get(&keys, timeout)?);
+        let cores = cpus::usable_together(&store.multi_get(&keys, timeout)?);
         let crowded = members.len() > cores;
         let us = |name: &str, default: u64| {
             Duration::from_micros(env_usize(name).map_or(default, |v| v as u64))
@@ -823,29 +763,5 @@ impl RingArea {
     pub(crate) fn word(&self, r: usize, off: usize) -> &AtomicU32 {
         // SAFETY: off < HEADER, aligned; the mapping lives as long as self.
         unsafe { &*(self.maps[r].ptr.add(off) as *const AtomicU32) }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn crowding_counts_the_cpus_of_all_local_ranks_together() {
-        let c = |v: &[&str]| {
-            cpus_in_union(&v.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>())
-        };
-        // Two ranks bound to CPU 0 and CPU 65: two CPUs between them.
-        assert_eq!(c(&["1;1", "0,2;1"]), 2);
-        // Overlapping masks count once.
-        assert_eq!(c(&["3;2", "6;2"]), 3);
-        // A quota shows as fewer usable CPUs than the mask has, and caps the union.
-        assert_eq!(c(&["ff;2", "ff;2"]), 2);
-        // Our own mask names at least one CPU.
-        assert!(cpus_in_union(&[affinity_hex().into_bytes()]) >= 1);
-        // A rank that could not read its mask: the host's online CPUs, the same for everyone.
-        let online = usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap();
-        assert_eq!(c(&["1;1", ";4"]), online);
-        assert_eq!(c(&["zz"]), online);
     }
 }
