@@ -392,6 +392,12 @@ struct Inner {
     poisoned: AtomicBool,
     poison: Mutex<Option<Error>>,
     aborted: AtomicBool,
+    /// `ncclCommAbort` frees the communicator: the watchdog's queries hold this shared while
+    /// they use it, and a failure holds it exclusively while it records itself and aborts, so
+    /// neither runs during the other and nobody sees the failure before the abort is over.
+    /// Operations are not covered: NCCL allows aborting from another thread to end one that
+    /// blocks.
+    abort_lock: std::sync::RwLock<()>,
     timeout: AtomicDuration,
     stop: AtomicBool,
     splits: AtomicU64,
@@ -995,6 +1001,7 @@ impl GpuCommunicator {
             poisoned: AtomicBool::new(false),
             poison: Mutex::new(None),
             aborted: AtomicBool::new(false),
+            abort_lock: std::sync::RwLock::new(()),
             timeout: AtomicDuration::new(host.timeout()),
             stop: AtomicBool::new(false),
             splits: AtomicU64::new(0),
@@ -1885,10 +1892,25 @@ impl GpuCommunicator {
 }
 
 impl Inner {
+    /// Run `f` on the communicator unless it has been aborted (`None` then), with no abort
+    /// able to free it meanwhile.
+    fn unless_aborted<R>(&self, f: impl FnOnce(NcclComm) -> R) -> Option<R> {
+        let _shared = self.abort_lock.read().unwrap_or_else(|p| p.into_inner());
+        (!self.aborted.load(Ordering::Acquire)).then(|| f(self.comm as NcclComm))
+    }
+
+    /// NCCL's words for `rc` on this communicator (its last error, unless it was aborted).
+    fn describe(&self, rc: nccl::NcclResult) -> String {
+        self.unless_aborted(|c| self.nccl.describe(rc, c))
+            .unwrap_or_else(|| self.nccl.describe(rc, std::ptr::null_mut()))
+    }
+
     fn poison(&self) -> Option<Error> {
         if !self.poisoned.load(Ordering::Acquire) {
             return None;
         }
+        // Set under the exclusive lock: this waits for the abort to finish.
+        let _shared = self.abort_lock.read().unwrap_or_else(|p| p.into_inner());
         self.poison.lock().ok().and_then(|p| p.clone())
     }
 
@@ -1929,17 +1951,10 @@ impl Inner {
         };
         match rc {
             0 => Ok(()),
-            4 | 5 => Err(Error::invalid(format!(
-                "{what}: {}",
-                self.nccl.describe(rc, self.comm as NcclComm)
-            ))),
+            4 | 5 => Err(Error::invalid(format!("{what}: {}", self.describe(rc)))),
             _ => {
                 let e = Error::Aborted {
-                    reason: format!(
-                        "{what} on rank {}: {}",
-                        self.rank,
-                        self.nccl.describe(rc, self.comm as NcclComm)
-                    ),
+                    reason: format!("{what} on rank {}: {}", self.rank, self.describe(rc)),
                 };
                 self.fail(e.clone());
                 Err(e)
@@ -1956,8 +1971,12 @@ impl Inner {
         self.cu.check(rc, "cuMemcpyDtoDAsync")
     }
 
-    /// Record the first failure, abort NCCL once, and log it.
+    /// Record the first failure, abort NCCL once, and log it. The failure shows (through
+    /// [`Inner::poison`]) only once the abort has finished: a caller that returns the error and
+    /// exits would otherwise tear CUDA down under an abort still running in the watchdog's
+    /// thread, which crashed one process in three at exit in the desync test.
     fn fail(&self, e: Error) {
+        let _exclusive = self.abort_lock.write().unwrap_or_else(|p| p.into_inner());
         {
             let mut p = self.poison.lock().unwrap_or_else(|p| p.into_inner());
             if p.is_none() {
@@ -1967,8 +1986,8 @@ impl Inner {
         }
         self.poisoned.store(true, Ordering::Release);
         if !self.aborted.swap(true, Ordering::AcqRel) {
-            // SAFETY: a live communicator, aborted exactly once; abort is allowed from any
-            // thread and makes NCCL's kernels return.
+            // SAFETY: a live communicator, aborted exactly once, with no watchdog query in
+            // flight; abort is allowed from any thread and makes NCCL's kernels return.
             unsafe { (self.nccl.comm_abort)(self.comm as NcclComm) };
         }
     }

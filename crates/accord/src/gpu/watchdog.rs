@@ -1,7 +1,7 @@
 //! The per-communicator watchdog thread: retires finished operations, enforces the timeout,
 //! polls NCCL's asynchronous error, publishes progress and compares fingerprint hashes.
 
-use super::{Inner, NcclComm};
+use super::Inner;
 use crate::error::Error;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -53,8 +53,10 @@ fn run(weak: Weak<Inner>) {
 fn tick(inner: &Inner, published: &mut Published) -> Option<Error> {
     // 1. NCCL's own view: a peer's connection lost, a remote error...
     let mut async_rc = 0;
-    // SAFETY: a live, not yet aborted communicator (checked by the caller).
-    unsafe { (inner.nccl.comm_get_async_error)(inner.comm as NcclComm, &mut async_rc) };
+    // SAFETY: a communicator that no abort can free while the query runs.
+    let queried =
+        inner.unless_aborted(|c| unsafe { (inner.nccl.comm_get_async_error)(c, &mut async_rc) });
+    queried?;
     if async_rc != 0 && async_rc != super::nccl::NCCL_IN_PROGRESS {
         // A peer that detected a desync aborts, which shows up here as a remote error: prefer
         // the desync, which names the culprit, when the progress records show one.
@@ -74,7 +76,9 @@ fn tick(inner: &Inner, published: &mut Published) -> Option<Error> {
             reason: format!(
                 "NCCL reported an error on rank {}{what}: {}; a peer probably failed or exited",
                 inner.rank,
-                inner.nccl.describe(async_rc, inner.comm as NcclComm)
+                inner
+                    .unless_aborted(|c| inner.nccl.describe(async_rc, c))
+                    .unwrap_or_else(|| format!("NCCL error {async_rc}"))
             ),
         });
     }
