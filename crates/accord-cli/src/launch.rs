@@ -35,29 +35,6 @@ pub enum Binding {
     None,
 }
 
-/// Bits in the affinity masks handled here (the kernel's may be larger than `cpu_set_t`).
-const MASK_WORDS: usize = 1024; // 65,536 CPUs
-
-/// The CPUs this process may run on (empty if the kernel would not say).
-fn allowed_cpus() -> Vec<usize> {
-    let mut mask = vec![0u64; MASK_WORDS];
-    // SAFETY: the kernel writes at most the given number of bytes into `mask`.
-    let got = unsafe {
-        libc::syscall(
-            libc::SYS_sched_getaffinity,
-            0,
-            MASK_WORDS * 8,
-            mask.as_mut_ptr(),
-        )
-    };
-    if got <= 0 {
-        return Vec::new();
-    }
-    (0..MASK_WORDS * 64)
-        .filter(|&c| mask[c / 64] & (1 << (c % 64)) != 0)
-        .collect()
-}
-
 /// The CPU for each rank, or `None` for no binding. When ranks fill or outnumber the CPUs,
 /// ranks left to the scheduler sometimes share a core while another is idle, and every
 /// collective then waits for the crowded core (4 ranks on 2 cores ran 3:1 at times: 10 us
@@ -67,7 +44,7 @@ fn allowed_cpus() -> Vec<usize> {
 /// ranks); with fewer ranks than CPUs the scheduler has room, and multithreaded ranks keep it.
 /// `--bind-to none` leaves placement to the scheduler.
 fn placement(bind: Binding, n: usize) -> Option<Vec<usize>> {
-    let cpus = allowed_cpus();
+    let cpus = accord::transport::cpus::allowed();
     let on = match bind {
         Binding::Cpu => true,
         Binding::Auto => n >= cpus.len(),
@@ -191,18 +168,15 @@ pub fn run(job: Launch) -> i32 {
         // Each rank leads its own process group so a stop reaches its children too.
         cmd.process_group(0);
         if let Some(cpus) = &cpus {
-            let mut mask = vec![0u64; MASK_WORDS];
+            // Just long enough for this CPU's bit; the kernel reads the rest as clear.
+            let mut mask = vec![0u64; cpus[rank] / 64 + 1];
             mask[cpus[rank] / 64] |= 1 << (cpus[rank] % 64);
+            let bytes = mask.len() * 8;
             // SAFETY: between fork and exec the closure makes one system call on memory
             // prepared before the fork. Best effort: a rank that cannot be bound runs unbound.
             unsafe {
                 cmd.pre_exec(move || {
-                    libc::syscall(
-                        libc::SYS_sched_setaffinity,
-                        0,
-                        MASK_WORDS * 8,
-                        mask.as_ptr(),
-                    );
+                    libc::syscall(libc::SYS_sched_setaffinity, 0, bytes, mask.as_ptr());
                     Ok(())
                 });
             }

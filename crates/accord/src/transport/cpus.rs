@@ -50,21 +50,39 @@ pub(crate) fn usable_together(published: &[Vec<u8>]) -> usize {
     in_masks.max(unknown).min(quota).max(1)
 }
 
+/// Words in the affinity masks read here: 65,536 CPUs (the kernel's may be larger than
+/// `cpu_set_t`).
+const MASK_WORDS: usize = 1024;
+
+/// This process's affinity mask, lowest CPUs first, or `None` if the kernel would not say.
+fn affinity_words() -> Option<Vec<u64>> {
+    let mut mask = vec![0u64; MASK_WORDS];
+    // SAFETY: the kernel writes at most the given number of bytes into `mask`.
+    let got = unsafe {
+        libc::syscall(
+            libc::SYS_sched_getaffinity,
+            0,
+            MASK_WORDS * 8,
+            mask.as_mut_ptr(),
+        )
+    };
+    (got > 0).then(|| {
+        mask.truncate((got as usize).div_ceil(8));
+        mask
+    })
+}
+
+/// The CPUs this process may run on (empty if the kernel would not say).
+pub fn allowed() -> Vec<usize> {
+    let mask = affinity_words().unwrap_or_default();
+    (0..mask.len() * 64)
+        .filter(|&c| mask[c / 64] & (1 << (c % 64)) != 0)
+        .collect()
+}
+
 /// The affinity mask as hex words, lowest CPUs first; empty if unknown.
 fn mask_hex() -> String {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; the kernel fills at most its size.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
-        return String::new();
-    }
-    let bits = 8 * std::mem::size_of_val(&set);
-    let mut words = vec![0u64; bits / 64];
-    for cpu in 0..bits {
-        // SAFETY: cpu < the set's size in bits.
-        if unsafe { libc::CPU_ISSET(cpu, &set) } {
-            words[cpu / 64] |= 1 << (cpu % 64);
-        }
-    }
+    let words = affinity_words().unwrap_or_default();
     let hex: Vec<String> = words.iter().map(|w| format!("{w:x}")).collect();
     hex.join(",")
 }
@@ -149,6 +167,10 @@ mod tests {
     fn this_process_publishes_a_readable_view() {
         let mine = publish();
         assert_eq!(mine.split(';').count(), 3, "{mine}");
+        // The published mask names exactly the CPUs this process may use.
+        let cpus = allowed();
+        assert!(!cpus.is_empty());
+        assert_eq!(together(&[&format!("{};;", mask_hex())]), cpus.len());
         let n = together(&[&mine]);
         assert!(n >= 1 && n <= online().max(1), "{mine} -> {n}");
     }

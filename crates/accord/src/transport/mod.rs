@@ -13,7 +13,7 @@
 //! Implementations: [`inproc`] (threads in one process, used by most tests), [`tcp`], and
 //! [`hybrid`] (shared-memory rings to ranks of the same host, TCP to the others).
 
-pub(crate) mod cpus;
+pub mod cpus;
 pub mod hybrid;
 pub mod inproc;
 pub mod mailbox;
