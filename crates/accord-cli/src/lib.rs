@@ -4,6 +4,8 @@
 //! the same command line in-process with [`main_with`].
 
 mod bench;
+/// The operations `accord bench` knows.
+pub use bench::OPS;
 mod bench_gpu;
 mod launch;
 mod sim;

@@ -229,19 +229,7 @@ fn different_calls_are_a_desync_on_every_rank() {
 
 #[test]
 fn bench_checks_every_operation() {
-    for op in [
-        "allreduce",
-        "broadcast",
-        "reduce",
-        "allgather",
-        "gather",
-        "scatter",
-        "reduce_scatter",
-        "alltoall",
-        "sendrecv",
-        "barrier",
-        "copy",
-    ] {
+    for &op in accord_cli::OPS {
         let out = accord()
             .args([
                 "bench", op, "-n", "3", "--sizes", "4:64K", "--factor", "16", "--iters", "5",
