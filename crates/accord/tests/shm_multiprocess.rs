@@ -262,11 +262,17 @@ fn rank_main() {
                 }
             };
             let t = Instant::now();
+            // Rank 1 waits on rank 2 only once rank 0 holds rank 2's messages: otherwise rank
+            // 1 may see the death first and abort the world while rank 0 still drains them.
+            let mut token = [0u8];
             if me == 0 {
                 for _ in 0..3 {
                     comm.recv(&mut buf, 2, 1).unwrap();
                     assert!(buf.iter().all(|&b| b == 7));
                 }
+                comm.send(&token, 1, 3).unwrap();
+            } else if let Err(e) = comm.recv(&mut token, 0, 3) {
+                peer_err(e);
             }
             match comm.recv(&mut buf, 2, 1) {
                 Ok(()) => panic!("received from a dead rank"),
