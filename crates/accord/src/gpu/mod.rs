@@ -82,8 +82,8 @@
 //!
 //! On a failure it aborts the NCCL communicator (`ncclCommAbort`, which also stops its kernels)
 //! and poisons the communicator: waits and later calls return the error, never before the
-//! abort has finished (a process that exits on the error must not tear CUDA down under it). A timeout names the
-//! operation, its sequence number and the ranks that never entered it. Ranks publish their
+//! abort has finished (a process that exits on the error must not tear CUDA down under it). A
+//! timeout names the operation, its sequence number and the ranks that never entered it. Ranks publish their
 //! progress — the last entered sequence number and a rolling hash of every operation's
 //! fingerprint — to the rendezvous store under `gpu/{id}/progress/{rank}`, from the watchdog
 //! thread about once a second when it changed (never on the operation path). The same values

@@ -76,9 +76,7 @@ fn tick(inner: &Inner, published: &mut Published) -> Option<Error> {
             reason: format!(
                 "NCCL reported an error on rank {}{what}: {}; a peer probably failed or exited",
                 inner.rank,
-                inner
-                    .unless_aborted(|c| inner.nccl.describe(async_rc, c))
-                    .unwrap_or_else(|| format!("NCCL error {async_rc}"))
+                inner.describe(async_rc)
             ),
         });
     }
