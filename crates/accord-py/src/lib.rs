@@ -478,6 +478,9 @@ impl Communicator {
     ) -> PyResult<PyObject> {
         let a = buf(arr, "arr", false)?;
         no_gpu_tag(&[&a], tag, "send")?;
+        // The message's place among those to `dst` with `tag` is taken now, on this thread,
+        // even when the data moves later on another (async_op).
+        let turn = self.inner.post_send(dst, tag).map_err(err)?;
         self.run(
             py,
             Call {
@@ -488,7 +491,7 @@ impl Communicator {
                 output: None,
                 keep: vec![obj(arr)],
             },
-            Box::new(move |c, b| unsafe { c.send_bytes(b[0].bytes(), b[0].dtype, dst, tag) }),
+            Box::new(move |c, b| unsafe { c.send_posted(turn, b[0].bytes(), b[0].dtype) }),
             Box::new(move |g, b, s| g.send(b[0], dst, s)),
         )
     }
@@ -505,6 +508,8 @@ impl Communicator {
     ) -> PyResult<PyObject> {
         let a = buf(arr, "arr", true)?;
         no_gpu_tag(&[&a], tag, "recv")?;
+        // As for send: receives from `src` with `tag` match messages in the order posted.
+        let turn = self.inner.post_recv(src, tag).map_err(err)?;
         self.run(
             py,
             Call {
@@ -515,7 +520,7 @@ impl Communicator {
                 output: Some(obj(arr)),
                 keep: vec![obj(arr)],
             },
-            Box::new(move |c, b| unsafe { c.recv_bytes(b[0].bytes_mut(), b[0].dtype, src, tag) }),
+            Box::new(move |c, b| unsafe { c.recv_posted(turn, b[0].bytes_mut(), b[0].dtype) }),
             Box::new(move |g, b, s| g.recv(b[0], src, s)),
         )
     }

@@ -10,6 +10,7 @@ use crate::dtype::{as_bytes, as_bytes_mut, DataType, Element, ReduceOp};
 use crate::error::{Error, Result};
 use crate::exec::{self, Buffers, Call};
 use crate::fingerprint::{Fingerprint, OpKind};
+use crate::p2p_order::{Side, Turn, Turns};
 use crate::schedule::{algorithms, tuner, Algorithm, Collective, Schedule};
 use crate::transport::{Envelope, Frame, Transport, P2P_LANE};
 use std::any::Any;
@@ -75,6 +76,8 @@ struct Inner {
     shm: Option<(Arc<crate::shm_coll::ShmWorld>, Option<Communicator>)>,
     /// Things that must live as long as the communicator (store client and server...).
     _keep: Vec<Arc<dyn Any + Send + Sync>>,
+    /// The order of point-to-point messages per (peer, tag).
+    turns: Arc<Turns>,
 }
 
 impl Communicator {
@@ -115,6 +118,7 @@ impl Communicator {
                 model,
                 shm: None,
                 _keep: keep,
+                turns: Arc::default(),
             }),
         };
         if let Some(w) = shm_world.filter(|w| w.host_of.len() == comm.size()) {
@@ -185,7 +189,8 @@ impl Communicator {
         self.poison_with(Error::Aborted {
             reason: format!("rank {} aborted: {reason}", self.rank()),
         });
-        self.inner.transport.abort(reason);
+        let me = self.inner.transport.rank();
+        self.inner.transport.abort(me, reason);
     }
 
     /// Use `algo` for every later `kind` operation on this communicator (`None`: let the tuner
@@ -224,10 +229,24 @@ impl Communicator {
     }
 
     /// Record a failure: poison this communicator and tell every peer, so nobody waits for us.
+    ///
+    /// A rank that gave up tells its peers and often exits right after; a peer that was about
+    /// to send to it, or waiting for it, would see its connection end and blame it. The abort
+    /// notice, when one has arrived, names the first failure instead.
     fn fail(&self, e: Error) -> Error {
+        let e = match (e, self.inner.transport.mailbox().aborted()) {
+            (Error::PeerLost { .. }, Some((by, reason))) => Error::Aborted {
+                reason: format!("rank {by} gave up: {reason}"),
+            },
+            (e, _) => e,
+        };
         self.poison_with(e.clone());
-        if !matches!(e, Error::Aborted { .. }) {
-            self.inner.transport.abort(&format!("{e}"));
+        let t = &self.inner.transport;
+        match (&e, t.mailbox().aborted()) {
+            // Pass on the notice we heard, before this rank may close (see above).
+            (Error::Aborted { .. }, Some((by, reason))) if by != t.rank() => t.abort(by, &reason),
+            (Error::Aborted { .. }, _) => {}
+            _ => t.abort(t.rank(), &format!("{e}")),
         }
         e
     }
@@ -333,12 +352,14 @@ impl Communicator {
     // Point to point.
 
     /// Send `data` to `peer` with `tag`. Returns once the data is handed to the transport (it
-    /// does not wait for the matching receive).
+    /// does not wait for the matching receive). Messages to one peer with one tag arrive in
+    /// the order they were sent, also when several threads send them.
     pub fn send<T: Element>(&self, data: &[T], peer: usize, tag: u32) -> Result<()> {
         self.send_bytes(as_bytes(data), T::DTYPE, peer, tag)
     }
 
-    /// Receive exactly `buf.len()` elements from `peer` with `tag`.
+    /// Receive exactly `buf.len()` elements from `peer` with `tag`: the oldest message with that
+    /// tag from `peer` that no receive posted earlier takes.
     pub fn recv<T: Element>(&self, buf: &mut [T], peer: usize, tag: u32) -> Result<()> {
         self.recv_bytes(as_bytes_mut(buf), T::DTYPE, peer, tag)
     }
@@ -357,6 +378,21 @@ impl Communicator {
         self.recv(recv, source, tag)
     }
 
+    /// Take this send's place in the order of messages to `peer` with `tag` now, to move the
+    /// data later, possibly on another thread, with [`Communicator::send_posted`]: what a
+    /// nonblocking send does. Dropping the turn unused gives the place up.
+    pub fn post_send(&self, peer: usize, tag: u32) -> Result<Turn> {
+        self.check_rank("destination", peer)?;
+        Ok(self.inner.turns.take(Side::Send, peer, tag))
+    }
+
+    /// Take this receive's place among the receives from `peer` with `tag` (see
+    /// [`Communicator::post_send`]); [`Communicator::recv_posted`] moves the data.
+    pub fn post_recv(&self, peer: usize, tag: u32) -> Result<Turn> {
+        self.check_rank("source", peer)?;
+        Ok(self.inner.turns.take(Side::Recv, peer, tag))
+    }
+
     fn p2p_envelope(&self, dtype: DataType, count: usize, tag: u32) -> Envelope {
         Envelope {
             comm: self.inner.id,
@@ -365,12 +401,47 @@ impl Communicator {
         }
     }
 
+    /// Wait for `turn` (a `what` of `dtype x count`) until `deadline`.
+    fn await_turn(
+        &self,
+        turn: &Turn,
+        what: &str,
+        dtype: DataType,
+        count: usize,
+        deadline: Instant,
+    ) -> Result<()> {
+        if turn.wait(deadline) {
+            return Ok(());
+        }
+        Err(Error::Timeout {
+            op: format!("{what}({dtype} x {count}, tag {})", turn.tag()),
+            seq: 0,
+            comm: self.inner.name.clone(),
+            waiting_for: vec![turn.peer()],
+            after: self.timeout(),
+            hint: format!(
+                " (behind an earlier {what} with rank {} and tag {} that has not finished)",
+                turn.peer(),
+                turn.tag()
+            ),
+        })
+    }
+
     /// Erased [`Communicator::send`].
     pub fn send_bytes(&self, data: &[u8], dtype: DataType, peer: usize, tag: u32) -> Result<()> {
+        self.send_posted(self.post_send(peer, tag)?, data, dtype)
+    }
+
+    /// Send `data` in the place `turn` took (see [`Communicator::post_send`]).
+    pub fn send_posted(&self, turn: Turn, data: &[u8], dtype: DataType) -> Result<()> {
+        if turn.side() != Side::Send {
+            return Err(Error::invalid("send_posted needs a turn from post_send"));
+        }
         self.check_poison()?;
-        self.check_rank("destination", peer)?;
-        let count = data.len() / dtype.size();
+        let (peer, tag) = (turn.peer(), turn.tag());
+        let count = elements("send buffer", data.len(), dtype)?;
         let env = self.p2p_envelope(dtype, count, tag);
+        self.await_turn(&turn, "send", dtype, count, Instant::now() + self.timeout())?;
         if peer == self.rank() {
             let me = self.inner.ranks[peer];
             let mailbox = self.inner.transport.mailbox();
@@ -399,13 +470,24 @@ impl Communicator {
 
     /// Erased [`Communicator::recv`].
     pub fn recv_bytes(&self, buf: &mut [u8], dtype: DataType, peer: usize, tag: u32) -> Result<()> {
+        self.recv_posted(self.post_recv(peer, tag)?, buf, dtype)
+    }
+
+    /// Receive into `buf` in the place `turn` took (see [`Communicator::post_recv`]). A message
+    /// of another size or type is refused with [`Error::InvalidArgument`] and left for a
+    /// matching receive.
+    pub fn recv_posted(&self, turn: Turn, buf: &mut [u8], dtype: DataType) -> Result<()> {
+        if turn.side() != Side::Recv {
+            return Err(Error::invalid("recv_posted needs a turn from post_recv"));
+        }
         self.check_poison()?;
-        self.check_rank("source", peer)?;
-        let count = buf.len() / dtype.size();
+        let (peer, tag) = (turn.peer(), turn.tag());
+        let count = elements("receive buffer", buf.len(), dtype)?;
         let env = self.p2p_envelope(dtype, count, tag);
         let mut call = self.call(env.seq, env.fp, dtype, ReduceOp::Sum);
         call.fp = env.fp;
         let deadline = Instant::now() + self.timeout();
+        self.await_turn(&turn, "recv", dtype, count, deadline)?;
         exec::receive(&call, peer, buf.as_mut_ptr(), buf.len(), false, deadline, || vec![peer])
             .map_err(|e| match e {
                 // A size mismatch on send/recv is an argument error, not a collective desync.
@@ -636,6 +718,12 @@ impl Communicator {
 
     fn run_new(&self, job: Job, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
         self.check_buffers(&job.coll, input.map(<[u8]>::len), output.len(), job.dtype)?;
+        if job
+            .op
+            .is_some_and(|op| crate::dtype::averages_wide(job.dtype, op))
+        {
+            return self.run_wide(job, input, output);
+        }
         // Nonblocking requests may run concurrently and in any order on each rank: they take the
         // message path, which matches by sequence number. Blocking calls may take the
         // shared-memory path, which runs calls in program order.
@@ -659,6 +747,34 @@ impl Communicator {
             }
         }
         self.run(seq, &job, input, output)
+    }
+
+    /// Run an f16/bf16 average in f32 (see [`crate::dtype::averages_wide`]): every rank widens,
+    /// so the frames and staging agree; the fingerprint still names the caller's type.
+    fn run_wide(&self, mut job: Job, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
+        let narrow = job.dtype;
+        let wide_in = input.map(|i| crate::dtype::widen_half(narrow, i));
+        // In place, `output` holds this rank's contribution; otherwise its contents are unused.
+        let mut wide_out = crate::dtype::widen_half(narrow, output);
+        job.dtype = DataType::F32;
+        self.run_new(job, wide_in.as_deref(), &mut wide_out)?;
+        crate::dtype::narrow_half(narrow, &wide_out, output);
+        Ok(())
+    }
+
+    /// Run `coll` on this communicator under the fingerprint `fp` of a call on another one:
+    /// the leaders' step of a hierarchical collective, whose frames must carry what the world
+    /// call was (its root, its reduce op) so that leaders of ranks that disagree fail.
+    pub(crate) fn run_as(
+        &self,
+        fp: Fingerprint,
+        coll: Collective,
+        dtype: DataType,
+        op: Option<ReduceOp>,
+        input: Option<&[u8]>,
+        output: &mut [u8],
+    ) -> Result<()> {
+        self.run_new(Job::new(coll, fp, dtype, op), input, output)
     }
 
     /// Whether collectives of this communicator can take the shared-memory path.
@@ -1014,6 +1130,7 @@ impl Communicator {
                 model: p.model,
                 shm: None,
                 _keep: p._keep.clone(),
+                turns: Arc::default(),
             }),
         }
     }
@@ -1084,9 +1201,6 @@ impl Communicator {
         ireduce_scatter => reduce_scatter(send: &'scope [T], recv: &'scope mut [T], op: ReduceOp);
         /// Nonblocking [`Communicator::all_to_all`].
         iall_to_all => all_to_all(send: &'scope [T], recv: &'scope mut [T]);
-        /// Nonblocking [`Communicator::recv`] (sends never wait for the receiver, so there is no
-        /// `isend`).
-        irecv => recv(buf: &'scope mut [T], peer: usize, tag: u32);
         /// Nonblocking [`Communicator::reduce`].
         ireduce => reduce(buf: &'scope mut [T], op: ReduceOp, root: usize);
         /// Nonblocking [`Communicator::all_gather_v`].
@@ -1099,6 +1213,36 @@ impl Communicator {
         ireduce_scatter_v => reduce_scatter_v(send: &'scope [T], recv: &'scope mut [T], counts: &'scope [usize], op: ReduceOp);
         /// Nonblocking [`Communicator::all_to_all_v`].
         iall_to_all_v => all_to_all_v(send: &'scope [T], send_counts: &'scope [usize], recv: &'scope mut [T], recv_counts: &'scope [usize]);
+    }
+
+    /// Nonblocking [`Communicator::recv`]: it takes its place among the receives from `peer`
+    /// with `tag` now (see [`Communicator::post_recv`]) and runs on a thread of `scope`.
+    pub fn irecv<'scope, 'env, T: Element>(
+        &self,
+        scope: &'scope Scope<'scope, 'env>,
+        buf: &'scope mut [T],
+        peer: usize,
+        tag: u32,
+    ) -> Request<'scope> {
+        let (comm, turn) = (self.clone(), self.post_recv(peer, tag));
+        Request {
+            handle: scope.spawn(move || comm.recv_posted(turn?, as_bytes_mut(buf), T::DTYPE)),
+        }
+    }
+
+    /// Nonblocking [`Communicator::send`]: it takes its place among the messages to `peer`
+    /// with `tag` now (see [`Communicator::post_send`]) and runs on a thread of `scope`.
+    pub fn isend<'scope, 'env, T: Element>(
+        &self,
+        scope: &'scope Scope<'scope, 'env>,
+        data: &'scope [T],
+        peer: usize,
+        tag: u32,
+    ) -> Request<'scope> {
+        let (comm, turn) = (self.clone(), self.post_send(peer, tag));
+        Request {
+            handle: scope.spawn(move || comm.send_posted(turn?, as_bytes(data), T::DTYPE)),
+        }
     }
 
     /// Nonblocking [`Communicator::barrier`].

@@ -391,6 +391,41 @@ fn reduce_half<H: HalfLike>(op: ReduceOp, dst: &mut [u8], src: &[u8]) {
     }
 }
 
+/// The 16-bit float type that `dtype` averages through `f32`, if it is one: a sum of
+/// representable values may not be representable (two ranks averaging 60000 in f16 would
+/// reach inf before the division), so such averages are computed wide, as NCCL and torch
+/// accumulate half precision in f32.
+pub(crate) fn averages_wide(dtype: DataType, op: ReduceOp) -> bool {
+    op == ReduceOp::Avg && matches!(dtype, DataType::F16 | DataType::BF16)
+}
+
+/// 16-bit floats (`F16`/`BF16` bytes) as the bytes of `f32` values.
+pub(crate) fn widen_half(dtype: DataType, src: &[u8]) -> Vec<u8> {
+    let to_f32: fn([u8; 2]) -> f32 = match dtype {
+        DataType::F16 => |b| f16::from_le_bytes(b).to_f32(),
+        DataType::BF16 => |b| bf16::from_le_bytes(b).to_f32(),
+        _ => unreachable!("only 16-bit floats widen"),
+    };
+    let mut out = Vec::with_capacity(src.len() * 2);
+    for c in src.chunks_exact(2) {
+        out.extend_from_slice(&to_f32([c[0], c[1]]).to_le_bytes());
+    }
+    out
+}
+
+/// The inverse of [`widen_half`]: `f32` bytes rounded into `dst` (`F16`/`BF16` bytes).
+pub(crate) fn narrow_half(dtype: DataType, src: &[u8], dst: &mut [u8]) {
+    debug_assert_eq!(src.len(), dst.len() * 2);
+    let from_f32: fn(f32) -> [u8; 2] = match dtype {
+        DataType::F16 => |x| f16::from_f32(x).to_le_bytes(),
+        DataType::BF16 => |x| bf16::from_f32(x).to_le_bytes(),
+        _ => unreachable!("only 16-bit floats narrow"),
+    };
+    for (d, s) in dst.chunks_exact_mut(2).zip(src.chunks_exact(4)) {
+        d.copy_from_slice(&from_f32(f32::from_le_bytes([s[0], s[1], s[2], s[3]])));
+    }
+}
+
 fn map_half<H: HalfLike>(buf: &mut [u8], f: impl Fn(f32) -> f32) {
     for d in buf.chunks_exact_mut(2) {
         let a = H::to_f32(bytemuck::pod_read_unaligned(d));

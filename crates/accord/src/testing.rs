@@ -10,8 +10,12 @@
 //! assert_eq!(sums, vec![6.0; 4]);
 //! ```
 
+use crate::auth::Token;
 use crate::transport::inproc::InProcess;
+use crate::transport::tcp::{MemoryAddressBook, TcpOptions, TcpTransport};
+use crate::transport::Transport;
 use crate::Communicator;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Run `f` on `n` ranks (threads) over the in-process transport and collect the results in rank
@@ -26,7 +30,46 @@ pub fn run_world_with_timeout<R: Send>(
     timeout: Duration,
     f: impl Fn(Communicator) -> R + Sync,
 ) -> Vec<R> {
-    let transports = InProcess::world(n);
+    let transports = InProcess::world(n)
+        .into_iter()
+        .map(|t| t as Arc<dyn Transport>)
+        .collect();
+    run_world_on(transports, timeout, f)
+}
+
+/// Like [`run_world_with_timeout`] over TCP on loopback: every rank has its own
+/// [`TcpTransport`], connected through an in-memory address book.
+pub fn run_tcp_world<R: Send>(
+    n: usize,
+    timeout: Duration,
+    f: impl Fn(Communicator) -> R + Sync,
+) -> Vec<R> {
+    let book = Arc::new(MemoryAddressBook::new());
+    let token = Token::new("testing");
+    let transports = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|rank| {
+                let (book, token) = (book.clone(), token.clone());
+                s.spawn(move || {
+                    let opts = TcpOptions::loopback(Duration::from_secs(30));
+                    TcpTransport::connect(rank, n, &token, &*book, opts).expect("TCP world")
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap() as Arc<dyn Transport>)
+            .collect()
+    });
+    run_world_on(transports, timeout, f)
+}
+
+/// Run `f` on one thread per transport, each with a communicator over it.
+pub fn run_world_on<R: Send>(
+    transports: Vec<Arc<dyn Transport>>,
+    timeout: Duration,
+    f: impl Fn(Communicator) -> R + Sync,
+) -> Vec<R> {
     std::thread::scope(|s| {
         let handles: Vec<_> = transports
             .into_iter()

@@ -142,6 +142,19 @@ fn point_to_point_and_schedule_collectives_use_shared_memory_rings() {
     assert_no_segments();
 }
 
+/// Messages with one tag sent from two threads at once through small rings (many frames
+/// each) arrive whole and in each thread's order; nonblocking receives match in posting order.
+#[test]
+fn messages_with_one_tag_in_flight_arrive_whole_over_rings() {
+    let (_s, ch) = spawn(
+        "p2p-order",
+        2,
+        same_host,
+        &[("ACCORD_SHM_RING_BYTES", "65536")],
+    );
+    all_ok(&collect(ch, Duration::from_secs(60)));
+}
+
 #[test]
 fn a_rank_killed_during_point_to_point_is_named_and_last_messages_arrive() {
     let t0 = Instant::now();
@@ -212,6 +225,42 @@ fn desync_and_abort_end_shared_memory_waits() {
     all_ok(&collect(ch, Duration::from_secs(60)));
 }
 
+/// Ranks that disagree on the root of a rooted collective all fail with a desync at once, on
+/// one host (every shared-memory broadcast and reduce variant) and across two simulated hosts
+/// (where the hosts' leaders agree on the root's host but not on the root).
+#[test]
+fn ranks_that_disagree_on_the_root_all_fail_over_shared_memory() {
+    let ops = [
+        "broadcast",
+        "broadcast_large",
+        "reduce",
+        "reduce_large",
+        "gather",
+        "scatter",
+    ];
+    let one_host: [(usize, &str); 3] = [(2, "0,1"), (3, "0,0,1"), (3, "2,1,2")];
+    for op in ops {
+        for (n, roots) in one_host {
+            let extra = [
+                ("ROOTS", roots),
+                ("ROOT_OP", op),
+                ("ACCORD_SHM_CHUNK_BYTES", "8192"),
+            ];
+            let (_s, ch) = spawn("root-mismatch", n, same_host, &extra);
+            let t0 = Instant::now();
+            all_ok(&collect(ch, Duration::from_secs(60)));
+            assert!(t0.elapsed() < Duration::from_secs(20), "{op} {roots}");
+        }
+    }
+    // Ranks 0 and 2 on host a, 1 and 3 on host b; host b believes the root is rank 2.
+    let host = |r: usize| ["a", "b", "a", "b"][r].to_string();
+    for op in ["broadcast", "broadcast_large", "reduce"] {
+        let extra = [("ROOTS", "0,2,0,2"), ("ROOT_OP", op)];
+        let (_s, ch) = spawn("root-mismatch", 4, host, &extra);
+        all_ok(&collect(ch, Duration::from_secs(60)));
+    }
+}
+
 /// The child side: does nothing unless started by one of the tests above.
 #[test]
 fn rank_main() {
@@ -242,6 +291,41 @@ fn rank_main() {
             assert_eq!(comm.transport_name(), want);
             assert!(comm.uses_shm());
             p2p_matrix(&comm);
+        }
+        "p2p-order" => {
+            let me = comm.rank();
+            let len = 100_003usize;
+            if me == 0 {
+                std::thread::scope(|s| {
+                    for th in 0..2u64 {
+                        let comm = &comm;
+                        s.spawn(move || {
+                            for i in 0..4u64 {
+                                let m: Vec<u64> =
+                                    (0..len as u64).map(|k| th << 48 | i << 32 | k).collect();
+                                comm.send(&m, 1, 5).unwrap();
+                            }
+                        });
+                    }
+                });
+            } else {
+                let mut bufs = vec![vec![0u64; len]; 8];
+                std::thread::scope(|s| {
+                    let reqs: Vec<_> = bufs.iter_mut().map(|b| comm.irecv(s, b, 0, 5)).collect();
+                    reqs.into_iter().for_each(|r| r.wait().unwrap());
+                });
+                let mut next = [0u64; 2];
+                for b in &bufs {
+                    let (th, i) = (b[0] >> 48, (b[0] >> 32) & 0xffff);
+                    assert!(
+                        (0..len).all(|k| b[k] == th << 48 | i << 32 | k as u64),
+                        "message {th}/{i} mixed with another"
+                    );
+                    assert_eq!(i, next[th as usize], "thread {th}: overtaken");
+                    next[th as usize] += 1;
+                }
+            }
+            comm.barrier().unwrap();
         }
         "p2p-kill" => {
             // Rank 2 streams to rank 0 and dies; rank 1 waits for it on a receive.
@@ -340,6 +424,36 @@ fn rank_main() {
                 }
             }
         }
+        "root-mismatch" => {
+            let roots: Vec<usize> = std::env::var("ROOTS")
+                .unwrap()
+                .split(',')
+                .map(|r| r.parse().unwrap())
+                .collect();
+            let (me, n) = (comm.rank(), comm.size());
+            let root = roots[me];
+            let t = Instant::now();
+            let r = match std::env::var("ROOT_OP").unwrap().as_str() {
+                "broadcast" => comm.broadcast(&mut [me as f32; 16], root),
+                "broadcast_large" => comm.broadcast(&mut vec![me as u8; 100_000], root),
+                "reduce" => comm.reduce(&mut [1.0f64; 9], ReduceOp::Sum, root),
+                "reduce_large" => comm.reduce(&mut vec![1i32; 50_000], ReduceOp::Max, root),
+                "gather" => comm.gather(&[1u64; 3], &mut vec![0; 3 * n], root),
+                "scatter" => comm.scatter(&vec![1u32; 2 * n], &mut [0; 2], root),
+                op => panic!("unknown op {op}"),
+            };
+            let e = r.expect_err("ranks disagree on the root: the call must fail");
+            println!("error: {e}");
+            let desync = |e: &Error| match e {
+                Error::Desync { .. } => true,
+                Error::Aborted { reason } => reason.contains("desync"),
+                _ => false,
+            };
+            assert!(desync(&e), "{e:?}");
+            assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+            let again = comm.barrier().expect_err("the communicator stays failed");
+            assert!(desync(&again), "{again:?}");
+        }
         "desync" => {
             let mut v = vec![1.0f32; if comm.rank() == 1 { 5 } else { 4 }];
             let e = comm.all_reduce(&mut v, ReduceOp::Sum).unwrap_err();
@@ -413,6 +527,17 @@ fn matrix(comm: &Communicator) {
                 .enumerate()
                 .all(|(i, &x)| (x - sum(i) / n as f64).abs() < 1e-9),
             "allreduce avg {count}"
+        );
+        // f16 averages accumulate in f32: 60000 on every rank stays 60000, not inf.
+        let big = half::f16::from_f32(60000.0);
+        let mut h = vec![big; count];
+        comm.all_reduce(&mut h, ReduceOp::Avg).unwrap();
+        assert!(h.iter().all(|&x| x == big), "allreduce f16 avg {count}");
+        let mut h = vec![big; count];
+        comm.reduce(&mut h, ReduceOp::Avg, n - 1).unwrap();
+        assert!(
+            me != n - 1 || h.iter().all(|&x| x == big),
+            "reduce f16 avg {count}"
         );
         let mut bi: Vec<i32> = mine.iter().map(|&x| x as i32).collect();
         comm.all_reduce(&mut bi, ReduceOp::Sum).unwrap();

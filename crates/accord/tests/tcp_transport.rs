@@ -384,7 +384,7 @@ fn clean_close_delivers_last_messages_then_reports_closed() {
 #[test]
 fn abort_propagates_to_peers() {
     let ts = world(3);
-    ts[0].abort("rank 0 ran out of memory");
+    ts[0].abort(0, "rank 0 ran out of memory");
     for t in &ts {
         match t
             .mailbox()

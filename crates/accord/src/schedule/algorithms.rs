@@ -49,7 +49,7 @@ pub fn build(coll: &Collective, world: usize, rank: usize, algo: Algorithm) -> R
         )));
     }
     let (p, r) = (world, rank);
-    Ok(match coll {
+    let sched = match coll {
         Collective::Barrier => match algo {
             Dissemination => barrier::dissemination(p, r),
             _ => barrier::direct(p, r),
@@ -98,7 +98,40 @@ pub fn build(coll: &Collective, world: usize, rank: usize, algo: Algorithm) -> R
             Bruck => alltoall::bruck(send_counts.first().copied().unwrap_or(0), p, r),
             _ => alltoall::direct(send_counts, recv_counts, p, r),
         },
+    };
+    Ok(if rooted(coll) && p > 1 {
+        agreement_first(barrier::dissemination(p, r), sched)
+    } else {
+        sched
     })
+}
+
+/// Whether data flows only from or to one root: then some ranks receive nothing (a broadcast
+/// root) or only from ranks that agree with them, so a disagreement about the root would pass
+/// unnoticed (wrong data) or wait for the deadline.
+fn rooted(coll: &Collective) -> bool {
+    matches!(
+        coll,
+        Collective::Broadcast { .. }
+            | Collective::Reduce { .. }
+            | Collective::Gather { .. }
+            | Collective::Scatter { .. }
+    )
+}
+
+/// `sched` preceded by the zero-byte rounds of `agreement`, a dissemination barrier. Every frame
+/// carries the call's fingerprint (root included) and a rank sends in a round only after its
+/// receives of the round before matched, so a rank that finishes the barrier has checked,
+/// directly or through the ranks it heard from, that every rank's fingerprint equals its own:
+/// ranks that disagree on the root all fail with a desync before any data moves. The tokens go
+/// first on every rank and pairs match messages in FIFO order, so they never meet data frames.
+fn agreement_first(agreement: Schedule, sched: Schedule) -> Schedule {
+    let mut rounds = agreement.rounds;
+    rounds.extend(sched.rounds);
+    Schedule {
+        rounds,
+        tmp_len: sched.tmp_len.max(agreement.tmp_len),
+    }
 }
 
 /// `ring, direct`.

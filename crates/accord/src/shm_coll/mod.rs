@@ -40,7 +40,11 @@
 //!
 //! **Desync detection.** With the first chunk of a call, every rank writes the call's sequence
 //! number and fingerprint next to its staging half; after the first barrier each rank compares
-//! every peer's with its own and reports [`Error::Desync`] naming the peer.
+//! every peer's with its own and reports [`Error::Desync`] naming the peer. Every collective
+//! passes such a barrier before any rank returns (a broadcast too, though its readers need only
+//! the root), so ranks that disagree on a root or a count all fail instead of returning
+//! different data. Across hosts the leaders' step carries the world call's fingerprint, and the
+//! root's host waits for its leader, for the same reason.
 
 use crate::dtype::{self, DataType, ReduceOp};
 use crate::error::{Error, Result};
@@ -243,7 +247,8 @@ impl ShmWorld {
                         call.op
                     };
                     let l = leaders.expect("leader communicator");
-                    l.all_reduce_bytes(None, output, call.dtype, op)?;
+                    let coll = Collective::AllReduce { count };
+                    l.run_as(call.fp, coll, call.dtype, Some(op), None, output)?;
                 }
                 let out = output.as_mut_ptr();
                 local(&|c| c.broadcast(out, count, 0))?;
@@ -263,12 +268,22 @@ impl ShmWorld {
                     local(&|c| c.broadcast(out, count, local_idx(root)))?;
                 }
                 if me == leader {
+                    // The world call's fingerprint names the world root: leaders whose ranks
+                    // disagree on it (even on a root of the same host) fail here.
                     let l = leaders.expect("leader communicator");
-                    l.broadcast_bytes(output, call.dtype, root_host)?;
+                    let coll = Collective::Broadcast {
+                        count,
+                        root: root_host,
+                    };
+                    l.run_as(call.fp, coll, call.dtype, None, None, output)?;
                 }
                 if host != root_host {
                     let out = output.as_mut_ptr();
                     local(&|c| c.broadcast(out, count, 0))?;
+                } else {
+                    // The root's host had its data first; it waits for its leader's step, so
+                    // that a disagreement between hosts fails every rank, not only the leaders.
+                    local(&|c| c.barrier_call())?;
                 }
                 Ok(())
             }
@@ -542,6 +557,12 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// A barrier that is a whole call (begins a half, checks fingerprints).
+    fn barrier_call(&self) -> Result<()> {
+        let h = self.begin(true)?;
+        self.barrier(h, true)
+    }
+
     /// Small allreduce (`root == None`) or reduce with more ranks than cores: everyone stages
     /// its input and arrives; local rank 0 reduces (in rank order) into its staging and
     /// arrives; the ranks that want the result copy it. Every rank waits for one peer only.
@@ -733,10 +754,10 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Root-driven: per chunk the root fills a staging half and arrives; readers wait for
-    /// the root alone, copy out and arrive. The root only waits (in [`Ctx::begin`]) when it
-    /// comes back to a half whose previous chunk some reader has not finished. From
-    /// `cma` bytes readers copy straight out of the root's buffer instead.
+    /// The root fills its staging half, one barrier (where every rank checks every rank's
+    /// fingerprint, so ranks that disagree on the root all fail), readers copy out. Larger
+    /// ones pipeline through a ring of slots after that barrier; from `cma` bytes readers copy
+    /// straight out of the root's buffer instead.
     fn broadcast(&self, buf: *mut u8, count: usize, root: usize) -> Result<()> {
         let (me, esz) = (self.me(), self.esz());
         let bytes = count * esz;
@@ -750,15 +771,14 @@ impl Ctx<'_> {
         if me == root {
             // SAFETY: `bytes` fit a staging half.
             unsafe { std::ptr::copy_nonoverlapping(buf, self.stage(me, h, 0), bytes) };
-            let e = self.g.arrive();
-            self.g.set_guard(h, e);
-        } else {
-            let e = self.g.epoch().wrapping_add(1);
-            self.wait_peer(root, e, h)?;
-            self.check_fp(root, h)?;
-            // SAFETY: as above.
+        }
+        // A barrier, not a wait for the root alone: a rank that wrongly believes it is the
+        // root would otherwise return at once with its own data. The barrier keeps the root's
+        // half readable until every reader's next arrival.
+        self.barrier(h, true)?;
+        if me != root {
+            // SAFETY: as above; the root filled its half before arriving.
             unsafe { std::ptr::copy_nonoverlapping(self.stage(root, h, 0), buf, bytes) };
-            self.g.arrive();
         }
         Ok(())
     }
@@ -768,6 +788,8 @@ impl Ctx<'_> {
     fn broadcast_ring(&self, buf: *mut u8, bytes: usize, root: usize) -> Result<()> {
         let me = self.me();
         let h = self.begin(true)?;
+        // Every rank checks every fingerprint before the root writes a slot (see `broadcast`).
+        self.barrier(h, true)?;
         // The second half's guard may name the readers' next arrival (after a barrier), which
         // comes only once they read chunk 0: the root waits for it when it first writes there.
         let h2 = self.g.next_chunk();
@@ -824,6 +846,8 @@ impl Ctx<'_> {
     fn broadcast_direct(&self, buf: *mut u8, bytes: usize, root: usize) -> Result<()> {
         let me = self.me();
         let h = self.begin(true)?;
+        // Every rank checks every fingerprint first (see `broadcast`).
+        self.barrier(h, true)?;
         if me == root {
             self.g.publish_region(buf, bytes);
             let e = self.g.arrive();

@@ -488,8 +488,8 @@ impl Transport for HybridTransport {
         &self.mailbox
     }
 
-    fn abort(&self, reason: &str) {
-        self.tcp.abort(reason);
+    fn abort(&self, by: usize, reason: &str) {
+        self.tcp.abort(by, reason);
     }
 }
 

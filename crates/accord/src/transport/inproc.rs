@@ -16,7 +16,13 @@ pub struct InProcess {
 impl InProcess {
     /// Create a world of `n` connected ranks; element `i` is rank `i`'s transport.
     pub fn world(n: usize) -> Vec<Arc<InProcess>> {
-        let boxes: Arc<Vec<Mailbox>> = Arc::new((0..n).map(|_| Mailbox::new()).collect());
+        Self::world_with_cap(n, super::mailbox::max_unmatched_bytes())
+    }
+
+    /// Like [`InProcess::world`], where one rank may leave at most `cap` bytes untaken in
+    /// another's mailbox (see [`super::mailbox`]).
+    pub fn world_with_cap(n: usize, cap: usize) -> Vec<Arc<InProcess>> {
+        let boxes: Arc<Vec<Mailbox>> = Arc::new((0..n).map(|_| Mailbox::with_cap(cap)).collect());
         (0..n)
             .map(|rank| {
                 Arc::new(InProcess {
@@ -75,9 +81,9 @@ impl Transport for InProcess {
         &self.boxes[self.rank]
     }
 
-    fn abort(&self, reason: &str) {
+    fn abort(&self, by: usize, reason: &str) {
         for b in self.boxes.iter() {
-            b.abort(self.rank, reason);
+            b.abort(by, reason);
         }
     }
 }

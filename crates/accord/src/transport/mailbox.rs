@@ -1,5 +1,11 @@
 //! The receive side shared by every transport: frames keyed by (source, communicator, sequence),
 //! peer-loss and abort notices, and waiting with a deadline.
+//!
+//! Frames arrive whether or not a receive is waiting for them (a send never waits for the
+//! receiver), so what one peer may leave here untaken is capped ([`max_unmatched_bytes`]): a
+//! peer that sends more than that, whether a program bug or a peer that knows the token and
+//! floods us, is treated as lost with a cause that says so, its frames are freed, and waits on
+//! it fail naming it, instead of this process growing without bound.
 
 use super::{Envelope, P2P_LANE};
 use crate::fingerprint::Fingerprint;
@@ -53,11 +59,39 @@ pub enum WaitError {
 
 type Key = (usize, u64, u64);
 
+/// Default of [`max_unmatched_bytes`].
+pub const DEFAULT_MAX_UNMATCHED_BYTES: usize = 1 << 30;
+
+/// How many bytes of frames one peer may have waiting in a mailbox that no receive has taken
+/// yet: `ACCORD_MAX_UNMATCHED_BYTES` if set, else [`DEFAULT_MAX_UNMATCHED_BYTES`] (1 GiB).
+pub fn max_unmatched_bytes() -> usize {
+    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| {
+        std::env::var("ACCORD_MAX_UNMATCHED_BYTES")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|&v| v > 0)
+            .unwrap_or(DEFAULT_MAX_UNMATCHED_BYTES)
+    })
+}
+
 #[derive(Default)]
 struct State {
     queues: HashMap<Key, VecDeque<Frame>>,
+    /// Payload bytes waiting per source.
+    buffered: HashMap<usize, usize>,
+    /// Sources that went over the cap: their frames are dropped from then on.
+    flooded: std::collections::HashSet<usize>,
     lost: HashMap<usize, String>,
     aborted: Option<(usize, String)>,
+}
+
+impl State {
+    fn unbuffer(&mut self, src: usize, bytes: usize) {
+        if let Some(b) = self.buffered.get_mut(&src) {
+            *b = b.saturating_sub(bytes);
+        }
+    }
 }
 
 /// Drains frames that are on their way from a side path (shared-memory rings) into the mailbox;
@@ -65,19 +99,36 @@ struct State {
 pub type Flush = Box<dyn Fn(&Mailbox, bool) + Send + Sync>;
 
 /// Incoming frames of one rank.
-#[derive(Default)]
 pub struct Mailbox {
     state: Mutex<State>,
     ready: Condvar,
+    /// Bytes one source may leave untaken (see the module docs).
+    cap: usize,
     /// Run before reporting a source lost: a peer's frames may still sit in shared memory when
     /// its connection's end is noticed, and must be delivered first.
     flush: std::sync::OnceLock<(Flush, std::time::Duration)>,
+}
+
+impl Default for Mailbox {
+    fn default() -> Self {
+        Self::with_cap(max_unmatched_bytes())
+    }
 }
 
 impl Mailbox {
     /// An empty mailbox.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty mailbox where one source may leave at most `cap` bytes untaken.
+    pub fn with_cap(cap: usize) -> Self {
+        Mailbox {
+            state: Mutex::default(),
+            ready: Condvar::new(),
+            cap,
+            flush: std::sync::OnceLock::new(),
+        }
     }
 
     /// Install the hook that delivers frames still in transit on another path (once; later
@@ -90,10 +141,48 @@ impl Mailbox {
     /// A frame from `src` arrived.
     pub fn deliver(&self, src: usize, frame: Frame) {
         let mut st = self.state.lock().unwrap();
+        if st.flooded.contains(&src) {
+            return;
+        }
+        let held = st.buffered.entry(src).or_default();
+        *held += frame.data.len();
+        if *held > self.cap {
+            let held = *held;
+            self.flooded(&mut st, src, held);
+        } else {
+            st.queues
+                .entry((src, frame.env.comm, frame.env.seq))
+                .or_default()
+                .push_back(frame);
+        }
+        drop(st);
+        self.ready.notify_all();
+    }
+
+    /// `src` sent more than the cap: free what it left and report it lost, saying why.
+    fn flooded(&self, st: &mut State, src: usize, held: usize) {
+        st.flooded.insert(src);
+        st.queues.retain(|k, _| k.0 != src);
+        st.buffered.remove(&src);
+        let cause = format!(
+            "it sent {held} bytes that no receive here has taken, more than the {} bytes \
+             allowed (ACCORD_MAX_UNMATCHED_BYTES); its messages were dropped",
+            self.cap
+        );
+        tracing::warn!(src, "{cause}");
+        // A loss recorded earlier keeps its cause; this one replaces only its absence.
+        st.lost.entry(src).or_insert(cause);
+    }
+
+    /// Return a frame taken from `src` to the front of its queue (a receive that does not
+    /// match it leaves it for one that does).
+    pub fn put_back(&self, src: usize, frame: Frame) {
+        let mut st = self.state.lock().unwrap();
+        *st.buffered.entry(src).or_default() += frame.data.len();
         st.queues
             .entry((src, frame.env.comm, frame.env.seq))
             .or_default()
-            .push_back(frame);
+            .push_front(frame);
         drop(st);
         self.ready.notify_all();
     }
@@ -151,6 +240,7 @@ impl Mailbox {
                     if q.is_empty() {
                         st.queues.remove(&key);
                     }
+                    st.unbuffer(src, f.data.len());
                     return Ok(f);
                 }
             }
@@ -210,6 +300,23 @@ impl Mailbox {
 
     /// Drop every frame of communicator `comm` (used when a communicator is destroyed).
     pub fn forget_comm(&self, comm: u64) {
-        self.state.lock().unwrap().queues.retain(|k, _| k.1 != comm);
+        let mut st = self.state.lock().unwrap();
+        let mut freed = Vec::new();
+        st.queues.retain(|k, q| {
+            let keep = k.1 != comm;
+            if !keep {
+                freed.push((k.0, q.iter().map(|f| f.data.len()).sum::<usize>()));
+            }
+            keep
+        });
+        for (src, bytes) in freed {
+            st.unbuffer(src, bytes);
+        }
+    }
+
+    /// Payload bytes from `src` waiting untaken.
+    pub fn buffered(&self, src: usize) -> usize {
+        let st = self.state.lock().unwrap();
+        st.buffered.get(&src).copied().unwrap_or(0)
     }
 }

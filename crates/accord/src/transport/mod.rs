@@ -73,8 +73,11 @@ pub trait Transport: Send + Sync + 'static {
     fn send(&self, peer: usize, env: &Envelope, data: &[u8]) -> Result<()>;
     /// Where incoming frames for this rank land.
     fn mailbox(&self) -> &Mailbox;
-    /// Tell every reachable peer that this rank is giving up, with the reason; best effort.
-    fn abort(&self, reason: &str);
+    /// Tell every reachable peer that the world is given up because rank `by` failed with
+    /// `reason`; best effort. `by` is this rank, or the rank whose notice reached this one: a
+    /// rank forwards the notice it heard before it closes, so that a peer that sees it close
+    /// still learns who failed first rather than blaming the messenger.
+    fn abort(&self, by: usize, reason: &str);
 }
 
 /// Split `data` into frames no larger than `chunk` and call `emit(offset, bytes)` for each; a

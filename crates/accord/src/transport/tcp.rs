@@ -425,6 +425,7 @@ impl TcpTransport {
             let ctl = stream.try_clone().map_err(setup)?;
             let ctx = ReaderCtx {
                 peer,
+                size,
                 mailbox: mailbox.clone(),
                 closing: closing.clone(),
                 ctl: stream.try_clone().map_err(setup)?,
@@ -620,27 +621,26 @@ impl Transport for TcpTransport {
         &self.mailbox
     }
 
-    fn abort(&self, reason: &str) {
-        let mut text = reason.as_bytes();
-        if text.len() > super::wire::MAX_REASON_BYTES {
-            let mut end = super::wire::MAX_REASON_BYTES;
-            while !reason.is_char_boundary(end) {
-                end -= 1;
-            }
-            text = &text[..end];
+    fn abort(&self, by: usize, reason: &str) {
+        // Payload: the failing rank, then as much of the reason as fits.
+        let mut end = reason.len().min(super::wire::MAX_REASON_BYTES - 4);
+        while !reason.is_char_boundary(end) {
+            end -= 1;
         }
+        let mut body = (by as u32).to_le_bytes().to_vec();
+        body.extend_from_slice(&reason.as_bytes()[..end]);
         if !self.closing.load(Ordering::SeqCst) {
-            let hdr = self.control_header(FrameKind::Abort, text.len());
+            let hdr = self.control_header(FrameKind::Abort, body.len());
             for (peer, p) in self.peers.iter().enumerate() {
                 let Some(p) = p else { continue };
-                if self.mailbox.lost(peer).is_none() {
-                    if let Err(e) = self.courtesy_write(p, &hdr, text) {
+                if peer != by && self.mailbox.lost(peer).is_none() {
+                    if let Err(e) = self.courtesy_write(p, &hdr, &body) {
                         tracing::debug!(rank = self.rank, peer, "abort notice not sent: {e}");
                     }
                 }
             }
         }
-        self.mailbox.abort(self.rank, reason);
+        self.mailbox.abort(by, reason);
     }
 }
 
@@ -915,6 +915,8 @@ impl AcceptCtx {
 /// Everything a reader thread needs.
 struct ReaderCtx {
     peer: usize,
+    /// World size: bounds the rank a forwarded abort notice may name.
+    size: usize,
     mailbox: Arc<Mailbox>,
     closing: Arc<AtomicBool>,
     ctl: TcpStream,
@@ -971,8 +973,15 @@ impl ReaderCtx {
                     },
                 ),
                 FrameKind::Abort => {
-                    let reason = String::from_utf8_lossy(&data).into_owned();
-                    self.mailbox.abort(peer, reason);
+                    let (by, reason) = match data.split_first_chunk::<4>() {
+                        Some((by, text)) => (u32::from_le_bytes(*by) as usize, text),
+                        None => (peer, &data[..]),
+                    };
+                    // A forwarded notice names the rank that failed first; a rank number
+                    // outside the world is the sender's own failure.
+                    let by = if by < self.size { by } else { peer };
+                    self.mailbox
+                        .abort(by, String::from_utf8_lossy(reason).into_owned());
                 }
                 FrameKind::Bye => {
                     self.mailbox
