@@ -13,8 +13,9 @@ store in its process and publishes ``host:port``, a random token and a random in
 Ray's internal key-value store under the group's name; the other ranks poll for it. Rank 0
 withdraws the entry as soon as the group has formed (or failed to), so a group re-created under
 the same name never finds its predecessor's; an entry left behind by a rank 0 that died while
-the group formed is recognised by its store no longer answering, and the other ranks keep
-waiting for the new one instead of joining it. A group declared from the driver also carries the
+the group formed is recognised by its store no longer answering (or refusing the entry's
+token, when another store took the port), and the other ranks keep waiting for the new one
+instead of joining it. A group declared from the driver also carries the
 declaration's id, and its ranks join only a store published for that declaration.
 
 Every wait (for rank 0's address, the rendezvous, and later every call) is bounded by
@@ -45,7 +46,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from . import Communicator, StoreServer, init_from_store
 from . import _arrays
-from ._errors import StoreError, TimeoutError
+from ._errors import StoreError, TimeoutError, UnauthorizedError
 
 _KEY = "accord/collective/{}"
 _DECLARED = "accord/collective-declared/{}"
@@ -71,7 +72,7 @@ def _node_ip() -> str:
     return ray.util.get_node_ip_address()
 
 
-def resolve_timeout(timeout: Optional[float] = None) -> float:
+def _resolve_timeout(timeout: Optional[float] = None) -> float:
     """``timeout`` if given, else ``ACCORD_TIMEOUT``, else :data:`DEFAULT_TIMEOUT` (seconds)."""
     source = "timeout"
     if timeout is None:
@@ -131,12 +132,27 @@ def _host(world_size: int, group_name: str, timeout: float, declaration: Optiona
         _withdraw(key, incarnation)
 
 
-def _find_store(rank: int, group_name: str, timeout: float, deadline: float, declaration: Optional[str]) -> Dict[str, Any]:
+def _rank0_timeout(message: str, group_name: str, timeout: float) -> TimeoutError:
+    """A wait for rank 0 ran out, with the attributes of the core's timeouts."""
+    e = TimeoutError(message)
+    e.op, e.seq, e.comm, e.waiting_for, e.after, e.hint = "rendezvous", 0, group_name, [0], timeout, ""
+    return e
+
+
+def _find_store(
+    rank: int,
+    group_name: str,
+    timeout: float,
+    deadline: float,
+    declaration: Optional[str],
+    refused: Dict[Optional[str], str],
+) -> Dict[str, Any]:
     """Another rank: poll for rank 0's entry of this incarnation of the group, skipping the
-    entry of a dead one (its store does not answer) or of another declaration."""
+    entry of a dead one (its store does not answer), of another declaration, or one in
+    ``refused`` (incarnation -> why)."""
     kv = _kv()
     key = _KEY.format(group_name)
-    gone: Dict[str, float] = {}  # incarnation -> when its store last failed to answer
+    gone: Dict[Optional[str], float] = {}  # incarnation -> when its store last failed to answer
     why = ""
     while True:
         raw = kv._internal_kv_get(key)
@@ -145,6 +161,8 @@ def _find_store(rank: int, group_name: str, timeout: float, deadline: float, dec
             incarnation = info.get("incarnation")
             if declaration is not None and info.get("declaration") != declaration:
                 why = "; the address published is of another declaration of the group"
+            elif incarnation in refused:
+                why = refused[incarnation]
             elif time.monotonic() - gone.get(incarnation, -1e9) < 1.0:
                 pass  # checked a moment ago
             elif _answers(info["addr"], deadline):
@@ -156,9 +174,11 @@ def _find_store(rank: int, group_name: str, timeout: float, deadline: float, dec
                     "previous incarnation whose rank 0 is gone"
                 )
         if time.monotonic() >= deadline:
-            raise TimeoutError(
+            raise _rank0_timeout(
                 f"collective group {group_name!r}: rank {rank} waited {timeout:g} s for rank 0 to "
-                f"publish the group's store address; is rank 0 calling init_collective_group?{why}"
+                f"publish the group's store address; is rank 0 calling init_collective_group?{why}",
+                group_name,
+                timeout,
             )
         time.sleep(0.05)
 
@@ -171,29 +191,40 @@ def _rendezvous(
     declaration: Optional[str] = None,
 ) -> Communicator:
     """Form the group: every wait is bounded by one deadline of ``timeout`` seconds (see
-    :func:`resolve_timeout`), which then bounds every call of the communicator."""
-    timeout = resolve_timeout(timeout)
+    :func:`_resolve_timeout`), which then bounds every call of the communicator."""
+    timeout = _resolve_timeout(timeout)
     deadline = time.monotonic() + timeout
     if rank == 0:
         return _host(world_size, group_name, timeout, declaration)
-    info = _find_store(rank, group_name, timeout, deadline, declaration)
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise TimeoutError(
-            f"collective group {group_name!r}: rank {rank} found rank 0's store only as its "
-            f"{timeout:g} s ran out"
-        )
-    try:
-        comm = init_from_store(rank, world_size, info["addr"], info["token"], left)
-    except StoreError as e:
-        # Rank 0 closes its store when its own wait for the group ends unsuccessfully.
-        raise StoreError(
-            f"collective group {group_name!r}: rank 0 closed the group's store while rank {rank} "
-            f"waited for the group to form, so rank 0 gave up (its error names the ranks that "
-            f"never joined): {e}"
-        ) from e
-    comm.timeout = timeout
-    return comm
+    refused: Dict[Optional[str], str] = {}
+    while True:
+        info = _find_store(rank, group_name, timeout, deadline, declaration, refused)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _rank0_timeout(
+                f"collective group {group_name!r}: rank {rank} found rank 0's store only as its "
+                f"{timeout:g} s ran out",
+                group_name,
+                timeout,
+            )
+        try:
+            comm = init_from_store(rank, world_size, info["addr"], info["token"], left)
+        except UnauthorizedError:
+            # Another store listens where a dead incarnation's was: the entry is stale.
+            refused[info.get("incarnation")] = (
+                f"; the address published ({info['addr']}) is now another store's: it is that of "
+                "a previous incarnation whose rank 0 is gone"
+            )
+            continue
+        except StoreError as e:
+            # Rank 0 closes its store when its own wait for the group ends unsuccessfully.
+            raise StoreError(
+                f"collective group {group_name!r}: rank 0 closed the group's store while rank "
+                f"{rank} waited for the group to form, so rank 0 gave up (its error names the "
+                f"ranks that never joined): {e}"
+            ) from e
+        comm.timeout = timeout
+        return comm
 
 
 def init_collective_group(

@@ -181,10 +181,10 @@ def test_missing_rank0_times_out_after_accord_timeout(ray_session):
     """Rank 1 waits for a rank 0 that never comes: it fails after ACCORD_TIMEOUT naming rank 0."""
     a = Worker.remote(1, 2)
     try:
-        took, err, msg, _, _ = ray.get(a.join.remote("no-rank0", "accord", 3), timeout=60)
+        took, err, msg, waiting, _ = ray.get(a.join.remote("no-rank0", "accord", 3), timeout=60)
     finally:
         _kill([a])
-    assert err == "TimeoutError" and "rank 0" in msg, (err, msg)
+    assert err == "TimeoutError" and "rank 0" in msg and waiting == [0], (err, msg, waiting)
     assert 2.5 <= took <= 13, (took, msg)
 
 
@@ -252,4 +252,44 @@ def test_recreate_after_rank0_killed(ray_session, when):
     for r, (took, err, msg, _, total) in enumerate(res):
         assert err is None, (r, err, msg)
         assert total == 3, (r, total)
+    assert res[1][0] < 15, res
+
+
+def test_timeout_resolution(monkeypatch):
+    from accord import collective as col
+
+    monkeypatch.delenv("ACCORD_TIMEOUT", raising=False)
+    assert col._resolve_timeout(None) == col.DEFAULT_TIMEOUT
+    monkeypatch.setenv("ACCORD_TIMEOUT", "2.5")
+    assert col._resolve_timeout(None) == 2.5 and col._resolve_timeout(7) == 7
+    for bad in ["soon", "0", "-1", "inf", "nan"]:
+        monkeypatch.setenv("ACCORD_TIMEOUT", bad)
+        with pytest.raises(ValueError, match="ACCORD_TIMEOUT"):
+            col._resolve_timeout(None)
+
+
+def test_stale_entry_of_another_store_is_skipped(ray_session):
+    """The name's entry points at a store that answers but is another one (its token differs,
+    as when a dead group's port was reused): rank 1 refuses it and joins the new rank 0."""
+    import json
+
+    from ray.experimental import internal_kv
+
+    import accord
+
+    group = "stale-other-store"
+    other = accord.StoreServer("127.0.0.1", 0)
+    stale = {"addr": f"127.0.0.1:{other.port}", "token": "a-dead-group's", "incarnation": "old"}
+    internal_kv._internal_kv_put(f"accord/collective/{group}", json.dumps(stale), overwrite=True)
+    new = [Worker.remote(r, 2) for r in range(2)]
+    try:
+        ray.get([a.__ray_ready__.remote() for a in new], timeout=60)
+        late = new[1].join.remote(group, "accord", 60, True)
+        time.sleep(1.5)
+        early = new[0].join.remote(group, "accord", 60, True)
+        res = ray.get([early, late], timeout=40)
+    finally:
+        _kill(new)
+        other.close()
+    assert [(err, total) for _, err, _, _, total in res] == [(None, 3), (None, 3)], res
     assert res[1][0] < 15, res
