@@ -28,12 +28,13 @@ fn kind(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<Kind>> {
     let py = obj.py();
     // numpy scalars first: numpy.float64 is also a Python float. Without numpy imported
     // nothing can be one, so numpy is never imported here.
-    if let Ok(np) = py
-        .import_bound("sys")?
-        .getattr("modules")?
+    // (A module entry of None, which blocks the import, counts as no numpy.)
+    let modules = py.import_bound("sys")?.getattr("modules")?;
+    if let Ok(generic) = modules
         .get_item("numpy")
+        .and_then(|np| np.getattr("generic"))
     {
-        if obj.is_instance(&np.getattr("generic")?)? {
+        if obj.is_instance(&generic)? {
             return Ok(Some(Kind::Numpy));
         }
     }
