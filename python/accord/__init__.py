@@ -10,8 +10,9 @@ A thin layer over the Rust core (``accord._native``)::
 
 Arrays are numpy arrays, torch tensors, CuPy arrays, or anything exporting ``__dlpack__``,
 ``__array_interface__``, ``__cuda_array_interface__`` or the buffer protocol; they must be
-C-contiguous, and outputs writable. Every call releases the GIL; ``async_op=True`` returns a
-:class:`Request`.
+C-contiguous, and outputs writable. A numpy scalar or a Python float/int counts as one element;
+where a call writes it, the result comes back as a new scalar (``total = comm.allreduce(x.sum())``).
+Every call releases the GIL; ``async_op=True`` returns a :class:`Request`.
 
 CUDA arrays run on NCCL: the first call with arrays on a device creates the group's NCCL
 communicator for it (a collective: every rank makes that call together, each with its own

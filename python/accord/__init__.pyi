@@ -19,7 +19,8 @@ from ._errors import (
 
 __version__: str
 
-#: numpy arrays, torch CPU tensors, or objects with __dlpack__ / __array_interface__ / the buffer protocol.
+#: numpy arrays, torch tensors, CuPy arrays, or objects with __dlpack__ / __array_interface__ /
+#: the buffer protocol; numpy scalars and Python floats/ints count as one element.
 Array = Any
 
 class ReduceOp(str, enum.Enum):

@@ -4,7 +4,26 @@ that a group fed GPU tensors stays on the GPU."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Sequence
+
+
+def is_immutable_scalar(x: Any) -> bool:
+    """A Python number or a numpy scalar: nothing can be written into it."""
+    if isinstance(x, (int, float, complex)):
+        return True
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(x, np.generic)
+
+
+def require_writable(x: Any, what: str) -> None:
+    """Refuse an immutable scalar where a call that returns nothing must write its result."""
+    if is_immutable_scalar(x):
+        raise TypeError(
+            f"{what} is a {type(x).__module__}.{type(x).__qualname__} scalar, which cannot be "
+            "written in place, and this call returns nothing; pass an array (e.g. "
+            "numpy.array(x), a 0-d array) and read the result from it"
+        )
 
 
 def _is_torch(x: Any) -> bool:

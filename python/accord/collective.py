@@ -9,8 +9,18 @@ Inside Ray actors::
 
 or declare the group from the driver with :func:`create_collective_group` and call the
 collectives in the actors (they join on first use). Nobody passes an address: rank 0 starts a
-store in its process and publishes ``host:port`` and a random token in Ray's internal key-value
-store under the group's name; the other ranks poll for it (bounded by ``timeout``).
+store in its process and publishes ``host:port``, a random token and a random incarnation id in
+Ray's internal key-value store under the group's name; the other ranks poll for it. Rank 0
+withdraws the entry as soon as the group has formed (or failed to), so a group re-created under
+the same name never finds its predecessor's; an entry left behind by a rank 0 that died while
+the group formed is recognised by its store no longer answering (or refusing the entry's
+token, when another store took the port), and the other ranks keep waiting for the new one
+instead of joining it. A group declared from the driver also carries the
+declaration's id, and its ranks join only a store published for that declaration.
+
+Every wait (for rank 0's address, the rendezvous, and later every call) is bounded by
+``timeout`` seconds, else ``ACCORD_TIMEOUT``, else 300; a timeout raises
+:class:`accord.TimeoutError` naming the missing ranks.
 
 Importing this module also registers accord as a backend of Ray's own API when Ray has
 ``ray.util.collective.register_collective_backend`` (Ray >= 2.5x), so
@@ -25,19 +35,29 @@ arrays of the list-based calls are made on the tensors' device.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
+import os
+import socket
 import time
-from typing import Any, Dict, List, Optional, Sequence
+import uuid
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from . import Communicator, StoreServer, init_from_store
 from . import _arrays
+from ._errors import StoreError, TimeoutError, UnauthorizedError
 
 _KEY = "accord/collective/{}"
 _DECLARED = "accord/collective-declared/{}"
 _groups: Dict[str, Communicator] = {}
+#: The declaration id each group here was created from (declared groups only).
+_declarations: Dict[str, str] = {}
 
-#: Seconds a rank waits for rank 0's store address (and the rendezvous).
+#: Seconds every wait is bounded by when neither ``timeout`` nor ``ACCORD_TIMEOUT`` is given.
 DEFAULT_TIMEOUT = 300.0
+#: How long a joiner gives a published store to accept a connection before it counts as gone.
+_PROBE_S = 2.0
 
 
 def _kv():
@@ -52,30 +72,159 @@ def _node_ip() -> str:
     return ray.util.get_node_ip_address()
 
 
-def _rendezvous(world_size: int, rank: int, group_name: str, timeout: Optional[float]) -> Communicator:
+def _resolve_timeout(timeout: Optional[float] = None) -> float:
+    """``timeout`` if given, else ``ACCORD_TIMEOUT``, else :data:`DEFAULT_TIMEOUT` (seconds)."""
+    source = "timeout"
+    if timeout is None:
+        env = os.environ.get("ACCORD_TIMEOUT", "").strip()
+        if not env:
+            return DEFAULT_TIMEOUT
+        source = "ACCORD_TIMEOUT"
+        try:
+            timeout = float(env)
+        except ValueError:
+            timeout = float("nan")
+    if not (timeout > 0 and timeout != float("inf")):
+        raise ValueError(f"{source}={timeout!r} is not a positive number of seconds")
+    return float(timeout)
+
+
+def _answers(addr: str, deadline: float) -> bool:
+    """Whether a store still listens at ``addr`` (``host:port``). A group whose rank 0 died
+    leaves an address where nothing answers."""
+    host, port = addr.rsplit(":", 1)
+    wait = max(0.05, min(_PROBE_S, deadline - time.monotonic()))
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=wait):
+            return True
+    except OSError:
+        return False
+
+
+def _withdraw(key: str, incarnation: str) -> None:
+    """Delete rank 0's entry unless a newer incarnation has replaced it already (a newer one
+    may only appear in the instant between the read and the delete, when the same name is
+    created twice at once, which is not supported)."""
     kv = _kv()
-    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+    raw = kv._internal_kv_get(key)
+    if raw and json.loads(raw).get("incarnation") == incarnation:
+        kv._internal_kv_del(key)
+
+
+def _host(world_size: int, group_name: str, timeout: float, declaration: Optional[str]) -> Communicator:
+    """Rank 0: start the store, publish it, and withdraw it once the group has formed or failed."""
     key = _KEY.format(group_name)
-    if rank == 0:
-        server = StoreServer("0.0.0.0", 0)
-        info = {"addr": f"{_node_ip()}:{server.port}", "token": server.token}
-        kv._internal_kv_put(key, json.dumps(info), overwrite=True)
+    server = StoreServer("0.0.0.0", 0)
+    incarnation = uuid.uuid4().hex
+    info = {
+        "addr": f"{_node_ip()}:{server.port}",
+        "token": server.token,
+        "incarnation": incarnation,
+        "declaration": declaration,
+    }
+    _kv()._internal_kv_put(key, json.dumps(info), overwrite=True)
+    try:
         return init_from_store(0, world_size, info["addr"], info["token"], timeout, store=server)
-    deadline = time.monotonic() + timeout
+    except BaseException:
+        server.close()  # no one may join a group that failed to form
+        raise
+    finally:
+        _withdraw(key, incarnation)
+
+
+def _rank0_timeout(message: str, group_name: str, timeout: float) -> TimeoutError:
+    """A wait for rank 0 ran out, with the attributes of the core's timeouts."""
+    e = TimeoutError(message)
+    e.op, e.seq, e.comm, e.waiting_for, e.after, e.hint = "rendezvous", 0, group_name, [0], timeout, ""
+    return e
+
+
+def _find_store(
+    rank: int,
+    group_name: str,
+    timeout: float,
+    deadline: float,
+    declaration: Optional[str],
+    refused: Dict[Optional[str], str],
+) -> Dict[str, Any]:
+    """Another rank: poll for rank 0's entry of this incarnation of the group, skipping the
+    entry of a dead one (its store does not answer), of another declaration, or one in
+    ``refused`` (incarnation -> why)."""
+    kv = _kv()
+    key = _KEY.format(group_name)
+    gone: Dict[Optional[str], float] = {}  # incarnation -> when its store last failed to answer
+    why = ""
     while True:
         raw = kv._internal_kv_get(key)
         if raw:
             info = json.loads(raw)
-            break
-        if time.monotonic() > deadline:
-            from ._errors import TimeoutError
-
-            raise TimeoutError(
-                f"collective group {group_name!r}: rank {rank} waited {timeout:.0f} s for rank 0 to "
-                "publish the group's store address; is rank 0 calling init_collective_group?"
+            incarnation = info.get("incarnation")
+            if declaration is not None and info.get("declaration") != declaration:
+                why = "; the address published is of another declaration of the group"
+            elif incarnation in refused:
+                why = refused[incarnation]
+            elif time.monotonic() - gone.get(incarnation, -1e9) < 1.0:
+                pass  # checked a moment ago
+            elif _answers(info["addr"], deadline):
+                return info
+            else:
+                gone[incarnation] = time.monotonic()
+                why = (
+                    f"; the address published ({info['addr']}) does not answer: it is that of a "
+                    "previous incarnation whose rank 0 is gone"
+                )
+        if time.monotonic() >= deadline:
+            raise _rank0_timeout(
+                f"collective group {group_name!r}: rank {rank} waited {timeout:g} s for rank 0 to "
+                f"publish the group's store address; is rank 0 calling init_collective_group?{why}",
+                group_name,
+                timeout,
             )
         time.sleep(0.05)
-    return init_from_store(rank, world_size, info["addr"], info["token"], timeout)
+
+
+def _rendezvous(
+    world_size: int,
+    rank: int,
+    group_name: str,
+    timeout: Optional[float],
+    declaration: Optional[str] = None,
+) -> Communicator:
+    """Form the group: every wait is bounded by one deadline of ``timeout`` seconds (see
+    :func:`_resolve_timeout`), which then bounds every call of the communicator."""
+    timeout = _resolve_timeout(timeout)
+    deadline = time.monotonic() + timeout
+    if rank == 0:
+        return _host(world_size, group_name, timeout, declaration)
+    refused: Dict[Optional[str], str] = {}
+    while True:
+        info = _find_store(rank, group_name, timeout, deadline, declaration, refused)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _rank0_timeout(
+                f"collective group {group_name!r}: rank {rank} found rank 0's store only as its "
+                f"{timeout:g} s ran out",
+                group_name,
+                timeout,
+            )
+        try:
+            comm = init_from_store(rank, world_size, info["addr"], info["token"], left)
+        except UnauthorizedError:
+            # Another store listens where a dead incarnation's was: the entry is stale.
+            refused[info.get("incarnation")] = (
+                f"; the address published ({info['addr']}) is now another store's: it is that of "
+                "a previous incarnation whose rank 0 is gone"
+            )
+            continue
+        except StoreError as e:
+            # Rank 0 closes its store when its own wait for the group ends unsuccessfully.
+            raise StoreError(
+                f"collective group {group_name!r}: rank 0 closed the group's store while rank "
+                f"{rank} waited for the group to form, so rank 0 gave up (its error names the "
+                f"ranks that never joined): {e}"
+            ) from e
+        comm.timeout = timeout
+        return comm
 
 
 def init_collective_group(
@@ -84,9 +233,11 @@ def init_collective_group(
     backend: str = "accord",
     group_name: str = "default",
     timeout: Optional[float] = None,
+    _declaration: Optional[str] = None,
 ) -> None:
     """Join collective group ``group_name`` as ``rank`` of ``world_size`` (inside an actor or
-    task; every member calls it)."""
+    task; every member calls it). ``timeout`` (seconds; default ``ACCORD_TIMEOUT``, else 300)
+    bounds the wait for the other members and every later call."""
     if str(backend).lower() != "accord":
         raise ValueError(f"accord.collective only provides backend 'accord', not {backend!r}")
     if not group_name:
@@ -95,7 +246,9 @@ def init_collective_group(
         raise RuntimeError(f"collective group {group_name!r} is already initialized here")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in a world of size {world_size}")
-    _groups[group_name] = _rendezvous(world_size, rank, group_name, timeout)
+    _groups[group_name] = _rendezvous(world_size, rank, group_name, timeout, _declaration)
+    if _declaration is not None:
+        _declarations[group_name] = _declaration
 
 
 def create_collective_group(
@@ -112,7 +265,8 @@ def create_collective_group(
     if sorted(ranks) != list(range(world_size)):
         raise ValueError(f"ranks must be a permutation of 0..{world_size - 1}, got {list(ranks)}")
     ids = {a._actor_id.hex(): r for a, r in zip(actors, ranks)}
-    info = {"world_size": world_size, "ranks": ids, "backend": backend}
+    # A fresh id per declaration: its members join only a store published for it.
+    info = {"world_size": world_size, "ranks": ids, "backend": backend, "id": uuid.uuid4().hex}
     _kv()._internal_kv_put(_DECLARED.format(group_name), json.dumps(info), overwrite=True)
 
 
@@ -130,7 +284,9 @@ def _group(group_name: str) -> Communicator:
         info = json.loads(raw)
         me = ray.get_runtime_context().get_actor_id()
         if me in info["ranks"]:
-            init_collective_group(info["world_size"], info["ranks"][me], info["backend"], group_name)
+            init_collective_group(
+                info["world_size"], info["ranks"][me], info["backend"], group_name, _declaration=info.get("id")
+            )
             return _groups[group_name]
     raise RuntimeError(
         f"collective group {group_name!r} is not initialized in this process: call "
@@ -139,12 +295,16 @@ def _group(group_name: str) -> Communicator:
 
 
 def destroy_collective_group(group_name: str = "default") -> None:
-    """Leave group ``group_name`` (rank 0 also withdraws the published store address)."""
+    """Leave group ``group_name`` (rank 0 also withdraws the driver's declaration it was created
+    from, unless the group has been declared anew since)."""
     g = _groups.pop(group_name, None)
-    if g is not None and g.rank == 0:
+    declaration = _declarations.pop(group_name, None)
+    if g is not None and g.rank == 0 and declaration is not None:
         kv = _kv()
-        kv._internal_kv_del(_KEY.format(group_name))
-        kv._internal_kv_del(_DECLARED.format(group_name))
+        key = _DECLARED.format(group_name)
+        raw = kv._internal_kv_get(key)
+        if raw and json.loads(raw).get("id") == declaration:
+            kv._internal_kv_del(key)
 
 
 def is_group_initialized(group_name: str = "default") -> bool:
@@ -183,6 +343,7 @@ def _op(op: Any) -> str:
 
 def allreduce(tensor: Any, group_name: str = "default", op: Any = "sum") -> None:
     """Reduce ``tensor`` over the group, in place."""
+    _arrays.require_writable(tensor, "tensor")
     _group(group_name).allreduce(tensor, op=_op(op))
 
 
@@ -192,11 +353,13 @@ def barrier(group_name: str = "default") -> None:
 
 def reduce(tensor: Any, dst_rank: int = 0, group_name: str = "default", op: Any = "sum") -> None:
     """Reduce into ``tensor`` on ``dst_rank`` (others unchanged)."""
+    _arrays.require_writable(tensor, "tensor")
     _group(group_name).reduce(tensor, op=_op(op), root=dst_rank)
 
 
 def broadcast(tensor: Any, src_rank: int = 0, group_name: str = "default") -> None:
     """Copy ``tensor`` of ``src_rank`` to every rank, in place."""
+    _arrays.require_writable(tensor, "tensor")
     _group(group_name).broadcast(tensor, root=src_rank)
 
 
@@ -205,6 +368,8 @@ def allgather(tensor_list: List[Any], tensor: Any, group_name: str = "default") 
     g = _group(group_name)
     if len(tensor_list) != g.size:
         raise ValueError(f"tensor_list has {len(tensor_list)} entries for {g.size} ranks")
+    for t in tensor_list:
+        _arrays.require_writable(t, "an entry of tensor_list")
     out = _arrays.empty_stack(tensor, g.size)
     g.allgather(tensor, out)
     for r, t in enumerate(tensor_list):
@@ -217,6 +382,7 @@ def reducescatter(tensor: Any, tensor_list: List[Any], group_name: str = "defaul
     g = _group(group_name)
     if len(tensor_list) != g.size:
         raise ValueError(f"tensor_list has {len(tensor_list)} entries for {g.size} ranks")
+    _arrays.require_writable(tensor, "tensor")
     g.reduce_scatter(_arrays.concat(tensor_list), tensor, op=_op(op))
 
 
@@ -225,6 +391,7 @@ def send(tensor: Any, dst_rank: int, group_name: str = "default") -> None:
 
 
 def recv(tensor: Any, src_rank: int, group_name: str = "default") -> None:
+    _arrays.require_writable(tensor, "tensor")
     _group(group_name).recv(tensor, src_rank)
 
 
@@ -236,6 +403,8 @@ def gather(tensor: Any, gather_list: Optional[List[Any]] = None, dst_rank: int =
         return
     if gather_list is None or len(gather_list) != g.size:
         raise ValueError(f"the destination needs a gather_list of {g.size} tensors")
+    for t in gather_list:
+        _arrays.require_writable(t, "an entry of gather_list")
     out = _arrays.empty_stack(tensor, g.size)
     g.gather(tensor, out, root=dst_rank)
     for r, t in enumerate(gather_list):
@@ -244,6 +413,7 @@ def gather(tensor: Any, gather_list: Optional[List[Any]] = None, dst_rank: int =
 
 def scatter(tensor: Any, scatter_list: Optional[List[Any]] = None, src_rank: int = 0, group_name: str = "default") -> None:
     """``tensor`` on rank r gets ``scatter_list[r]`` of ``src_rank``."""
+    _arrays.require_writable(tensor, "tensor")
     g = _group(group_name)
     send_buf = None
     if g.rank == src_rank:
@@ -255,18 +425,50 @@ def scatter(tensor: Any, scatter_list: Optional[List[Any]] = None, src_rank: int
 
 def alltoall(tensor: Any, out: Any, group_name: str = "default") -> None:
     """Slice j of ``tensor`` goes to rank j; slice i of ``out`` comes from rank i."""
+    _arrays.require_writable(out, "out")
     _group(group_name).alltoall(tensor, out)
+
+
+def _call_timeout(opts: Any) -> Optional[float]:
+    """Seconds from the ``timeout_ms`` of Ray's per-call options (a ``timedelta``, or a number
+    of milliseconds), or None where it is absent or unset (Ray's default is -1 ms)."""
+    t = getattr(opts, "timeout_ms", None)
+    if isinstance(t, datetime.timedelta):
+        seconds = t.total_seconds()
+    elif isinstance(t, (int, float)) and not isinstance(t, bool):
+        seconds = t / 1000.0
+    else:
+        return None
+    return seconds if seconds > 0 else None
+
+
+@contextlib.contextmanager
+def _bounded(comm: Communicator, opts: Any) -> Iterator[None]:
+    """Run one call under the deadline Ray's options give, else under the group's own."""
+    seconds = _call_timeout(opts)
+    if seconds is None:
+        yield
+        return
+    before = comm.timeout
+    comm.timeout = seconds
+    try:
+        yield
+    finally:
+        comm.timeout = before
 
 
 def _make_backend():
     from ray.util.collective.collective_group.base_collective_group import BaseGroup
 
     class AccordGroup(BaseGroup):
-        """accord as a backend of ``ray.util.collective`` (name ``"ACCORD"``)."""
+        """accord as a backend of ``ray.util.collective`` (name ``"ACCORD"``). The rendezvous is
+        bounded by ``ACCORD_TIMEOUT`` (or ``timeout_ms`` where Ray passes one), each call by
+        the ``timeout_ms`` of its options where set, else by the same group timeout."""
 
-        def __init__(self, world_size: int, rank: int, group_name: str):
+        def __init__(self, world_size: int, rank: int, group_name: str, timeout_ms: Optional[float] = None):
             super().__init__(world_size, rank, group_name)
-            self._comm = _rendezvous(world_size, rank, group_name, None)
+            timeout = timeout_ms / 1000.0 if timeout_ms is not None and timeout_ms > 0 else None
+            self._comm = _rendezvous(world_size, rank, group_name, timeout)
 
         @classmethod
         def backend(cls):
@@ -277,43 +479,62 @@ def _make_backend():
             return True
 
         def destroy_group(self):
-            if self._comm.rank == 0:
-                _kv()._internal_kv_del(_KEY.format(self.group_name))
             self._comm = None
 
         def allreduce(self, tensors, opts=None):
             for t in tensors:
-                self._comm.allreduce(t, op=_op(getattr(opts, "reduceOp", "sum")))
+                _arrays.require_writable(t, "tensor")
+            with _bounded(self._comm, opts):
+                for t in tensors:
+                    self._comm.allreduce(t, op=_op(getattr(opts, "reduceOp", "sum")))
 
         def barrier(self, opts=None):
-            self._comm.barrier()
+            with _bounded(self._comm, opts):
+                self._comm.barrier()
 
         def reduce(self, tensors, opts=None):
             for t in tensors:
-                self._comm.reduce(t, op=_op(getattr(opts, "reduceOp", "sum")), root=getattr(opts, "root_rank", 0))
+                _arrays.require_writable(t, "tensor")
+            with _bounded(self._comm, opts):
+                for t in tensors:
+                    self._comm.reduce(t, op=_op(getattr(opts, "reduceOp", "sum")), root=getattr(opts, "root_rank", 0))
 
         def broadcast(self, tensors, opts=None):
             for t in tensors:
-                self._comm.broadcast(t, root=getattr(opts, "root_rank", 0))
+                _arrays.require_writable(t, "tensor")
+            with _bounded(self._comm, opts):
+                for t in tensors:
+                    self._comm.broadcast(t, root=getattr(opts, "root_rank", 0))
 
         def allgather(self, tensor_lists, tensors, opts=None):
-            for lst, t in zip(tensor_lists, tensors):
-                out = _arrays.empty_stack(t, self._comm.size)
-                self._comm.allgather(t, out)
-                for r, dst in enumerate(lst):
-                    _arrays.copy_into(dst, out[r])
+            for lst in tensor_lists:
+                for dst in lst:
+                    _arrays.require_writable(dst, "an entry of tensor_lists")
+            with _bounded(self._comm, opts):
+                for lst, t in zip(tensor_lists, tensors):
+                    out = _arrays.empty_stack(t, self._comm.size)
+                    self._comm.allgather(t, out)
+                    for r, dst in enumerate(lst):
+                        _arrays.copy_into(dst, out[r])
 
         def reducescatter(self, tensors, tensor_lists, opts=None):
-            for t, lst in zip(tensors, tensor_lists):
-                self._comm.reduce_scatter(_arrays.concat(lst), t, op=_op(getattr(opts, "reduceOp", "sum")))
+            for t in tensors:
+                _arrays.require_writable(t, "tensor")
+            with _bounded(self._comm, opts):
+                for t, lst in zip(tensors, tensor_lists):
+                    self._comm.reduce_scatter(_arrays.concat(lst), t, op=_op(getattr(opts, "reduceOp", "sum")))
 
         def send(self, tensors, opts):
-            for t in tensors:
-                self._comm.send(t, opts.dst_rank)
+            with _bounded(self._comm, opts):
+                for t in tensors:
+                    self._comm.send(t, opts.dst_rank)
 
         def recv(self, tensors, opts):
             for t in tensors:
-                self._comm.recv(t, opts.src_rank)
+                _arrays.require_writable(t, "tensor")
+            with _bounded(self._comm, opts):
+                for t in tensors:
+                    self._comm.recv(t, opts.src_rank)
 
     return AccordGroup
 

@@ -18,17 +18,25 @@ other. Ranks follow the sorted worker addresses. The store's address given to th
 client's host as seen from the scheduler address (``ACCORD_STORE_HOST`` overrides it).
 Collectives run inside tasks, one task per worker, all submitted together so that they run at
 the same time.
+
+``destroy`` is meant for ``finally`` blocks: it is prompt and best effort even after a worker
+died (see :meth:`Comms.destroy`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import Communicator, StoreServer, advertised_host, init_from_store
 
 _sessions: Dict[str, Communicator] = {}
+log = logging.getLogger(__name__)
+
+#: Seconds :meth:`Comms.destroy` gives the scheduler and the workers to drop the communicator.
+LEAVE_TIMEOUT = 5.0
 
 
 def _store_host(client: Any) -> str:
@@ -49,6 +57,17 @@ def _join(session_id: str, address: str, token: str, ranks: Dict[str, int], time
 
 def _leave(session_id: str) -> None:
     _sessions.pop(session_id, None)
+
+
+async def _leave_all(client: Any, session_id: str, workers: List[str]) -> Tuple[List[str], Dict[str, BaseException]]:
+    """Drop the session on those of ``workers`` the scheduler still knows. Returns the workers
+    skipped as gone and the errors of the others, by address. A dead worker is skipped rather
+    than contacted: connecting to it would only fail after the connect timeout (30 s)."""
+    known = (await client.scheduler.identity()).get("workers", {})
+    gone = [w for w in workers if w not in known]
+    alive = [w for w in workers if w in known]
+    results = await client._run(_leave, session_id, workers=alive, on_error="return") if alive else {}
+    return gone, {w: r for w, r in results.items() if isinstance(r, BaseException)}
 
 
 def local_comm(session_id: str) -> Communicator:
@@ -105,10 +124,30 @@ class Comms:
         return self.worker_addresses.index(address)
 
     def destroy(self) -> None:
-        """Drop the communicator on every worker and stop the store."""
-        if self.initialized:
-            self.client.run(_leave, self.session_id, workers=self.worker_addresses)
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        self.initialized = False
+        """Drop the communicator on every worker and stop the store.
+
+        Prompt and best effort, so that it can run in a ``finally`` block after a failure
+        without hiding it: workers the scheduler no longer knows are skipped, the others get
+        :data:`LEAVE_TIMEOUT` seconds, and what fails is logged (logger ``accord.dask``) instead
+        of raised. The store is always stopped."""
+        try:
+            if self.initialized:
+                gone, failed = self.client.sync(
+                    _leave_all, self.client, self.session_id, self.worker_addresses,
+                    callback_timeout=LEAVE_TIMEOUT,
+                )
+                if gone:
+                    log.warning("accord session %s: workers %s are gone; nothing to drop there", self.session_id, gone)
+                for w, e in failed.items():
+                    log.warning("accord session %s: worker %s could not drop its communicator: %r", self.session_id, w, e)
+        except Exception as e:
+            log.warning(
+                "accord session %s: could not drop the communicator on the workers within %g s (%r); "
+                "a worker keeps its communicator until it exits",
+                self.session_id, LEAVE_TIMEOUT, e,
+            )
+        finally:
+            self.initialized = False
+            server, self._server = self._server, None
+            if server is not None:
+                server.close()

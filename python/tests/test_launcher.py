@@ -28,3 +28,11 @@ def test_cli_help():
 
     p = subprocess.run([sys.executable, "-m", "accord", "--help"], capture_output=True, text=True, timeout=30, cwd="/")
     assert p.returncode == 0 and "run" in p.stdout
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_immutable_scalars(run_ranks, n):
+    """numpy scalars and Python numbers: results come back as new scalars, never dropped."""
+    p = run_ranks(n, "worker_scalars.py")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("SCALARS-OK") == n, p.stdout + p.stderr

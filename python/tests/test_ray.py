@@ -1,4 +1,11 @@
-"""Real Ray actors on CPU: ray.util.collective with backend "accord", and accord.collective."""
+"""Real Ray actors on CPU: ray.util.collective with backend "accord", and accord.collective.
+
+The fault tests keep every wait short (ACCORD_TIMEOUT of a few seconds in the actors, bounded
+ray.get) and kill their actors at the end.
+"""
+
+import os
+import time
 
 import numpy as np
 import pytest
@@ -43,6 +50,56 @@ class Worker:
         rank = col.get_rank(group)
         col.destroy_collective_group(group)
         return x.tolist(), b.tolist(), [l.tolist() for l in lst], out.tolist(), got, rank
+
+    def join(self, group, api, accord_timeout=None, then_sum=False):
+        """Join `group` through `api` ("ray" or "accord"); returns (seconds taken, error type or
+        None, message, waiting_for, allreduce of rank + 1 over the group when `then_sum`)."""
+        import ray.util.collective as rcol
+
+        from accord import collective as col
+
+        if accord_timeout is not None:
+            os.environ["ACCORD_TIMEOUT"] = str(accord_timeout)
+        t0 = time.monotonic()
+        try:
+            if api == "ray":
+                rcol.init_collective_group(self.n, self.rank, backend="accord", group_name=group)
+            else:
+                col.init_collective_group(self.n, self.rank, group_name=group)
+        except Exception as e:
+            return time.monotonic() - t0, type(e).__name__, str(e), getattr(e, "waiting_for", None), None
+        total = None
+        if then_sum:
+            x = np.array([self.rank + 1], np.int64)
+            (rcol if api == "ray" else col).allreduce(x, group_name=group)
+            total = int(x[0])
+        return time.monotonic() - t0, None, None, None, total
+
+    def lone_barrier(self, group, timeout_ms):
+        """A barrier that only this rank enters, bounded by Ray's per-call timeout_ms."""
+        import datetime
+
+        import ray.util.collective as rcol
+        from ray.util.collective.types import BarrierOptions
+
+        opts = BarrierOptions()
+        opts.timeout_ms = datetime.timedelta(milliseconds=timeout_ms)
+        t0 = time.monotonic()
+        try:
+            rcol.get_group_handle(group).barrier(opts)
+        except Exception as e:
+            return time.monotonic() - t0, type(e).__name__, str(e)
+        return time.monotonic() - t0, None, None
+
+    def write_scalar(self, group):
+        """The Ray API returns nothing, so a scalar it would have to write is refused."""
+        from accord import collective as col
+
+        try:
+            col.allreduce(np.float32(1.5), group_name=group)
+        except TypeError as e:
+            return str(e)
+        return None
 
     def accord_api(self, group, declared):
         from accord import collective as col
@@ -91,3 +148,148 @@ def test_accord_collective(ray_session, declared):
         assert x == [n - 1] * 3 and sc == [10 * r] * 2 and size == n
         assert a2a == [100 * i + r for i in range(n)]
     assert res[0][1] == [[float(i)] * 2 for i in range(n)]
+
+
+def _kill(actors):
+    for a in actors:
+        ray.kill(a)
+
+
+@pytest.mark.parametrize("api", ["ray", "accord"])
+def test_missing_member_times_out_after_accord_timeout(ray_session, api):
+    """Ranks 0 and 1 of 3 join; rank 2 never does: both fail after ACCORD_TIMEOUT (3 s), not
+    300 s, with accord.TimeoutError naming rank 2."""
+    import accord.collective
+
+    if api == "ray" and not accord.collective.RAY_BACKEND_REGISTERED:
+        pytest.skip("installed Ray has no ray.util.collective.register_collective_backend")
+    actors = [Worker.remote(r, 3) for r in range(2)]
+    try:
+        res = ray.get([a.join.remote(f"missing-{api}", api, 3) for a in actors], timeout=60)
+    finally:
+        _kill(actors)
+    took, err, msg, waiting_for, _ = res[0]
+    assert err == "TimeoutError" and waiting_for == [2] and "2" in msg, (err, waiting_for, msg)
+    assert 2.5 <= took <= 13, (took, msg)
+    # Rank 1 times out too, or first sees rank 0 give up and close the store.
+    took, err, msg, waiting_for, _ = res[1]
+    assert (err, waiting_for) == ("TimeoutError", [2]) or (err == "StoreError" and "rank 0 gave up" in msg), (err, msg)
+    assert took <= 13, (took, msg)
+
+
+def test_missing_rank0_times_out_after_accord_timeout(ray_session):
+    """Rank 1 waits for a rank 0 that never comes: it fails after ACCORD_TIMEOUT naming rank 0."""
+    a = Worker.remote(1, 2)
+    try:
+        took, err, msg, waiting, _ = ray.get(a.join.remote("no-rank0", "accord", 3), timeout=60)
+    finally:
+        _kill([a])
+    assert err == "TimeoutError" and "rank 0" in msg and waiting == [0], (err, msg, waiting)
+    assert 2.5 <= took <= 13, (took, msg)
+
+
+def test_ray_call_timeout_ms(ray_session):
+    """Ray's per-call timeout_ms bounds a call more tightly than the group's timeout."""
+    import accord.collective
+
+    if not accord.collective.RAY_BACKEND_REGISTERED:
+        pytest.skip("installed Ray has no ray.util.collective.register_collective_backend")
+    actors = [Worker.remote(r, 2) for r in range(2)]
+    try:
+        res = ray.get([a.join.remote("call-timeout", "ray", 60) for a in actors], timeout=60)
+        assert all(err is None for _, err, _, _, _ in res), res
+        took, err, msg = ray.get(actors[0].lone_barrier.remote("call-timeout", 1500), timeout=60)
+    finally:
+        _kill(actors)
+    assert err == "TimeoutError", (err, msg)
+    assert 1.0 <= took <= 10, (took, msg)
+
+
+def test_scalar_refused_where_written(ray_session):
+    a = Worker.remote(0, 1)
+    try:
+        ray.get(a.join.remote("scalar", "accord", 30), timeout=60)
+        msg = ray.get(a.write_scalar.remote("scalar"), timeout=60)
+    finally:
+        _kill([a])
+    assert msg is not None and "float32" in msg and "in place" in msg, msg
+
+
+@pytest.mark.parametrize("when", ["formed", "forming"])
+def test_recreate_after_rank0_killed(ray_session, when):
+    """A group whose rank 0 actor is killed (after the group formed, or while it waited for the
+    others) is re-created under the same name by new actors: the new rank 1 starts first, so it
+    would find any entry the dead group left, yet it joins the new group within seconds."""
+    from ray.experimental import internal_kv
+
+    group = f"recreate-{when}"
+    old = [Worker.remote(r, 2) for r in range(2 if when == "formed" else 1)]
+    try:
+        if when == "formed":
+            res = ray.get([a.join.remote(group, "accord", 60, True) for a in old], timeout=60)
+            assert [r[4] for r in res] == [3, 3], res
+        else:
+            pending = old[0].join.remote(group, "accord", 60)
+            deadline = time.monotonic() + 30
+            while not internal_kv._internal_kv_get(f"accord/collective/{group}"):
+                assert time.monotonic() < deadline, "rank 0 never published its store"
+                time.sleep(0.05)
+        ray.kill(old[0])
+        if when == "forming":
+            with pytest.raises(ray.exceptions.RayActorError):
+                ray.get(pending, timeout=30)
+    finally:
+        _kill(old)
+    new = [Worker.remote(r, 2) for r in range(2)]
+    try:
+        ray.get([a.__ray_ready__.remote() for a in new], timeout=60)
+        late = new[1].join.remote(group, "accord", 60, True)
+        time.sleep(1.5)  # rank 1 polls the name before the new rank 0 publishes
+        early = new[0].join.remote(group, "accord", 60, True)
+        res = ray.get([early, late], timeout=40)
+    finally:
+        _kill(new)
+    for r, (took, err, msg, _, total) in enumerate(res):
+        assert err is None, (r, err, msg)
+        assert total == 3, (r, total)
+    assert res[1][0] < 15, res
+
+
+def test_timeout_resolution(monkeypatch):
+    from accord import collective as col
+
+    monkeypatch.delenv("ACCORD_TIMEOUT", raising=False)
+    assert col._resolve_timeout(None) == col.DEFAULT_TIMEOUT
+    monkeypatch.setenv("ACCORD_TIMEOUT", "2.5")
+    assert col._resolve_timeout(None) == 2.5 and col._resolve_timeout(7) == 7
+    for bad in ["soon", "0", "-1", "inf", "nan"]:
+        monkeypatch.setenv("ACCORD_TIMEOUT", bad)
+        with pytest.raises(ValueError, match="ACCORD_TIMEOUT"):
+            col._resolve_timeout(None)
+
+
+def test_stale_entry_of_another_store_is_skipped(ray_session):
+    """The name's entry points at a store that answers but is another one (its token differs,
+    as when a dead group's port was reused): rank 1 refuses it and joins the new rank 0."""
+    import json
+
+    from ray.experimental import internal_kv
+
+    import accord
+
+    group = "stale-other-store"
+    other = accord.StoreServer("127.0.0.1", 0)
+    stale = {"addr": f"127.0.0.1:{other.port}", "token": "a-dead-group's", "incarnation": "old"}
+    internal_kv._internal_kv_put(f"accord/collective/{group}", json.dumps(stale), overwrite=True)
+    new = [Worker.remote(r, 2) for r in range(2)]
+    try:
+        ray.get([a.__ray_ready__.remote() for a in new], timeout=60)
+        late = new[1].join.remote(group, "accord", 60, True)
+        time.sleep(1.5)
+        early = new[0].join.remote(group, "accord", 60, True)
+        res = ray.get([early, late], timeout=40)
+    finally:
+        _kill(new)
+        other.close()
+    assert [(err, total) for _, err, _, _, total in res] == [(None, 3), (None, 3)], res
+    assert res[1][0] < 15, res

@@ -12,7 +12,9 @@
 //! 4. The buffer protocol (`memoryview`, `bytearray`, `array.array`).
 //!
 //! The memory must be C-contiguous; outputs must be writable. Whatever keeps the memory alive
-//! (the DLPack capsule, the exporting object, the `Py_buffer`) travels with the [`HostArray`].
+//! (the DLPack capsule, the exporting object and its interface dictionary, the `Py_buffer`)
+//! travels with the [`HostArray`]. Immutable scalars never get here as outputs: the caller
+//! replaces them first (see `scalar`).
 
 use accord::DataType;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -189,6 +191,24 @@ fn dtype_from_typestr(s: &str, name: Option<&str>) -> Option<DataType> {
     })
 }
 
+/// A DLPack dtype in words, for messages (`bool`, `complex64`, `int16`...).
+fn dlpack_dtype_name(t: DLDataType) -> String {
+    let base = match t.code {
+        0 => format!("int{}", t.bits),
+        1 => format!("uint{}", t.bits),
+        2 => format!("float{}", t.bits),
+        4 => format!("bfloat{}", t.bits),
+        5 => format!("complex{}", t.bits),
+        6 => "bool".to_string(),
+        c => format!("(DLPack code {c}, {} bits)", t.bits),
+    };
+    if t.lanes == 1 {
+        base
+    } else {
+        format!("{base} x {} lanes", t.lanes)
+    }
+}
+
 const DTYPES: &str =
     "float16, bfloat16, float32, float64, int8, int32, int64, uint8, uint32, uint64";
 
@@ -327,16 +347,8 @@ fn parse_dlpack(cap: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<DlView>> 
     // SAFETY: a "dltensor" capsule holds a DLManagedTensor that lives as long as the capsule
     // (we never rename it, so the capsule's destructor frees the export when we drop it).
     let t = unsafe { &(*(ptr as *const DLManagedTensor)).dl_tensor };
-    let dtype = dtype_from_dlpack(t.dtype).ok_or_else(|| {
-        let d = t.dtype;
-        unsupported_dtype(
-            what,
-            &format!(
-                "(DLPack code {}, {} bits, {} lanes)",
-                d.code, d.bits, d.lanes
-            ),
-        )
-    })?;
+    let dtype = dtype_from_dlpack(t.dtype)
+        .ok_or_else(|| unsupported_dtype(what, &dlpack_dtype_name(t.dtype)))?;
     let ndim = t.ndim.max(0) as usize;
     let shape: &[i64] = if ndim == 0 || t.shape.is_null() {
         &[]
@@ -489,7 +501,7 @@ fn extract_cuda(
         dtype,
         device,
         stream: stream.unwrap_or(cai_stream),
-        _owner: Owner::Objects(vec![obj.clone().unbind()]),
+        _owner: Owner::Objects(vec![obj.clone().unbind(), ai.clone().into_any().unbind()]),
     })
 }
 
@@ -504,7 +516,9 @@ fn from_array_interface(
         ptr,
         len,
         dtype,
-        _owner: Owner::Objects(vec![obj.clone().unbind()]),
+        // The dictionary too: an exporter may hand out a temporary that only it keeps alive
+        // (numpy's scalars do, under "__ref").
+        _owner: Owner::Objects(vec![obj.clone().unbind(), ai.clone().into_any().unbind()]),
     })
 }
 

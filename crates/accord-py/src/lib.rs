@@ -1,7 +1,9 @@
 //! `accord._native`: the Python extension module of Accord.
 //!
 //! It binds the type-erased core ([`accord::Communicator`]'s `*_bytes` methods): arrays arrive
-//! through [`array::extract`] (DLPack, `__array_interface__`, buffer protocol), every
+//! through [`array::extract`] (DLPack, `__array_interface__`, buffer protocol), immutable
+//! scalars (numpy scalars, Python numbers) as one-element stand-ins whose result is returned as
+//! a new scalar ([`scalar`]), every
 //! communication runs with the GIL released, and nonblocking calls (`async_op=True`) reserve
 //! their place in the communicator's order at call time and run on a thread of their own.
 //!
@@ -17,6 +19,7 @@
 
 mod array;
 mod errors;
+mod scalar;
 
 use accord::gpu::{DeviceSlice, GpuCommunicator, GpuRequest, Stream};
 use accord::rendezvous::{self, InitMethod, StoreServer as CoreServer};
@@ -24,6 +27,7 @@ use accord::{Communicator as CoreComm, DataType, ReduceOp};
 use array::{Array, CudaArray, HostArray};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use scalar::{Arg, Output};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -120,7 +124,7 @@ enum Pending {
 #[pyclass(module = "accord._native")]
 struct Request {
     pending: Pending,
-    output: Option<PyObject>,
+    output: Option<Output>,
     /// The arrays, kept alive for the caller's sake until completion is observed.
     _keep: Vec<PyObject>,
 }
@@ -184,7 +188,7 @@ impl Request {
         };
         match finished {
             None => Err(wait_timeout_error(timeout)),
-            Some(Ok(())) => Ok(self.output.as_ref().map(|o| o.clone_ref(py))),
+            Some(Ok(())) => self.output.as_ref().map(|o| o.deliver(py)).transpose(),
             Some(Err(e)) => Err(err(e)),
         }
     }
@@ -221,7 +225,7 @@ struct Call {
     /// Collective (takes a place in the host order); point-to-point calls are not.
     ordered: bool,
     bufs: Vec<(&'static str, Buf)>,
-    output: Option<PyObject>,
+    output: Option<Output>,
     keep: Vec<PyObject>,
 }
 
@@ -306,7 +310,7 @@ impl Communicator {
         op: &'static str,
         async_op: bool,
         bufs: Vec<(&'static str, Buf)>,
-        output: Option<PyObject>,
+        output: Option<Output>,
         keep: Vec<PyObject>,
         gpu_job: GpuJob,
     ) -> PyResult<PyObject> {
@@ -339,7 +343,7 @@ impl Communicator {
             .map_err(err)?;
         drop(arrays);
         if !async_op {
-            return Ok(output.unwrap_or_else(|| py.None()));
+            return deliver(py, output);
         }
         Ok(Py::new(
             py,
@@ -361,7 +365,7 @@ impl Communicator {
         async_op: bool,
         ordered: bool,
         bufs: Vec<HostArray>,
-        output: Option<PyObject>,
+        output: Option<Output>,
         keep: Vec<PyObject>,
         job: Job,
     ) -> PyResult<PyObject> {
@@ -369,7 +373,7 @@ impl Communicator {
         if !async_op {
             py.allow_threads(|| job(&comm, &bufs)).map_err(err)?;
             drop(bufs);
-            return Ok(output.unwrap_or_else(|| py.None()));
+            return deliver(py, output);
         }
         // Take the place in the order now, on the caller's thread, so that requests started in
         // the same order on every rank match up. Point-to-point messages are not ordered.
@@ -402,6 +406,11 @@ impl Communicator {
 
 fn obj(o: &Bound<'_, PyAny>) -> PyObject {
     o.clone().unbind()
+}
+
+/// What a blocking call returns: its output, or None.
+fn deliver(py: Python<'_>, output: Option<Output>) -> PyResult<PyObject> {
+    output.map_or_else(|| Ok(py.None()), |o| o.deliver(py))
 }
 
 #[pymethods]
@@ -476,6 +485,7 @@ impl Communicator {
         tag: u32,
         async_op: bool,
     ) -> PyResult<PyObject> {
+        let arr = &Arg::new(arr, "arr")?.obj;
         let a = buf(arr, "arr", false)?;
         no_gpu_tag(&[&a], tag, "send")?;
         // The message's place among those to `dst` with `tag` is taken now, on this thread,
@@ -496,7 +506,8 @@ impl Communicator {
         )
     }
 
-    /// Receive into `arr` from rank `src`; returns `arr`.
+    /// Receive into `arr` from rank `src`; returns `arr` (a new scalar when `arr` is a numpy
+    /// scalar or a Python number, which cannot be written).
     #[pyo3(signature = (arr, src, tag=0, async_op=false))]
     fn recv(
         &self,
@@ -506,7 +517,8 @@ impl Communicator {
         tag: u32,
         async_op: bool,
     ) -> PyResult<PyObject> {
-        let a = buf(arr, "arr", true)?;
+        let arr = Arg::new(arr, "arr")?;
+        let a = buf(&arr.obj, "arr", true)?;
         no_gpu_tag(&[&a], tag, "recv")?;
         // As for send: receives from `src` with `tag` match messages in the order posted.
         let turn = self.inner.post_recv(src, tag).map_err(err)?;
@@ -517,8 +529,8 @@ impl Communicator {
                 async_op,
                 ordered: false,
                 bufs: vec![("arr", a)],
-                output: Some(obj(arr)),
-                keep: vec![obj(arr)],
+                output: Some(arr.output()),
+                keep: vec![obj(&arr.obj)],
             },
             Box::new(move |c, b| unsafe { c.recv_posted(turn, b[0].bytes_mut(), b[0].dtype) }),
             Box::new(move |g, b, s| g.recv(b[0], src, s)),
@@ -537,8 +549,10 @@ impl Communicator {
         src: usize,
         tag: u32,
     ) -> PyResult<PyObject> {
+        let send = &Arg::new(send, "send")?.obj;
+        let recv = Arg::new(recv, "recv")?;
         let s = buf(send, "send", false)?;
-        let r = buf(recv, "recv", true)?;
+        let r = buf(&recv.obj, "recv", true)?;
         same_dtype(&s, &r, "sendrecv")?;
         no_gpu_tag(&[&s, &r], tag, "sendrecv")?;
         self.run(
@@ -548,7 +562,7 @@ impl Communicator {
                 async_op: false,
                 ordered: false,
                 bufs: vec![("send", s), ("recv", r)],
-                output: Some(obj(recv)),
+                output: Some(recv.output()),
                 keep: vec![],
             },
             Box::new(move |c, b| unsafe {
@@ -576,7 +590,8 @@ impl Communicator {
         )
     }
 
-    /// Copy `arr` from `root` to every rank, in place; returns `arr`.
+    /// Copy `arr` from `root` to every rank, in place; returns `arr` (a new scalar when `arr` is
+    /// a numpy scalar or a Python number, which cannot be written).
     #[pyo3(signature = (arr, root=0, async_op=false))]
     fn broadcast(
         &self,
@@ -585,7 +600,8 @@ impl Communicator {
         root: usize,
         async_op: bool,
     ) -> PyResult<PyObject> {
-        let a = buf(arr, "arr", true)?;
+        let arr = Arg::new(arr, "arr")?;
+        let a = buf(&arr.obj, "arr", true)?;
         self.run(
             py,
             Call {
@@ -593,8 +609,8 @@ impl Communicator {
                 async_op,
                 ordered: true,
                 bufs: vec![("arr", a)],
-                output: Some(obj(arr)),
-                keep: vec![obj(arr)],
+                output: Some(arr.output()),
+                keep: vec![obj(&arr.obj)],
             },
             Box::new(move |c, b| unsafe { c.broadcast_bytes(b[0].bytes_mut(), b[0].dtype, root) }),
             Box::new(move |g, b, s| g.broadcast(b[0], b[0], root, s)),
@@ -602,7 +618,8 @@ impl Communicator {
     }
 
     /// Reduce `arr` over all ranks with `op`; the result goes to `out`, or into `arr` in place
-    /// when `out` is None. Returns the array holding the result.
+    /// when `out` is None. Returns the array holding the result: a new scalar when that is a
+    /// numpy scalar or a Python number, which cannot be written.
     #[pyo3(signature = (arr, op=None, out=None, async_op=false))]
     fn allreduce(
         &self,
@@ -615,7 +632,8 @@ impl Communicator {
         let op = op.map(reduce_op).transpose()?.unwrap_or(ReduceOp::Sum);
         match out.filter(|o| !o.is(arr)) {
             None => {
-                let a = buf(arr, "arr", true)?;
+                let arr = Arg::new(arr, "arr")?;
+                let a = buf(&arr.obj, "arr", true)?;
                 self.run(
                     py,
                     Call {
@@ -623,8 +641,8 @@ impl Communicator {
                         async_op,
                         ordered: true,
                         bufs: vec![("arr", a)],
-                        output: Some(obj(arr)),
-                        keep: vec![obj(arr)],
+                        output: Some(arr.output()),
+                        keep: vec![obj(&arr.obj)],
                     },
                     Box::new(move |c, b| unsafe {
                         c.all_reduce_bytes(None, b[0].bytes_mut(), b[0].dtype, op)
@@ -633,7 +651,8 @@ impl Communicator {
                 )
             }
             Some(out) => {
-                let (a, o) = pair(arr, out, "allreduce")?;
+                let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
+                let (a, o) = pair(&arr, &out, "allreduce")?;
                 self.run(
                     py,
                     Call {
@@ -641,8 +660,8 @@ impl Communicator {
                         async_op,
                         ordered: true,
                         bufs: vec![("arr", a), ("out", o)],
-                        output: Some(obj(out)),
-                        keep: vec![obj(arr), obj(out)],
+                        output: Some(out.output()),
+                        keep: vec![obj(&arr.obj), obj(&out.obj)],
                     },
                     Box::new(move |c, b| unsafe {
                         c.all_reduce_bytes(Some(b[0].bytes()), b[1].bytes_mut(), b[0].dtype, op)
@@ -654,7 +673,8 @@ impl Communicator {
     }
 
     /// Reduce `arr` over all ranks into `out` on `root` (into `arr` on root when `out` is None;
-    /// other ranks' arrays are left unchanged).
+    /// other ranks' arrays are left unchanged). Returns the array holding the result (a new
+    /// scalar for a numpy scalar or a Python number).
     #[pyo3(signature = (arr, op=None, root=0, out=None, async_op=false))]
     fn reduce(
         &self,
@@ -667,9 +687,13 @@ impl Communicator {
     ) -> PyResult<PyObject> {
         let op = op.map(reduce_op).transpose()?.unwrap_or(ReduceOp::Sum);
         let me = self.inner.rank();
-        let out = out.filter(|o| !o.is(arr));
+        let out = out
+            .filter(|o| !o.is(arr))
+            .map(|o| Arg::new(o, "out"))
+            .transpose()?;
+        let arr = Arg::new(arr, "arr")?;
         if me == root && out.is_none() {
-            let a = buf(arr, "arr", true)?;
+            let a = buf(&arr.obj, "arr", true)?;
             return self.run(
                 py,
                 Call {
@@ -677,8 +701,8 @@ impl Communicator {
                     async_op,
                     ordered: true,
                     bufs: vec![("arr", a)],
-                    output: Some(obj(arr)),
-                    keep: vec![obj(arr)],
+                    output: Some(arr.output()),
+                    keep: vec![obj(&arr.obj)],
                 },
                 Box::new(move |c, b| unsafe {
                     c.reduce_bytes(None, b[0].bytes_mut(), b[0].dtype, op, root)
@@ -686,17 +710,17 @@ impl Communicator {
                 Box::new(move |g, b, s| g.reduce(b[0], b[0], op, root, s)),
             );
         }
-        let a = buf(arr, "arr", false)?;
+        let a = buf(&arr.obj, "arr", false)?;
         let mut bufs = vec![];
-        let mut keep = vec![obj(arr)];
-        if let Some(out) = out {
-            let o = buf(out, "out", me == root)?;
+        let mut keep = vec![obj(&arr.obj)];
+        if let Some(out) = &out {
+            let o = buf(&out.obj, "out", me == root)?;
             same_dtype(&a, &o, "reduce")?;
             bufs.push(("out", o));
-            keep.push(obj(out));
+            keep.push(obj(&out.obj));
         }
         bufs.insert(0, ("arr", a));
-        let ret = out.map(obj).unwrap_or_else(|| obj(arr));
+        let ret = out.as_ref().unwrap_or(&arr).output();
         self.run(
             py,
             Call {
@@ -729,10 +753,11 @@ impl Communicator {
         out: &Bound<'_, PyAny>,
         async_op: bool,
     ) -> PyResult<PyObject> {
-        let (a, o) = pair(arr, out, "allgather")?;
+        let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
+        let (a, o) = pair(&arr, &out, "allgather")?;
         self.run(
             py,
-            two("allgather", async_op, a, o, arr, out),
+            two("allgather", async_op, a, o, &arr, &out),
             Box::new(move |c, b| unsafe {
                 c.all_gather_bytes(b[0].bytes(), b[1].bytes_mut(), b[0].dtype)
             }),
@@ -750,11 +775,12 @@ impl Communicator {
         counts: Vec<usize>,
         async_op: bool,
     ) -> PyResult<PyObject> {
-        let (a, o) = pair(arr, out, "allgatherv")?;
+        let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
+        let (a, o) = pair(&arr, &out, "allgatherv")?;
         let c2 = counts.clone();
         self.run(
             py,
-            two("allgatherv", async_op, a, o, arr, out),
+            two("allgatherv", async_op, a, o, &arr, &out),
             Box::new(move |c, b| unsafe {
                 c.all_gather_v_bytes(b[0].bytes(), b[1].bytes_mut(), &counts, b[0].dtype)
             }),
@@ -829,10 +855,11 @@ impl Communicator {
         async_op: bool,
     ) -> PyResult<PyObject> {
         let op = op.map(reduce_op).transpose()?.unwrap_or(ReduceOp::Sum);
-        let (a, o) = pair(arr, out, "reduce_scatter")?;
+        let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
+        let (a, o) = pair(&arr, &out, "reduce_scatter")?;
         self.run(
             py,
-            two("reduce_scatter", async_op, a, o, arr, out),
+            two("reduce_scatter", async_op, a, o, &arr, &out),
             Box::new(move |c, b| unsafe {
                 c.reduce_scatter_bytes(b[0].bytes(), b[1].bytes_mut(), b[0].dtype, op)
             }),
@@ -852,11 +879,12 @@ impl Communicator {
         async_op: bool,
     ) -> PyResult<PyObject> {
         let op = op.map(reduce_op).transpose()?.unwrap_or(ReduceOp::Sum);
-        let (a, o) = pair(arr, out, "reduce_scatterv")?;
+        let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
+        let (a, o) = pair(&arr, &out, "reduce_scatterv")?;
         let c2 = counts.clone();
         self.run(
             py,
-            two("reduce_scatterv", async_op, a, o, arr, out),
+            two("reduce_scatterv", async_op, a, o, &arr, &out),
             Box::new(move |c, b| unsafe {
                 c.reduce_scatter_v_bytes(b[0].bytes(), b[1].bytes_mut(), &counts, b[0].dtype, op)
             }),
@@ -873,10 +901,11 @@ impl Communicator {
         out: &Bound<'_, PyAny>,
         async_op: bool,
     ) -> PyResult<PyObject> {
-        let (a, o) = pair(arr, out, "alltoall")?;
+        let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
+        let (a, o) = pair(&arr, &out, "alltoall")?;
         self.run(
             py,
-            two("alltoall", async_op, a, o, arr, out),
+            two("alltoall", async_op, a, o, &arr, &out),
             Box::new(move |c, b| unsafe {
                 c.all_to_all_bytes(b[0].bytes(), b[1].bytes_mut(), b[0].dtype)
             }),
@@ -896,11 +925,12 @@ impl Communicator {
         recv_counts: Vec<usize>,
         async_op: bool,
     ) -> PyResult<PyObject> {
-        let (a, o) = pair(arr, out, "alltoallv")?;
+        let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
+        let (a, o) = pair(&arr, &out, "alltoallv")?;
         let (sc, rc) = (send_counts.clone(), recv_counts.clone());
         self.run(
             py,
-            two("alltoallv", async_op, a, o, arr, out),
+            two("alltoallv", async_op, a, o, &arr, &out),
             Box::new(move |c, b| unsafe {
                 c.all_to_all_v_bytes(
                     b[0].bytes(),
@@ -958,29 +988,22 @@ impl Communicator {
 }
 
 /// Input (read) and output (written) of one call, with matching dtypes.
-fn pair(arr: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>, what: &str) -> PyResult<(Buf, Buf)> {
-    let a = buf(arr, "arr", false)?;
-    let o = buf(out, "out", true)?;
+fn pair(arr: &Arg<'_>, out: &Arg<'_>, what: &str) -> PyResult<(Buf, Buf)> {
+    let a = buf(&arr.obj, "arr", false)?;
+    let o = buf(&out.obj, "out", true)?;
     same_dtype(&a, &o, what)?;
     Ok((a, o))
 }
 
 /// A collective of one input and one output.
-fn two(
-    op: &'static str,
-    async_op: bool,
-    a: Buf,
-    o: Buf,
-    arr: &Bound<'_, PyAny>,
-    out: &Bound<'_, PyAny>,
-) -> Call {
+fn two(op: &'static str, async_op: bool, a: Buf, o: Buf, arr: &Arg<'_>, out: &Arg<'_>) -> Call {
     Call {
         op,
         async_op,
         ordered: true,
         bufs: vec![("arr", a), ("out", o)],
-        output: Some(obj(out)),
-        keep: vec![obj(arr), obj(out)],
+        output: Some(out.output()),
+        keep: vec![obj(&arr.obj), obj(&out.obj)],
     }
 }
 
@@ -1015,14 +1038,16 @@ impl Communicator {
             )));
         }
         let out = if is_root { out } else { None };
+        let out = out.map(|o| Arg::new(o, "out")).transpose()?;
+        let arr = &Arg::new(arr, "arr")?.obj;
         let mut bufs = vec![("arr", buf(arr, "arr", false)?)];
-        if let Some(o) = out {
-            let o = buf(o, "out", true)?;
+        if let Some(o) = &out {
+            let o = buf(&o.obj, "out", true)?;
             same_dtype(&bufs[0].1, &o, what)?;
             bufs.push(("out", o));
         }
         let mut keep = vec![obj(arr)];
-        keep.extend(out.map(obj));
+        keep.extend(out.as_ref().map(|o| obj(&o.obj)));
         let c2 = counts.clone();
         self.run(
             py,
@@ -1031,7 +1056,7 @@ impl Communicator {
                 async_op,
                 ordered: true,
                 bufs,
-                output: out.map(obj),
+                output: out.as_ref().map(Arg::output),
                 keep,
             },
             Box::new(move |c, b| unsafe {
@@ -1070,10 +1095,12 @@ impl Communicator {
         counts: Option<Vec<usize>>,
     ) -> PyResult<PyObject> {
         let is_root = self.inner.rank() == root;
-        let mut keep = vec![obj(out)];
-        let mut bufs = vec![("out", buf(out, "out", true)?)];
+        let out = Arg::new(out, "out")?;
+        let mut keep = vec![obj(&out.obj)];
+        let mut bufs = vec![("out", buf(&out.obj, "out", true)?)];
         match arr {
             Some(arr) if is_root => {
+                let arr = &Arg::new(arr, "arr")?.obj;
                 let a = buf(arr, "arr", false)?;
                 same_dtype(&a, &bufs[0].1, what)?;
                 bufs.push(("arr", a));
@@ -1094,7 +1121,7 @@ impl Communicator {
                 async_op,
                 ordered: true,
                 bufs,
-                output: Some(obj(out)),
+                output: Some(out.output()),
                 keep,
             },
             Box::new(move |c, b| unsafe {
