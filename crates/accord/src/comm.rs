@@ -234,6 +234,9 @@ impl Communicator {
     /// to send to it, or waiting for it, would see its connection end and blame it. The abort
     /// notice, when one has arrived, names the first failure instead.
     fn fail(&self, e: Error) -> Error {
+        if let Error::PeerLost { rank, .. } = e {
+            self.await_last_word(rank);
+        }
         let e = match (e, self.inner.transport.mailbox().aborted()) {
             (Error::PeerLost { .. }, Some((by, reason))) => Error::Aborted {
                 reason: format!("rank {by} gave up: {reason}"),
@@ -249,6 +252,22 @@ impl Communicator {
             _ => t.abort(t.rank(), &format!("{e}")),
         }
         e
+    }
+
+    /// A peer that gave up sends its abort notice before it closes, on the same connection, but
+    /// its death may be seen first another way (its process gone from shared memory, a send
+    /// failing). Wait briefly until the connection's end has been read: any notice it sent is
+    /// in the mailbox by then. A killed process's connection ends at once, so this costs only
+    /// the time for the kernel to say so.
+    fn await_last_word(&self, rank: usize) {
+        const GRACE: Duration = Duration::from_millis(250);
+        let mailbox = self.inner.transport.mailbox();
+        let peer = self.inner.ranks.get(rank).copied().unwrap_or(rank);
+        let until = Instant::now() + GRACE;
+        while mailbox.aborted().is_none() && mailbox.lost(peer).is_none() && Instant::now() < until
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     fn check_rank(&self, what: &str, r: usize) -> Result<()> {

@@ -217,6 +217,28 @@ fn a_killed_rank_is_named_promptly_and_leaves_no_segment() {
     assert_no_segments();
 }
 
+/// A rank killed while its peers exchange messages and run collectives: every survivor names
+/// the killed rank, never a survivor that failed first and exited (whose death a peer may see
+/// before its abort notice). `ACCORD_SOAK=n` runs n times as many jobs.
+#[test]
+fn every_survivor_blames_the_killed_rank_not_the_messenger() {
+    let soak: usize = std::env::var("ACCORD_SOAK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for round in 0..3 * soak.max(1) {
+        let at = (7 + 13 * round % 40).to_string();
+        let tcp = if round % 3 == 2 { "tcp" } else { "" };
+        let extra = [("KILL_AT", at.as_str()), ("ACCORD_TRANSPORT", tcp)];
+        let (_s, ch) = spawn("kill-blame", 5, same_host, &extra);
+        let res = collect(ch, Duration::from_secs(60));
+        assert_eq!(res[4].0, None, "rank 4 should die by SIGKILL: {:?}", res[4]);
+        for (r, (code, out)) in res[..4].iter().enumerate() {
+            assert_eq!(*code, Some(0), "round {round} rank {r}:\n{out}");
+        }
+    }
+}
+
 #[test]
 fn desync_and_abort_end_shared_memory_waits() {
     let (_s, ch) = spawn("desync", 3, same_host, &[]);
@@ -291,6 +313,28 @@ fn rank_main() {
             assert_eq!(comm.transport_name(), want);
             assert!(comm.uses_shm());
             p2p_matrix(&comm);
+        }
+        "kill-blame" => {
+            let (me, n) = (comm.rank(), comm.size());
+            let at: usize = std::env::var("KILL_AT").unwrap().parse().unwrap();
+            let mut v = vec![1u32; 1000];
+            let mut m = vec![0u32; 5000];
+            for i in 0.. {
+                if me == 4 && i == at {
+                    unsafe { libc::raise(libc::SIGKILL) };
+                }
+                let r = comm
+                    .all_reduce(&mut v, ReduceOp::Max)
+                    .and_then(|_| comm.sendrecv(&m.clone(), (me + 1) % n, &mut m, (me + n - 1) % n, 4));
+                if let Err(e) = r {
+                    println!("error: {e}");
+                    let blamed_other = matches!(e, Error::PeerLost { rank, .. } if rank != 4);
+                    assert!(!blamed_other && e.to_string().contains("rank 4"), "{e:?}");
+                    // Exit at once, as a failing program does: peers must still blame rank 4.
+                    println!("RANK-OK");
+                    std::process::exit(0);
+                }
+            }
         }
         "p2p-order" => {
             let me = comm.rank();
