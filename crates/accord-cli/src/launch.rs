@@ -3,7 +3,7 @@
 //!
 //! Each rank leads its own process group, and when the job ends, fails or is interrupted, the
 //! launcher stops every rank's whole group (the rank and the children it forked): the signal
-//! it received, or SIGTERM, then SIGKILL after a grace period. SIGINT, SIGTERM and SIGHUP to the
+//! it received, or SIGTERM, then SIGKILL after a grace period or on a second signal. SIGINT, SIGTERM and SIGHUP to the
 //! launcher are passed on to every group and, once the ranks are stopped, raised again so the
 //! launcher ends as signalled. Ranks die with the launcher even when it is killed outright: each
 //! has SIGKILL as its parent-death signal, and a watchdog process kills their groups.
@@ -157,11 +157,8 @@ pub fn run(job: Launch) -> i32 {
                 });
             }
         }
-        match Rank::spawn(rank, cmd) {
+        match Rank::spawn(rank, cmd, guard.as_ref()) {
             Ok(mut r) => {
-                if let Some(g) = &guard {
-                    g.watch(r.pgid());
-                }
                 output.pump(rank, r.take_stdout(), false);
                 output.pump(rank, r.take_stderr(), true);
                 ranks.push(r);
@@ -239,8 +236,12 @@ fn supervise(ranks: &mut [Rank], signals: &Handlers) -> Ending {
                     live -= 1;
                     progressed = true;
                     if !status.success() {
+                        let others = match live {
+                            0 => String::new(),
+                            n => format!("; stopping the other {n} rank(s)"),
+                        };
                         eprintln!(
-                            "accord run: rank {} failed with {}; stopping the other {live} rank(s)",
+                            "accord run: rank {} failed with {}{others}",
                             r.rank,
                             describe(status)
                         );

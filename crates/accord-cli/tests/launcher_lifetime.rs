@@ -189,6 +189,39 @@ fn ranks_die_with_a_killed_launcher() {
     assert_eq!(status.signal(), Some(libc::SIGKILL));
 }
 
+/// SIGKILL to the launcher at random moments of its start: before, while and after it starts
+/// the watchdog and ranks that fork. Nothing of the job survives any of them. `ACCORD_SOAK=<n>`
+/// runs n times the rounds.
+#[test]
+fn ranks_die_with_a_launcher_killed_at_any_moment() {
+    let soak: usize = std::env::var("ACCORD_SOAK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
+        | 1;
+    for round in 0..6 * soak {
+        // xorshift: a delay of 0-30 ms, over the launcher's start on a loaded machine.
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let delay = Duration::from_micros(seed % 30_000);
+        let mut job = Job::start("anytime", 3, "sleep 1000 & wait");
+        std::thread::sleep(delay);
+        job.signal(job.pid(), libc::SIGKILL);
+        assert!(job.wait_exit(Duration::from_secs(5)).is_some());
+        let left = job.wait_gone(Duration::from_secs(2));
+        assert!(
+            left.is_empty(),
+            "round {round}, killed {delay:?} after the start: still running: {left:?}\n{}",
+            job.output()
+        );
+    }
+}
+
 /// With the watchdog gone too, the parent-death signal still kills the rank processes (not the
 /// children they fork: those only the watchdog reaches).
 #[test]
@@ -336,4 +369,29 @@ echo done"#,
         "the launcher should name the rank whose output it stopped waiting for\n{}",
         job.output()
     );
+}
+
+#[test]
+fn a_second_signal_skips_the_grace() {
+    let mut job = Job::start(
+        "twice",
+        1,
+        r#"trap '' INT TERM
+echo >> "$DIR/ready"
+while :; do sleep 0.05; done"#,
+    );
+    job.wait_ready(1);
+    let start = Instant::now();
+    job.signal(-job.pid(), libc::SIGINT);
+    std::thread::sleep(Duration::from_millis(300));
+    job.signal(-job.pid(), libc::SIGINT);
+    let status = job.wait_exit(GRACE + Duration::from_secs(5));
+    let took = start.elapsed();
+    assert!(
+        job.wait_gone(Duration::from_secs(2)).is_empty(),
+        "{}",
+        job.output()
+    );
+    assert_eq!(status.and_then(|s| s.signal()), Some(libc::SIGINT));
+    assert!(took < GRACE - Duration::from_secs(1), "took {took:?}");
 }

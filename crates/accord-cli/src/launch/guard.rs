@@ -4,8 +4,9 @@
 //! Each rank also gets a parent-death signal, but that reaches only the rank process: it is not
 //! inherited by the rank's children (a wrapper script that forks the real program), and the
 //! exec of a set-user-ID program clears it. The watchdog kills each rank's whole group instead.
-//! It learns the groups over a socket whose launcher end closes however the launcher dies; end
-//! of file there, or being reparented, means the launcher is gone.
+//! It learns the groups over a socket (each rank process enrols its own group between fork and
+//! exec), whose launcher end closes however the launcher dies; end of file there, or being
+//! reparented, means the launcher is gone.
 //!
 //! The launcher has threads, so the watchdog is forked without exec and makes only
 //! async-signal-safe system calls, on memory allocated before the fork. It leads a process
@@ -56,9 +57,10 @@ impl Guard {
         }
     }
 
-    /// Kill group `pgid` if the launcher dies.
-    pub fn watch(&self, pgid: libc::pid_t) {
-        self.send(pgid);
+    /// What a rank process uses to put its group under watch before it execs, so that no code of
+    /// the rank runs (and forks) before the watchdog knows its group.
+    pub fn enrol(&self) -> Enrol {
+        Enrol(self.tx.as_raw_fd())
     }
 
     /// Group `pgid` is gone: its number may be reused, so the watchdog must not kill it.
@@ -82,18 +84,29 @@ impl Guard {
     }
 
     fn send(&self, msg: Message) {
-        let bytes = msg.to_ne_bytes();
-        // SAFETY: send(2) of a 4-byte buffer. MSG_NOSIGNAL: a dead watchdog must not kill the
-        // launcher with SIGPIPE; the ranks' parent-death signal still covers them.
-        unsafe {
-            libc::send(
-                self.tx.as_raw_fd(),
-                bytes.as_ptr().cast(),
-                bytes.len(),
-                libc::MSG_NOSIGNAL,
-            )
-        };
+        send(self.tx.as_raw_fd(), msg);
     }
+}
+
+/// The launcher's end of the watchdog's socket, for a rank process between fork and exec (the
+/// socket is close-on-exec, so the rank keeps no copy).
+#[derive(Clone, Copy)]
+pub struct Enrol(libc::c_int);
+
+impl Enrol {
+    /// Put the calling process's group, which it leads, under watch. Async-signal-safe.
+    pub fn own_group(self) {
+        // SAFETY: getpid(2).
+        send(self.0, unsafe { libc::getpid() });
+    }
+}
+
+/// Send one message; async-signal-safe. MSG_NOSIGNAL: a dead watchdog must not kill the sender
+/// with SIGPIPE (the ranks' parent-death signal still covers them).
+fn send(fd: libc::c_int, msg: Message) {
+    let bytes = msg.to_ne_bytes();
+    // SAFETY: send(2) of a 4-byte buffer.
+    unsafe { libc::send(fd, bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL) };
 }
 
 /// The watchdog: follow the messages on `rx` until the job is over (exit) or the launcher is

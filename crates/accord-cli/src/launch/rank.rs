@@ -31,12 +31,13 @@ impl Rank {
     /// The parent-death signal fires when the thread that forked the rank exits, which is the
     /// thread that runs the job and waits for it; it survives the rank's exec, but not the exec
     /// of a set-user-ID program, and the rank's children do not inherit it. The watchdog
-    /// ([`Guard`]) covers those.
-    pub fn spawn(rank: usize, mut cmd: Command) -> io::Result<Rank> {
+    /// (`guard`) covers those; the rank enrols its group there before it execs.
+    pub fn spawn(rank: usize, mut cmd: Command, guard: Option<&Guard>) -> io::Result<Rank> {
         // SAFETY: getpid(2).
         let launcher = unsafe { libc::getpid() };
+        let enrol = guard.map(Guard::enrol);
         cmd.process_group(0);
-        // SAFETY: between fork and exec the closure makes two system calls and builds an error
+        // SAFETY: between fork and exec the closure makes only system calls and builds an error
         // from an errno value; nothing allocates.
         unsafe {
             cmd.pre_exec(move || {
@@ -47,6 +48,9 @@ impl Rank {
                 // then been reparented already.
                 if libc::getppid() != launcher {
                     return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                if let Some(e) = enrol {
+                    e.own_group();
                 }
                 Ok(())
             });
@@ -149,6 +153,14 @@ pub fn stop_all(
 ) {
     for r in ranks.iter_mut() {
         if r.settle(guard) {
+            if r.status.is_some() {
+                eprintln!(
+                    "accord run: rank {} exited, but left processes in its process group; \
+                     sending them {}",
+                    r.rank,
+                    signals::name(sig)
+                );
+            }
             r.signal_group(sig);
         }
     }
@@ -166,8 +178,9 @@ pub fn stop_all(
             "exited, but its process group is still running"
         };
         eprintln!(
-            "accord run: rank {} {what} after {}; sending SIGKILL to its process group",
+            "accord run: rank {} {what} {} s after {}; sending SIGKILL to its process group",
             r.rank,
+            GRACE.as_secs(),
             signals::name(sig)
         );
         r.signal_group(libc::SIGKILL);
