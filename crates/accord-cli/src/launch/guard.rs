@@ -8,8 +8,9 @@
 //! exec), whose launcher end closes however the launcher dies; end of file there, or being
 //! reparented, means the launcher is gone.
 //!
-//! The launcher has threads, so the watchdog is forked without exec and makes only
-//! async-signal-safe system calls, on memory allocated before the fork. It leads a process
+//! The watchdog is forked without exec (inside Python there is no binary of the launcher's own
+//! to start), from a process with threads: it makes only async-signal-safe system calls, on
+//! memory allocated before the fork. It leads a process
 //! group of its own, so a signal to the launcher's job (Ctrl-C, `kill -9 %1`) does not take it
 //! along; it ignores the signals a terminal or a broadcast sends.
 
