@@ -1,13 +1,27 @@
 //! `accord run`: start a store, spawn N ranks with the rendezvous variables, prefix their output,
 //! and stop everyone as soon as one rank fails.
+//!
+//! Each rank leads its own process group, and when the job ends, fails or is interrupted, the
+//! launcher stops every rank's whole group (the rank and the children it forked): the signal
+//! it received, or SIGTERM, then SIGKILL after a grace period or on a second signal. SIGINT, SIGTERM and SIGHUP to the
+//! launcher are passed on to every group and, once the ranks are stopped, raised again so the
+//! launcher ends as signalled. Ranks die with the launcher even when it is killed outright: each
+//! has SIGKILL as its parent-death signal, and a watchdog process kills their groups.
+
+mod guard;
+mod output;
+mod rank;
+mod signals;
 
 use accord::auth::Token;
 use accord::rendezvous::StoreServer;
-use std::io::{BufRead, BufReader, Read, Write};
+use guard::Guard;
+use output::Output;
+use rank::Rank;
+use signals::Handlers;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::Duration;
 
 /// What to launch.
 pub struct Launch {
@@ -56,13 +70,6 @@ fn placement(bind: Binding, n: usize) -> Option<Vec<usize>> {
     (on && !cpus.is_empty()).then(|| (0..n).map(|r| cpus[r * cpus.len() / n]).collect())
 }
 
-/// Signal received by the launcher (0 = none), forwarded to the ranks.
-static SIGNAL: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    SIGNAL.store(sig, Ordering::SeqCst);
-}
-
 /// How a rank ended, in words: `exit status 3`, `signal 9 (SIGKILL)`.
 pub fn describe(status: ExitStatus) -> String {
     if let Some(code) = status.code() {
@@ -85,41 +92,6 @@ fn free_port() -> u16 {
         .unwrap_or(29500)
 }
 
-/// Copy `from` to our stdout or stderr line by line with a rank prefix.
-fn pump(
-    from: impl Read + Send + 'static,
-    rank: usize,
-    prefix: bool,
-    to_err: bool,
-) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut r = BufReader::new(from);
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            match r.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    let mut out: Vec<u8> = Vec::with_capacity(line.len() + 8);
-                    if prefix {
-                        out.extend_from_slice(format!("[{rank}] ").as_bytes());
-                    }
-                    out.extend_from_slice(&line);
-                    if !out.ends_with(b"\n") {
-                        out.push(b'\n');
-                    }
-                    // One write per line keeps lines of different ranks from interleaving.
-                    let _ = if to_err {
-                        std::io::stderr().lock().write_all(&out)
-                    } else {
-                        std::io::stdout().lock().write_all(&out)
-                    };
-                }
-            }
-        }
-    })
-}
-
 /// Run the job; returns the launcher's exit code.
 pub fn run(job: Launch) -> i32 {
     if job.n == 0 || job.program.is_empty() {
@@ -136,15 +108,21 @@ pub fn run(job: Launch) -> i32 {
     };
     let store = server.addr().to_string();
     let master_port = free_port().to_string();
-    // SAFETY: the handler only stores into an atomic.
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-    }
+    let signals = Handlers::install();
+    let _subreaper = rank::adopt_orphans();
+    let guard = Guard::start(job.n)
+        .map_err(|e| {
+            eprintln!(
+                "accord run: cannot start the watchdog ({e}); if the launcher is killed, \
+                 children that ranks forked may outlive it"
+            )
+        })
+        .ok();
 
     let cpus = placement(job.bind, job.n);
-    let mut children: Vec<Option<Child>> = Vec::new();
-    let mut pumps = Vec::new();
+    let mut ranks: Vec<Rank> = Vec::with_capacity(job.n);
+    let mut output = Output::new(job.prefix);
+    let mut ending = None;
     for rank in 0..job.n {
         let mut cmd = Command::new(&job.program[0]);
         cmd.args(&job.program[1..])
@@ -165,8 +143,6 @@ pub fn run(job: Launch) -> i32 {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        // Each rank leads its own process group so a stop reaches its children too.
-        cmd.process_group(0);
         if let Some(cpus) = &cpus {
             // Just long enough for this CPU's bit; the kernel reads the rest as clear.
             let mut mask = vec![0u64; cpus[rank] / 64 + 1];
@@ -181,62 +157,104 @@ pub fn run(job: Launch) -> i32 {
                 });
             }
         }
-        match cmd.spawn() {
-            Ok(mut c) => {
-                pumps.push(pump(c.stdout.take().unwrap(), rank, job.prefix, false));
-                pumps.push(pump(c.stderr.take().unwrap(), rank, job.prefix, true));
-                children.push(Some(c));
+        match Rank::spawn(rank, cmd, guard.as_ref()) {
+            Ok(mut r) => {
+                output.pump(rank, r.take_stdout(), false);
+                output.pump(rank, r.take_stderr(), true);
+                ranks.push(r);
             }
             Err(e) => {
                 eprintln!(
                     "accord run: cannot start rank {rank} ({}): {e}",
                     job.program[0]
                 );
-                stop_all(&mut children);
-                return 127;
+                ending = Some(Ending::Failed(127));
+                break;
             }
         }
     }
+    let ending = ending.unwrap_or_else(|| supervise(&mut ranks, &signals));
 
-    let mut code = 0;
-    let mut live = job.n;
+    // Whatever the ending, stop what is left of every rank's group: the ranks still running,
+    // and the children of the ranks that exited.
+    let sig = match ending {
+        Ending::Signalled(sig) => sig,
+        _ => libc::SIGTERM,
+    };
+    let mut again = None;
+    rank::stop_all(&mut ranks, sig, guard.as_ref(), || {
+        again = again.or(signals.take());
+        again.is_some()
+    });
+    if let Some(g) = guard {
+        g.dismiss();
+    }
+    for rank in output.finish(DRAIN) {
+        eprintln!(
+            "accord run: rank {rank}'s output is still held open by a process outside its \
+             process group; not waiting for it"
+        );
+    }
+    drop(server);
+    match (ending, again.or(signals.take())) {
+        (Ending::Signalled(sig), _) | (_, Some(sig)) => signals.reraise(sig),
+        (Ending::Done, None) => 0,
+        (Ending::Failed(code), None) => code,
+    }
+}
+
+/// How long the launcher waits for the ranks' output pipes to close once every rank's process
+/// group is stopped; only a process that left its rank's group can still hold them.
+const DRAIN: Duration = Duration::from_secs(1);
+
+/// How a job ended.
+#[derive(Clone, Copy)]
+enum Ending {
+    /// Every rank exited successfully.
+    Done,
+    /// A rank failed (or could not start); the launcher's exit code.
+    Failed(i32),
+    /// The launcher received this signal.
+    Signalled(libc::c_int),
+}
+
+/// Wait until every rank has exited, one fails, or the launcher receives a signal.
+fn supervise(ranks: &mut [Rank], signals: &Handlers) -> Ending {
+    let mut live = ranks.len();
     while live > 0 {
-        let sig = SIGNAL.swap(0, Ordering::SeqCst);
-        if sig != 0 {
-            eprintln!("accord run: received signal {sig}, stopping all ranks");
-            stop_all(&mut children);
-            code = 128 + sig;
-            break;
+        if let Some(sig) = signals.take() {
+            eprintln!(
+                "accord run: received {}, passing it on to all ranks",
+                signals::name(sig)
+            );
+            return Ending::Signalled(sig);
         }
         let mut progressed = false;
-        for rank in 0..job.n {
-            let Some(child) = children[rank].as_mut() else {
-                continue;
-            };
-            match child.try_wait() {
+        for r in ranks.iter_mut().filter(|r| r.status.is_none()) {
+            match r.exited() {
                 Ok(Some(status)) => {
-                    children[rank] = None;
                     live -= 1;
                     progressed = true;
                     if !status.success() {
+                        let others = match live {
+                            0 => String::new(),
+                            n => format!("; stopping the other {n} rank(s)"),
+                        };
                         eprintln!(
-                            "accord run: rank {rank} failed with {}; stopping the other {live} rank(s)",
+                            "accord run: rank {} failed with {}{others}",
+                            r.rank,
                             describe(status)
                         );
-                        stop_all(&mut children);
-                        code = status
+                        let code = status
                             .code()
                             .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-                        if code == 0 {
-                            code = 1;
-                        }
-                        live = 0;
-                        break;
+                        return Ending::Failed(if code == 0 { 1 } else { code });
                     }
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    eprintln!("accord run: cannot wait for rank {rank}: {e}");
+                    eprintln!("accord run: cannot wait for rank {}: {e}", r.rank);
+                    return Ending::Failed(1);
                 }
             }
         }
@@ -244,34 +262,5 @@ pub fn run(job: Launch) -> i32 {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-    for p in pumps {
-        let _ = p.join();
-    }
-    drop(server);
-    code
-}
-
-/// Terminate every live rank: SIGTERM to its process group, SIGKILL after a grace period.
-fn stop_all(children: &mut [Option<Child>]) {
-    for c in children.iter().flatten() {
-        // SAFETY: plain kill(2) on the child's process group.
-        unsafe { libc::kill(-(c.id() as i32), libc::SIGTERM) };
-    }
-    let grace = Instant::now() + Duration::from_secs(3);
-    for slot in children.iter_mut() {
-        if let Some(c) = slot.as_mut() {
-            loop {
-                match c.try_wait() {
-                    Ok(Some(_)) | Err(_) => break,
-                    Ok(None) if Instant::now() >= grace => {
-                        unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
-                        let _ = c.wait();
-                        break;
-                    }
-                    Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-                }
-            }
-        }
-        *slot = None;
-    }
+    Ending::Done
 }
