@@ -5,8 +5,9 @@
 //! - `processes_*`: run under the launcher, one process per GPU:
 //!   `accord run -n 2 <this test binary> --test-threads 1 --nocapture processes_`
 //!   (`ACCORD_GPU_KILL_TEST=1` adds the killed-rank test, `ACCORD_GPU_DESYNC_TEST=1` the desync
-//!   test, `ACCORD_GPU_JOIN_TEST=1` the rank that never joins NCCL; they end the job
-//!   deliberately, so run them separately).
+//!   test, `ACCORD_GPU_JOIN_TEST=1` the rank that never joins NCCL, `ACCORD_GPU_ABORT_TEST=1`
+//!   the world abort that reaches an idle GPU communicator (one GPU is enough: each rank's GPU
+//!   communicator is its own); they end the job deliberately, so run them separately).
 
 use accord::auth::Token;
 use accord::gpu::{self, DeviceBuffer, DeviceSlice, GpuCommunicator, Stream};
@@ -607,6 +608,56 @@ fn processes_rank_killed() {
     // Later calls fail at once with the same error.
     let again = g.all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm);
     assert!(again.is_err());
+}
+
+/// A world abort by one rank reaches another rank's idle GPU communicator: its next call fails
+/// within [`DEATH_NAMED_WITHIN`] naming the rank that gave up, whatever the timeout. Each rank's
+/// GPU communicator spans only itself (over a host group of one), so this runs on one GPU.
+#[test]
+fn processes_world_abort_reaches_an_idle_gpu_communicator() {
+    let test = "processes_world_abort_reaches_an_idle_gpu_communicator";
+    if std::env::var("ACCORD_GPU_ABORT_TEST").is_err() {
+        println!("{test}: skipping: set ACCORD_GPU_ABORT_TEST=1 (aborts the world)");
+        return;
+    }
+    let Some(host) = launched(test) else {
+        return;
+    };
+    if host.size() < 2 {
+        println!("{test}: skipping: needs 2 ranks (accord run -n 2)");
+        return;
+    }
+    host.set_timeout(Duration::from_secs(120));
+    let alone = host
+        .split(Some(host.rank() as u32), 0)
+        .unwrap()
+        .expect("a group of one");
+    let g = GpuCommunicator::new(&alone, local_device(&host)).unwrap();
+    g.set_timeout(Duration::from_secs(120));
+    let b = DeviceBuffer::from_host(&g, &vec![1.0f32; 1024]).unwrap();
+    g.all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm)
+        .and_then(|r| r.wait())
+        .unwrap();
+    host.barrier().unwrap();
+    if host.rank() == 1 {
+        host.abort("rank 1 stops the job");
+        println!("{test}: rank 1 aborted the world");
+        return;
+    }
+    let start = Instant::now();
+    while g.poisoned().is_none() && start.elapsed() < DEATH_NAMED_WITHIN {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = start.elapsed();
+    let e = g
+        .all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm)
+        .expect_err("a GPU call after a world abort succeeded");
+    println!("{test}: rank 0 after {took:.2?}: {e}");
+    assert!(
+        matches!(&e, Error::Aborted { reason } if reason.contains("rank 1 gave up")),
+        "expected the abort by rank 1, got {e}"
+    );
+    assert!(took < DEATH_NAMED_WITHIN, "took {took:?}");
 }
 
 /// What a GPU communicator's watchdog asks the host communicator (no GPU needed): a member whose
