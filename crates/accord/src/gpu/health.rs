@@ -18,8 +18,15 @@
 use crate::error::Error;
 use std::time::{Duration, Instant};
 
-/// How long an operation issued before a peer was seen gone may still finish.
-pub(super) const PEER_GRACE: Duration = Duration::from_millis(500);
+/// How long an operation issued before a peer was seen gone may still finish. Short, because
+/// the abort that follows can take about a second more (an idle communicator's failure showed
+/// 1.05 s after a world abort on an H100, nearly all of it `ncclCommAbort`) and a dead peer must
+/// be named within 2 s.
+pub(super) const PEER_GRACE: Duration = Duration::from_millis(250);
+
+/// The longest `ncclCommAbort` is allowed for in that budget.
+#[cfg(test)]
+const ABORT_ALLOWANCE: Duration = Duration::from_millis(1200);
 
 /// How long an NCCL error waits for the host to name the peer that caused it.
 pub(super) const NAMING_WAIT: Duration = Duration::from_millis(200);
@@ -169,7 +176,8 @@ mod tests {
                 decided - 200 <= PEER_GRACE.as_millis() as u64,
                 "{timeout:?}"
             );
-            assert!(PEER_GRACE + ms(50) < Duration::from_secs(2));
+            // The decision, the watchdog's longest period and the abort fit in 2 s.
+            assert!(PEER_GRACE + ms(50) + ABORT_ALLOWANCE < Duration::from_secs(2));
         }
     }
 

@@ -74,22 +74,32 @@
 //! ## No silent hangs
 //!
 //! Each communicator has a watchdog thread. It retires finished operations (one CUDA event each)
-//! and checks, every few milliseconds:
+//! and checks, every few milliseconds (at most 50):
 //!
-//! - `ncclCommGetAsyncError`, which reports a peer's lost connection;
+//! - the host communicator that bootstrapped it, which sees a member's process end (its
+//!   connection closes) or a rank abort the world within milliseconds, also while no operation
+//!   runs: the failure is [`Error::PeerLost`] naming that rank (or the abort), shown within 2 s
+//!   whatever the timeout. An operation issued before the notice gets a quarter second to
+//!   finish first (a peer that finished its part and exited leaves this rank's part to finish);
+//!   an idle communicator fails at once, so its next call fails naming the rank;
+//! - `ncclCommGetAsyncError`, which reports a peer's lost connection where NCCL notices one;
 //! - the oldest unfinished operation against the timeout (the host communicator's, from
 //!   `ACCORD_TIMEOUT`, or [`GpuCommunicator::set_timeout`]).
 //!
-//! On a failure it aborts the NCCL communicator (`ncclCommAbort`, which also stops its kernels)
-//! and poisons the communicator: waits and later calls return the error, never before the
-//! abort has finished (a process that exits on the error must not tear CUDA down under it). A
-//! timeout names the operation, its sequence number and the ranks that never entered it. Ranks publish their
-//! progress — the last entered sequence number and a rolling hash of every operation's
-//! fingerprint — to the rendezvous store under `gpu/{id}/progress/{rank}`, from the watchdog
-//! thread about once a second when it changed (never on the operation path). The same values
-//! detect desynchronisation: when two ranks have entered the same number of operations but their
-//! fingerprint hashes differ, both get [`Error::Desync`] naming each side's last call, and the
-//! communicator is aborted instead of hanging or reducing mismatched buffers.
+//! The decision is a pure function of these observations and the clock (module `health`). On a
+//! failure the watchdog aborts the NCCL communicator (`ncclCommAbort`, which also stops its
+//! kernels) and poisons the communicator: waits of unfinished operations and later calls return
+//! the error, never before the abort has finished (a process that exits on the error must not
+//! tear CUDA down under it). Operations seen finished before the failure keep their results,
+//! except after a desync. A timeout names the operation, its sequence number and the ranks that
+//! never entered it.
+//!
+//! Ranks publish their progress — the last entered sequence number and a rolling hash of every
+//! operation's fingerprint — to the rendezvous store under `gpu/{id}/progress/{rank}`, from the
+//! watchdog thread about once a second when it changed (never on the operation path). The same
+//! values detect desynchronisation: when two ranks have entered the same number of operations
+//! but their fingerprint hashes differ, both get [`Error::Desync`] naming each side's last call,
+//! and the communicator is aborted instead of hanging or reducing mismatched buffers.
 
 pub mod cuda;
 mod health;
