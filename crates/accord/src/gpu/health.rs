@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 /// How long an operation issued before a peer was seen gone may still finish. Short, because
 /// the abort that follows can take about a second more (an idle communicator's failure showed
-/// 1.05 s after a world abort on an H100, nearly all of it `ncclCommAbort`) and a dead peer must
-/// be named within 2 s.
+/// 1.05 s after a world abort on an H100; the notice takes milliseconds and the watchdog looks
+/// every 50 ms, so the rest is `ncclCommAbort`) and a dead peer must be named within 2 s.
 pub(super) const PEER_GRACE: Duration = Duration::from_millis(250);
 
 /// The longest `ncclCommAbort` is allowed for in that budget.
