@@ -183,6 +183,23 @@ impl Communicator {
         self.inner.poison.lock().unwrap().clone()
     }
 
+    /// Without waiting: what the transport already knows about `members` (ranks of this
+    /// communicator) — a world abort, or a lost connection to one of them ([`Error::PeerLost`],
+    /// naming its world rank). Work outside the transport (GPU communicators) polls this to stop
+    /// as soon as the host knows a peer is gone, even with no host call running.
+    pub fn members_failure(&self, members: &[usize]) -> Option<Error> {
+        let m = self.inner.transport.mailbox();
+        if let Some((by, reason)) = m.aborted() {
+            return Some(Error::Aborted {
+                reason: format!("rank {by} gave up: {reason}"),
+            });
+        }
+        let world = members.iter().filter_map(|&r| self.inner.ranks.get(r));
+        world
+            .filter(|&&w| w != self.inner.ranks[self.inner.rank])
+            .find_map(|&w| m.lost(w).map(|cause| Error::PeerLost { rank: w, cause }))
+    }
+
     /// Give up on the whole world: peers' pending and later calls fail naming this rank and
     /// `reason`.
     pub fn abort(&self, reason: &str) {

@@ -1,15 +1,23 @@
 //! GPU collectives through NCCL. Without CUDA, a GPU or NCCL every test prints why and passes.
 //!
 //! - `threads_*`: ranks are threads of this process, one GPU each (needs 2+ GPUs).
+//! - `sigkill_*`: this binary re-executes itself as two ranks, one GPU each (needs 2+ GPUs).
 //! - `processes_*`: run under the launcher, one process per GPU:
 //!   `accord run -n 2 <this test binary> --test-threads 1 --nocapture processes_`
 //!   (`ACCORD_GPU_KILL_TEST=1` adds the killed-rank test, `ACCORD_GPU_DESYNC_TEST=1` the desync
-//!   test, `ACCORD_GPU_JOIN_TEST=1` the rank that never joins NCCL; they end the job
-//!   deliberately, so run them separately).
+//!   test, `ACCORD_GPU_JOIN_TEST=1` the rank that never joins NCCL, `ACCORD_GPU_ABORT_TEST=1`
+//!   the world abort that reaches an idle GPU communicator (one GPU is enough: each rank's GPU
+//!   communicator is its own); they end the job deliberately, so run them separately).
 
+use accord::auth::Token;
 use accord::gpu::{self, DeviceBuffer, DeviceSlice, GpuCommunicator, Stream};
+use accord::rendezvous::StoreServer;
+use accord::transport::{inproc::InProcess, Transport};
 use accord::{Communicator, DataType, Element, Error, ReduceOp};
 use half::{bf16, f16};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn skip(test: &str) -> bool {
@@ -591,13 +599,243 @@ fn processes_rank_killed() {
         "processes_rank_killed: rank {} failed after {took:.2?}: {e}",
         g.rank()
     );
+    // The host communicator saw rank 1's connection close while the GPU communicator was idle.
     assert!(
-        took < Duration::from_secs(9),
-        "took {took:?} with a 5 s timeout"
+        matches!(e, Error::PeerLost { rank: 1, .. }),
+        "expected rank 1 named as lost, got {e}"
     );
+    assert!(took < Duration::from_secs(2), "took {took:?}");
     // Later calls fail at once with the same error.
     let again = g.all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm);
     assert!(again.is_err());
+}
+
+/// A world abort by one rank reaches another rank's idle GPU communicator: its next call fails
+/// within [`DEATH_NAMED_WITHIN`] naming the rank that gave up, whatever the timeout. Each rank's
+/// GPU communicator spans only itself (over a host group of one), so this runs on one GPU.
+#[test]
+fn processes_world_abort_reaches_an_idle_gpu_communicator() {
+    let test = "processes_world_abort_reaches_an_idle_gpu_communicator";
+    if std::env::var("ACCORD_GPU_ABORT_TEST").is_err() {
+        println!("{test}: skipping: set ACCORD_GPU_ABORT_TEST=1 (aborts the world)");
+        return;
+    }
+    let Some(host) = launched(test) else {
+        return;
+    };
+    if host.size() < 2 {
+        println!("{test}: skipping: needs 2 ranks (accord run -n 2)");
+        return;
+    }
+    host.set_timeout(Duration::from_secs(120));
+    let alone = host
+        .split(Some(host.rank() as u32), 0)
+        .unwrap()
+        .expect("a group of one");
+    let g = GpuCommunicator::new(&alone, local_device(&host)).unwrap();
+    g.set_timeout(Duration::from_secs(120));
+    let b = DeviceBuffer::from_host(&g, &vec![1.0f32; 1024]).unwrap();
+    g.all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm)
+        .and_then(|r| r.wait())
+        .unwrap();
+    host.barrier().unwrap();
+    if host.rank() == 1 {
+        host.abort("rank 1 stops the job");
+        println!("{test}: rank 1 aborted the world");
+        return;
+    }
+    let start = Instant::now();
+    while g.poisoned().is_none() && start.elapsed() < DEATH_NAMED_WITHIN {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = start.elapsed();
+    let e = g
+        .all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm)
+        .expect_err("a GPU call after a world abort succeeded");
+    println!("{test}: rank 0 after {took:.2?}: {e}");
+    assert!(
+        matches!(&e, Error::Aborted { reason } if reason.contains("rank 1 gave up")),
+        "expected the abort by rank 1, got {e}"
+    );
+    assert!(took < DEATH_NAMED_WITHIN, "took {took:?}");
+}
+
+/// What a GPU communicator's watchdog asks the host communicator (no GPU needed): a member whose
+/// process ended is named at once, with no host call in flight; a rank outside the members
+/// given is not anyone's concern; a world abort concerns everyone.
+#[test]
+fn host_names_a_lost_member_without_any_call_in_flight() {
+    let transports = InProcess::world(3);
+    let comms: Vec<Communicator> = transports
+        .iter()
+        .map(|t| Communicator::new(t.clone() as Arc<dyn Transport>))
+        .collect();
+    assert_eq!(comms[0].members_failure(&[0, 1, 2]), None);
+    transports[2].kill();
+    match comms[0].members_failure(&[0, 1, 2]) {
+        Some(Error::PeerLost { rank: 2, cause }) => assert!(cause.contains("killed"), "{cause}"),
+        other => panic!("expected rank 2 lost, got {other:?}"),
+    }
+    assert_eq!(comms[0].members_failure(&[0, 1]), None);
+    comms[1].abort("giving up");
+    match comms[0].members_failure(&[0]) {
+        Some(Error::Aborted { reason }) => assert!(reason.contains("rank 1"), "{reason}"),
+        other => panic!("expected the abort by rank 1, got {other:?}"),
+    }
+}
+
+/// The bound on finding a dead rank, whatever `ACCORD_TIMEOUT` is (the ranks use 120 s).
+const DEATH_NAMED_WITHIN: Duration = Duration::from_secs(2);
+
+/// A rank SIGKILLed while its peer is inside an allreduce with it: the survivor's pending
+/// allreduce fails within [`DEATH_NAMED_WITHIN`] naming the dead rank (the host communicator's
+/// connection to it closes at once), and so do the next call of a second GPU communicator that
+/// was idle, and later calls. This binary re-executes itself as the two ranks
+/// ([`sigkill_rank_main`]) with a store of its own, so no launcher stops the survivor first.
+/// Needs 2 GPUs: `cargo test --release -p accord --test gpu_collectives -- --nocapture sigkill_`.
+/// `ACCORD_SOAK=<n>` repeats it n times.
+#[test]
+fn sigkill_mid_allreduce_is_named_within_two_seconds() {
+    let test = "sigkill_mid_allreduce_is_named_within_two_seconds";
+    if std::env::var("ACCORD_GPU_SIGKILL_RANK").is_ok() || skip(test) {
+        return;
+    }
+    if device_count() < 2 {
+        println!("{test}: skipping: needs 2 GPUs, found {}", device_count());
+        return;
+    }
+    if std::env::var("ACCORD_RANK").is_ok() {
+        println!("{test}: skipping: starts its own ranks; run it without `accord run`");
+        return;
+    }
+    let reps: usize = std::env::var("ACCORD_SOAK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for rep in 0..reps {
+        let server = StoreServer::bind("127.0.0.1:0", Token::new("gpu-sigkill")).unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let mut children: Vec<_> = (0..2)
+            .map(|r| {
+                Command::new(&exe)
+                    .args(["sigkill_rank_main", "--exact", "--nocapture"])
+                    .args(["--test-threads=1"])
+                    .env("ACCORD_GPU_SIGKILL_RANK", "1")
+                    .env("ACCORD_RANK", r.to_string())
+                    .env("ACCORD_WORLD_SIZE", "2")
+                    .env("LOCAL_RANK", r.to_string())
+                    .env("ACCORD_STORE", server.addr().to_string())
+                    .env("ACCORD_STORE_EXTERNAL", "1")
+                    .env("ACCORD_TOKEN", "gpu-sigkill")
+                    .env("ACCORD_TIMEOUT", "120")
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::inherit())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        // Bounded: a survivor still running after the limit is killed and fails the test.
+        let limit = Instant::now() + Duration::from_secs(90);
+        let mut outcomes = Vec::new();
+        for c in &mut children {
+            while c.try_wait().unwrap().is_none() && Instant::now() < limit {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+        }
+        for c in children {
+            let out = c.wait_with_output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            outcomes.push((out.status, text));
+        }
+        let (survivor, victim) = (&outcomes[0], &outcomes[1]);
+        assert_eq!(
+            victim.0.signal(),
+            Some(libc::SIGKILL),
+            "rank 1 should have died of SIGKILL: {:?}\n{}",
+            victim.0,
+            victim.1
+        );
+        assert!(
+            survivor.0.success() && survivor.1.contains("SURVIVOR-OK"),
+            "rank 0 ({:?}):\n{}",
+            survivor.0,
+            survivor.1
+        );
+        for line in survivor.1.lines().filter(|l| l.contains("SURVIVOR")) {
+            println!("{test}: run {rep}: {line}");
+        }
+    }
+}
+
+/// One rank of [`sigkill_mid_allreduce_is_named_within_two_seconds`] (does nothing unless that
+/// test started it).
+#[test]
+fn sigkill_rank_main() {
+    if std::env::var("ACCORD_GPU_SIGKILL_RANK").is_err() {
+        return;
+    }
+    let host = accord::init().expect("host communicator");
+    let dev = local_device(&host);
+    let g = GpuCommunicator::new(&host, dev).unwrap();
+    let idle = GpuCommunicator::new(&host, dev).unwrap();
+    assert!(g.timeout() >= Duration::from_secs(60), "{:?}", g.timeout());
+    let b = DeviceBuffer::from_host(&g, &vec![1.0f32; 1 << 20]).unwrap();
+    let c = DeviceBuffer::from_host(&idle, &vec![1.0f32; 1024]).unwrap();
+    for (comm, buf) in [(&g, &b), (&idle, &c)] {
+        for _ in 0..3 {
+            comm.all_reduce(buf.slice(), buf.slice(), ReduceOp::Max, Stream::Comm)
+                .and_then(|r| r.wait())
+                .unwrap();
+        }
+    }
+    if host.rank() == 1 {
+        host.barrier().unwrap();
+        // SAFETY: kill(2) on this process: it dies at once, as under the OOM killer.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        std::thread::sleep(Duration::from_secs(60));
+        unreachable!("survived SIGKILL");
+    }
+    // Rank 1 never enters this allreduce: it dies while rank 0's kernel waits for it.
+    let pending = g
+        .all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm)
+        .unwrap();
+    host.barrier().unwrap();
+    let start = Instant::now();
+    let e = pending
+        .wait()
+        .expect_err("an allreduce with a killed peer succeeded");
+    let took = start.elapsed();
+    let named = |what: &str, e: &Error| {
+        assert!(
+            matches!(e, Error::PeerLost { rank: 1, .. }) && e.to_string().contains("rank 1"),
+            "{what}: expected rank 1 named as lost, got {e}"
+        );
+    };
+    named("pending allreduce", &e);
+    assert!(
+        took < DEATH_NAMED_WITHIN,
+        "pending allreduce: took {took:?}"
+    );
+    // The idle communicator heard of it too: its next call fails at once, naming rank 1.
+    while idle.poisoned().is_none() && start.elapsed() < DEATH_NAMED_WITHIN {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let t = Instant::now();
+    let idle_err = idle
+        .all_reduce(c.slice(), c.slice(), ReduceOp::Sum, Stream::Comm)
+        .expect_err("a call on the idle communicator succeeded");
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        t.elapsed()
+    );
+    named("idle communicator", &idle_err);
+    let again = g
+        .all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm)
+        .expect_err("a later call succeeded");
+    named("later call", &again);
+    println!("SURVIVOR-OK pending allreduce failed after {took:.2?}: {e}; idle: {idle_err}");
 }
 
 #[test]

@@ -74,24 +74,35 @@
 //! ## No silent hangs
 //!
 //! Each communicator has a watchdog thread. It retires finished operations (one CUDA event each)
-//! and checks, every few milliseconds:
+//! and checks, every few milliseconds (at most 50):
 //!
-//! - `ncclCommGetAsyncError`, which reports a peer's lost connection;
+//! - the host communicator that bootstrapped it, which sees a member's process end (its
+//!   connection closes) or a rank abort the world within milliseconds, also while no operation
+//!   runs: the failure is [`Error::PeerLost`] naming that rank (or the abort), shown within 2 s
+//!   whatever the timeout. An operation issued before the notice gets a quarter second to
+//!   finish first (a peer that finished its part and exited leaves this rank's part to finish);
+//!   an idle communicator fails at once, so its next call fails naming the rank;
+//! - `ncclCommGetAsyncError`, which reports a peer's lost connection where NCCL notices one;
 //! - the oldest unfinished operation against the timeout (the host communicator's, from
 //!   `ACCORD_TIMEOUT`, or [`GpuCommunicator::set_timeout`]).
 //!
-//! On a failure it aborts the NCCL communicator (`ncclCommAbort`, which also stops its kernels)
-//! and poisons the communicator: waits and later calls return the error, never before the
-//! abort has finished (a process that exits on the error must not tear CUDA down under it). A
-//! timeout names the operation, its sequence number and the ranks that never entered it. Ranks publish their
-//! progress — the last entered sequence number and a rolling hash of every operation's
-//! fingerprint — to the rendezvous store under `gpu/{id}/progress/{rank}`, from the watchdog
-//! thread about once a second when it changed (never on the operation path). The same values
-//! detect desynchronisation: when two ranks have entered the same number of operations but their
-//! fingerprint hashes differ, both get [`Error::Desync`] naming each side's last call, and the
-//! communicator is aborted instead of hanging or reducing mismatched buffers.
+//! The decision is a pure function of these observations and the clock (module `health`). On a
+//! failure the watchdog aborts the NCCL communicator (`ncclCommAbort`, which also stops its
+//! kernels) and poisons the communicator: waits of unfinished operations and later calls return
+//! the error, never before the abort has finished (a process that exits on the error must not
+//! tear CUDA down under it). Operations seen finished before the failure keep their results,
+//! except after a desync. A timeout names the operation, its sequence number and the ranks that
+//! never entered it.
+//!
+//! Ranks publish their progress — the last entered sequence number and a rolling hash of every
+//! operation's fingerprint — to the rendezvous store under `gpu/{id}/progress/{rank}`, from the
+//! watchdog thread about once a second when it changed (never on the operation path). The same
+//! values detect desynchronisation: when two ranks have entered the same number of operations
+//! but their fingerprint hashes differ, both get [`Error::Desync`] naming each side's last call,
+//! and the communicator is aborted instead of hanging or reducing mismatched buffers.
 
 pub mod cuda;
+mod health;
 pub mod nccl;
 mod watchdog;
 
@@ -302,15 +313,28 @@ fn issue_grouped(n: &Nccl, count: usize, mut issue: impl FnMut(usize) -> Result<
 struct Event {
     handle: usize,
     pool: Arc<EventPool>,
+    /// Recorded behind its operation. Inside [`group`] that happens only when the group ends,
+    /// and CUDA reports an event never recorded (or last recorded for an earlier operation) as
+    /// complete.
+    armed: AtomicBool,
+    /// Seen complete while the communicator was not aborted: the result is the operation's,
+    /// not what an abort left behind.
+    finished: AtomicBool,
 }
 
 impl Event {
     fn record(&self, stream: CuStream) {
         // SAFETY: a live event and a stream of the same context.
         unsafe { (self.pool.cu.event_record)(self.handle as CuEvent, stream) };
+        self.armed.store(true, Ordering::Release);
     }
 
+    /// Whether the GPU has passed the event. After an abort this says nothing about the
+    /// operation's result (aborted kernels return early): see [`Inner::settled`].
     fn done(&self) -> Result<bool> {
+        if !self.armed.load(Ordering::Acquire) {
+            return Ok(false);
+        }
         self.pool.cu.event_done(self.handle as CuEvent)
     }
 }
@@ -338,6 +362,8 @@ impl EventPool {
         Ok(Event {
             handle,
             pool: self.clone(),
+            armed: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
         })
     }
 }
@@ -372,6 +398,26 @@ struct OpState {
     outstanding: VecDeque<Outstanding>,
 }
 
+impl OpState {
+    /// Retire finished operations in issue order, marking them finished (callers hold the abort
+    /// lock, so no abort runs meanwhile); the oldest unfinished one.
+    fn retire(&mut self) -> Option<watchdog::Head> {
+        while let Some(front) = self.outstanding.front() {
+            if !front.event.done().unwrap_or(false) {
+                return Some(watchdog::Head {
+                    seq: front.seq,
+                    cseq: front.cseq,
+                    fp: front.fp,
+                    since: front.since,
+                });
+            }
+            front.event.finished.store(true, Ordering::Release);
+            self.outstanding.pop_front();
+        }
+        None
+    }
+}
+
 /// State shared by the communicator's handles and its watchdog.
 struct Inner {
     cu: &'static Driver,
@@ -384,6 +430,12 @@ struct Inner {
     size: usize,
     id: String,
     host: Communicator,
+    /// Host-communicator rank of every rank of this communicator, where known (children of a
+    /// split without a store are not).
+    host_of: Option<Vec<usize>>,
+    /// The other processes' host-communicator ranks: the host's notice that one is gone fails
+    /// this communicator.
+    watched: Vec<usize>,
     store: Option<StoreClient>,
     multi: bool,
     /// Whether the watchdog runs (`ACCORD_GPU_WATCHDOG=0` turns it off, to measure its cost).
@@ -392,6 +444,9 @@ struct Inner {
     events: Arc<EventPool>,
     poisoned: AtomicBool,
     poison: Mutex<Option<Error>>,
+    /// Whether operations seen finished before the failure keep their results: not after a
+    /// desync, which is found after mismatched calls may have finished with garbage.
+    spares_finished: AtomicBool,
     aborted: AtomicBool,
     /// `ncclCommAbort` frees the communicator: the watchdog's queries hold this shared while
     /// they use it, and a failure holds it exclusively while it records itself and aborts, so
@@ -449,14 +504,11 @@ impl std::fmt::Debug for GpuRequest {
 
 impl GpuRequest {
     /// Block the host until the operation has finished on the GPU, or the communicator fails
-    /// (the watchdog enforces the timeout).
+    /// before it did (the watchdog enforces the timeout and watches the peers).
     pub fn wait(&self) -> Result<()> {
         let mut spins = 0u32;
         loop {
-            if let Some(e) = self.inner.poison() {
-                return Err(e);
-            }
-            if self.event.done()? {
+            if self.inner.settled(&self.event)? {
                 return Ok(());
             }
             spins += 1;
@@ -470,12 +522,9 @@ impl GpuRequest {
         }
     }
 
-    /// `Ok(true)` if the operation has finished; an error if the communicator failed.
+    /// `Ok(true)` if the operation has finished; an error if the communicator failed first.
     pub fn test(&self) -> Result<bool> {
-        if let Some(e) = self.inner.poison() {
-            return Err(e);
-        }
-        self.event.done()
+        self.inner.settled(&self.event)
     }
 
     /// Make `stream` wait (on the GPU, not the host) until the operation has finished.
@@ -779,6 +828,29 @@ fn retire(n: &Nccl, comms: &[NcclComm], timeout: Duration) {
     }
 }
 
+/// A rank's `"color key"` as posted for a split.
+fn parse_choice(v: &[u8]) -> Option<(i32, i32)> {
+    let text = std::str::from_utf8(v).ok()?;
+    let (col, key) = text.split_once(' ')?;
+    Some((col.parse().ok()?, key.parse().ok()?))
+}
+
+/// The host-communicator rank of each rank of the split's child of color `col`, in the child's
+/// rank order (NCCL orders by key, then by parent rank), from the parent's map and every parent
+/// rank's (color, key).
+fn child_host_of(
+    parent: Option<&[usize]>,
+    choices: Option<&[(i32, i32)]>,
+    col: i32,
+) -> Option<Vec<usize>> {
+    let (parent, choices) = (parent?, choices?);
+    let mut members: Vec<usize> = (0..choices.len())
+        .filter(|&r| choices[r].0 == col)
+        .collect();
+    members.sort_by_key(|&r| (choices[r].1, r));
+    members.iter().map(|&r| parent.get(r).copied()).collect()
+}
+
 fn id_of(uid: &NcclUniqueId) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in uid.internal {
@@ -936,6 +1008,7 @@ impl GpuCommunicator {
                 nranks,
                 id.clone(),
                 k > 1,
+                Some((0..nranks).map(|r| r / k).collect()),
             );
             match g {
                 Ok(g) => out.push(g),
@@ -961,8 +1034,18 @@ impl GpuCommunicator {
         size: usize,
         id: String,
         multi: bool,
+        host_of: Option<Vec<usize>>,
     ) -> Result<GpuCommunicator> {
         cu.make_current(ctx)?;
+        let me = host.rank();
+        // A map that does not place this rank on this process is not to be trusted.
+        let host_of = host_of.filter(|m| m.len() == size && m.get(rank) == Some(&me));
+        let mut watched: Vec<usize> = match &host_of {
+            Some(map) => map.iter().copied().filter(|&h| h != me).collect(),
+            None => (0..host.size()).filter(|&h| h != me).collect(),
+        };
+        watched.sort_unstable();
+        watched.dedup();
         let stream = cu.new_stream()?;
         let mut scratch = 0u64;
         // SAFETY: allocates 8 bytes in the current context; zeroed before use.
@@ -986,6 +1069,8 @@ impl GpuCommunicator {
             store: host.store().map(|s| s.with_prefix(&format!("gpu/{id}"))),
             id,
             host: host.clone(),
+            host_of,
+            watched,
             multi,
             watch: std::env::var("ACCORD_GPU_WATCHDOG").map_or(true, |v| v != "0"),
             state: Mutex::new(OpState {
@@ -1001,6 +1086,7 @@ impl GpuCommunicator {
             }),
             poisoned: AtomicBool::new(false),
             poison: Mutex::new(None),
+            spares_finished: AtomicBool::new(true),
             aborted: AtomicBool::new(false),
             abort_lock: std::sync::RwLock::new(()),
             timeout: AtomicDuration::new(host.timeout()),
@@ -1074,7 +1160,10 @@ impl GpuCommunicator {
         });
     }
 
-    /// Block until every operation issued so far has finished.
+    /// Block until every operation issued so far has finished; the communicator's failure if
+    /// one of them did not finish before it (or, after a desync, finished with mismatched
+    /// calls). A failure after they all finished (a peer that exited since) shows at the next
+    /// call instead.
     pub fn synchronize(&self) -> Result<()> {
         let last = {
             let st = self.inner.state.lock().expect("gpu op state");
@@ -1087,7 +1176,10 @@ impl GpuCommunicator {
                 seq,
             }
             .wait(),
-            None => self.inner.poison().map_or(Ok(()), Err),
+            None => match self.inner.poison() {
+                Some(e) if !self.inner.spares_finished.load(Ordering::Acquire) => Err(e),
+                _ => Ok(()),
+            },
         }
     }
 
@@ -1764,6 +1856,8 @@ impl GpuCommunicator {
         for c in &comms[1..] {
             c.inner.splits.fetch_add(1, Ordering::Relaxed);
         }
+        // Every rank's (color, key), where the store has them: who ends up in which child.
+        let mut choices: Option<Vec<(i32, i32)>> = None;
         if let Some(store) = &first.store {
             for (c, &(col, key)) in comms.iter().zip(&args) {
                 store.set(&format!("split/{k}/{}", c.rank()), format!("{col} {key}"))?;
@@ -1784,6 +1878,10 @@ impl GpuCommunicator {
                     hint: "; they never called split".into(),
                 });
             }
+            choices = store
+                .multi_get(&keys, timeout)
+                .ok()
+                .and_then(|values| values.iter().map(|v| parse_choice(v)).collect());
         }
         // Every rank is in: the (blocking) split runs to completion.
         let n = first.nccl;
@@ -1837,6 +1935,7 @@ impl GpuCommunicator {
                     size as usize,
                     format!("{}-s{k}c{col}", inner.id),
                     multi,
+                    child_host_of(inner.host_of.as_deref(), choices.as_deref(), col),
                 ),
                 (0, rc) | (rc, _) => Err(Error::Aborted {
                     reason: format!("ncclCommUserRank/Count: {}", n.describe(rc, new)),
@@ -1915,6 +2014,30 @@ impl Inner {
         self.poison.lock().ok().and_then(|p| p.clone())
     }
 
+    /// Whether `event`'s operation has finished with its own result; the failure if the
+    /// communicator failed first. Completion is only believed when seen with no abort able to
+    /// run meanwhile: aborted kernels return early and complete their events too.
+    fn settled(&self, event: &Event) -> Result<bool> {
+        if !event.finished.load(Ordering::Acquire) {
+            match self.unless_aborted(|_| event.done()) {
+                Some(Ok(true)) => event.finished.store(true, Ordering::Release),
+                Some(other) => return other,
+                None => {}
+            }
+        }
+        match self.poison() {
+            Some(e) if !event.finished.load(Ordering::Acquire) => Err(e),
+            Some(e) if !self.spares_finished.load(Ordering::Acquire) => Err(e),
+            _ => Ok(true),
+        }
+    }
+
+    /// Retire finished operations; the oldest unfinished one (`None` also once aborted).
+    fn oldest(&self) -> Option<watchdog::Head> {
+        self.unless_aborted(|_| self.state.lock().ok()?.retire())
+            .flatten()
+    }
+
     fn stream_of(&self, s: Stream) -> CuStream {
         match s {
             Stream::Comm => self.stream as CuStream,
@@ -1978,10 +2101,18 @@ impl Inner {
     /// thread, which crashed one process in three at exit in the desync test.
     fn fail(&self, e: Error) {
         let _exclusive = self.abort_lock.write().unwrap_or_else(|p| p.into_inner());
+        if !self.aborted.load(Ordering::Acquire) {
+            // The last look before the abort: what has finished by now keeps its result.
+            if let Ok(mut st) = self.state.lock() {
+                st.retire();
+            }
+        }
         {
             let mut p = self.poison.lock().unwrap_or_else(|p| p.into_inner());
             if p.is_none() {
                 tracing::error!("gpu communicator {} rank {}: {e}", self.id, self.rank);
+                let spares = !matches!(e, Error::Desync { .. });
+                self.spares_finished.store(spares, Ordering::Release);
                 *p = Some(e);
             }
         }
@@ -2181,6 +2312,27 @@ mod tests {
         let b = Fingerprint::new(OpKind::Broadcast, DataType::F32, 4).with_root(0);
         assert_ne!(mix(mix(0, &a), &b), mix(mix(0, &b), &a));
         assert_ne!(mix(0, &a), mix(0, &b));
+    }
+
+    #[test]
+    fn a_split_child_knows_which_processes_hold_its_ranks() {
+        // Parent: 4 ranks on 2 processes (2 GPUs each). Colors 0,1,0,1; keys reverse rank 0/2.
+        let parent = [0, 0, 1, 1];
+        let choices = [(0, 5), (1, 0), (0, 1), (1, 0)];
+        // Color 0: ranks 2 (key 1) then 0 (key 5): processes 1, 0.
+        assert_eq!(
+            child_host_of(Some(&parent), Some(&choices), 0),
+            Some(vec![1, 0])
+        );
+        // Color 1: equal keys keep the parent order: ranks 1, 3.
+        assert_eq!(
+            child_host_of(Some(&parent), Some(&choices), 1),
+            Some(vec![0, 1])
+        );
+        assert_eq!(child_host_of(None, Some(&choices), 0), None);
+        assert_eq!(child_host_of(Some(&parent), None, 0), None);
+        assert_eq!(parse_choice(b"-1 7"), Some((-1, 7)));
+        assert_eq!(parse_choice(b"3"), None);
     }
 
     #[test]

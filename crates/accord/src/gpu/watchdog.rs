@@ -1,8 +1,12 @@
-//! The per-communicator watchdog thread: retires finished operations, enforces the timeout,
-//! polls NCCL's asynchronous error, publishes progress and compares fingerprint hashes.
+//! The per-communicator watchdog thread: retires finished operations, asks the host
+//! communicator whether a member is gone, polls NCCL's asynchronous error, enforces the timeout,
+//! publishes progress and compares fingerprint hashes. What to do about what it sees is decided
+//! in [`super::health`].
 
+use super::health::{self, Look, Memory, Verdict};
 use super::Inner;
 use crate::error::Error;
+use crate::fingerprint::Fingerprint;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -28,6 +32,7 @@ struct Published {
 
 fn run(weak: Weak<Inner>) {
     let mut published = Published::default();
+    let mut memory = Memory::default();
     let mut ctx_set = false;
     loop {
         let period = {
@@ -38,10 +43,11 @@ fn run(weak: Weak<Inner>) {
             if !ctx_set {
                 ctx_set = inner.cu.make_current(inner.ctx as _).is_ok();
             }
-            if let Some(e) = tick(&inner, &mut published) {
+            if let Some(e) = tick(&inner, &mut published, &mut memory) {
                 inner.fail(e);
                 return;
             }
+            // At most 50 ms: a lost peer is acted on well within 2 s whatever the timeout.
             let t = inner.timeout.get();
             (t / 20).clamp(Duration::from_millis(2), Duration::from_millis(50))
         };
@@ -50,46 +56,87 @@ fn run(weak: Weak<Inner>) {
 }
 
 /// One check; `Some(error)` if the communicator must fail.
-fn tick(inner: &Inner, published: &mut Published) -> Option<Error> {
-    // 1. NCCL's own view: a peer's connection lost, a remote error...
+fn tick(inner: &Inner, published: &mut Published, memory: &mut Memory) -> Option<Error> {
+    // What NCCL, the host and the operations say; `None` once the communicator is aborted.
     let mut async_rc = 0;
     // SAFETY: a communicator that no abort can free while the query runs.
     let queried =
         inner.unless_aborted(|c| unsafe { (inner.nccl.comm_get_async_error)(c, &mut async_rc) });
     queried?;
-    if async_rc != 0 && async_rc != super::nccl::NCCL_IN_PROGRESS {
-        // A peer that detected a desync aborts, which shows up here as a remote error: prefer
-        // the desync, which names the culprit, when the progress records show one.
-        if let Ok(st) = inner.state.lock() {
-            let (seq, hash) = (st.cseq, st.hash);
-            let last = st.last.map(|f| f.to_string()).unwrap_or_default();
-            drop(st);
-            if let Some(e) = compare(inner, seq, hash, &last) {
-                return Some(e);
-            }
-        }
-        let head = oldest(inner);
-        let what = head
-            .map(|(seq, fp, _)| format!(" during {fp} (op #{seq})"))
-            .unwrap_or_default();
-        return Some(Error::Aborted {
-            reason: format!(
-                "NCCL reported an error on rank {}{what}: {}; a peer probably failed or exited",
-                inner.rank,
-                inner.describe(async_rc)
-            ),
-        });
-    }
-
-    // 2. Retire finished operations; look at the oldest unfinished one.
-    let full = oldest_full(inner);
-    let head = full.map(|(s, _, fp, age)| (s, fp, age));
+    let engine = (async_rc != 0 && async_rc != super::nccl::NCCL_IN_PROGRESS).then_some(async_rc);
+    let host = inner.host.members_failure(&inner.watched);
+    let head = inner.oldest();
     let timeout = inner.timeout.get();
+    let verdict = health::decide(
+        memory,
+        Look {
+            now: Instant::now(),
+            engine,
+            host,
+            oldest: head.map(|h| h.since),
+            timeout,
+        },
+    );
+    let during = |h: Option<Head>| {
+        h.map(|h| format!(" during {} (op #{})", h.fp, h.seq))
+            .unwrap_or_else(|| " while idle".into())
+    };
+    let overdue = match verdict {
+        Verdict::Healthy => None,
+        Verdict::Overdue(age) => Some(age),
+        Verdict::PeerGone { notice, engine } => {
+            let nccl = engine
+                .map(|rc| format!("; NCCL reported {}", inner.describe(rc)))
+                .unwrap_or_default();
+            let what = format!(
+                "; NCCL communicator gpu/{} aborted on rank {}{}{nccl}",
+                inner.id,
+                inner.rank,
+                during(head)
+            );
+            return Some(match notice {
+                Error::PeerLost { rank, cause } => Error::PeerLost {
+                    rank,
+                    cause: format!("{cause}{what}"),
+                },
+                Error::Aborted { reason } => Error::Aborted {
+                    reason: format!("{reason}{what}"),
+                },
+                other => Error::Aborted {
+                    reason: format!("{other}{what}"),
+                },
+            });
+        }
+        Verdict::Engine(rc) => {
+            // A peer that detected a desync aborts, which shows up here as a remote error:
+            // prefer the desync, which names the culprit, when the progress records show one.
+            if let Ok(st) = inner.state.lock() {
+                let (seq, hash) = (st.cseq, st.hash);
+                let last = st.last.map(|f| f.to_string()).unwrap_or_default();
+                drop(st);
+                if let Some(e) = compare(inner, seq, hash, &last) {
+                    return Some(e);
+                }
+            }
+            return Some(Error::Aborted {
+                reason: format!(
+                    "NCCL reported an error on rank {}{}: {}; a peer probably failed or exited",
+                    inner.rank,
+                    head.map(|h| format!(" during {} (op #{})", h.fp, h.seq))
+                        .unwrap_or_default(),
+                    inner.describe(rc)
+                ),
+            });
+        }
+    };
+
+    // Progress and desync, before the timeout: a desync explains a hang better.
     let (seq_now, hash_now, last_fp) = {
         let st = inner.state.lock().ok()?;
         (st.cseq, st.hash, st.last)
     };
-    let suspicious = head.is_some_and(|(_, _, age)| age > timeout / 2 || age > PUBLISH_EVERY);
+    let age = head.map(|h| h.since.elapsed());
+    let suspicious = age.is_some_and(|age| age > timeout / 2 || age > PUBLISH_EVERY);
     let due = published.at.is_none_or(|t| t.elapsed() >= PUBLISH_EVERY);
     if let Some(store) = &inner.store {
         let last = || last_fp.map(|f| f.to_string()).unwrap_or_default();
@@ -115,7 +162,6 @@ fn tick(inner: &Inner, published: &mut Published) -> Option<Error> {
         if published.checked.is_none_or(|t| t.elapsed() >= every) {
             check = true;
         }
-        // 3. Desync: a rank that entered as many operations with another hash.
         if check {
             published.checked = Some(Instant::now());
             if let Some(e) = compare(inner, seq_now, hash_now, &last()) {
@@ -124,55 +170,41 @@ fn tick(inner: &Inner, published: &mut Published) -> Option<Error> {
         }
     }
 
-    // 4. Timeout of the oldest operation.
-    if let Some((seq, cseq, fp, age)) = full {
-        if age > timeout {
-            let missing = cseq.map(|c| never_entered(inner, c)).unwrap_or_default();
-            let peers = if cseq.is_none() {
-                "a point-to-point operation whose peer never matched it".to_string()
-            } else if missing.is_empty() {
-                "every rank entered it; the GPU work itself did not finish".to_string()
-            } else {
-                format!(
-                    "rank(s) {} never entered it",
-                    missing
-                        .iter()
-                        .map(|(r, s)| format!("{r} (had entered {s} collectives)"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            };
-            return Some(Error::Timeout {
-                op: fp.to_string(),
-                seq,
-                comm: format!("gpu/{}", inner.id),
-                waiting_for: missing.iter().map(|(r, _)| *r).collect(),
-                after: age,
-                hint: format!("; {peers}; NCCL communicator aborted"),
-            });
-        }
-    }
-    None
+    // The timeout of the oldest operation.
+    let (age, h) = (overdue?, head?);
+    let missing = h.cseq.map(|c| never_entered(inner, c)).unwrap_or_default();
+    let peers = if h.cseq.is_none() {
+        "a point-to-point operation whose peer never matched it".to_string()
+    } else if missing.is_empty() {
+        "every rank entered it; the GPU work itself did not finish".to_string()
+    } else {
+        format!(
+            "rank(s) {} never entered it",
+            missing
+                .iter()
+                .map(|(r, s)| format!("{r} (had entered {s} collectives)"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    Some(Error::Timeout {
+        op: h.fp.to_string(),
+        seq: h.seq,
+        comm: format!("gpu/{}", inner.id),
+        waiting_for: missing.iter().map(|(r, _)| *r).collect(),
+        after: age,
+        hint: format!("; {peers}; NCCL communicator aborted"),
+    })
 }
 
-/// Pop finished operations; (seq, fingerprint, age) of the oldest unfinished one.
-fn oldest(inner: &Inner) -> Option<(u64, crate::fingerprint::Fingerprint, Duration)> {
-    oldest_full(inner).map(|(s, _, fp, age)| (s, fp, age))
-}
-
-/// Like [`oldest`], also with the collective count of the operation (None for point-to-point).
-fn oldest_full(
-    inner: &Inner,
-) -> Option<(u64, Option<u64>, crate::fingerprint::Fingerprint, Duration)> {
-    let mut st = inner.state.lock().ok()?;
-    while let Some(front) = st.outstanding.front() {
-        if front.event.done().unwrap_or(false) {
-            st.outstanding.pop_front();
-        } else {
-            return Some((front.seq, front.cseq, front.fp, front.since.elapsed()));
-        }
-    }
-    None
+/// The oldest unfinished operation.
+#[derive(Clone, Copy)]
+pub(super) struct Head {
+    pub seq: u64,
+    /// Its collective count (None for point-to-point).
+    pub cseq: Option<u64>,
+    pub fp: Fingerprint,
+    pub since: Instant,
 }
 
 fn read_progress(inner: &Inner, rank: usize) -> Option<(u64, u64, String)> {
