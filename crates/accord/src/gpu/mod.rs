@@ -1110,6 +1110,17 @@ impl GpuCommunicator {
         self.inner.size
     }
 
+    /// On one rank an average is the sum (divided by one). NCCL 2.28 left the last element of a
+    /// one-rank f64 average of 65,537 elements unwritten (seen on an H100: it kept what the
+    /// buffer held), so the sum it computes correctly is asked for instead.
+    fn one_rank_op(&self, op: ReduceOp) -> ReduceOp {
+        if self.size() == 1 && op == ReduceOp::Avg {
+            ReduceOp::Sum
+        } else {
+            op
+        }
+    }
+
     /// The device ordinal this communicator works on.
     pub fn device(&self) -> usize {
         self.inner.device
@@ -1263,7 +1274,7 @@ impl GpuCommunicator {
     ) -> Result<GpuRequest> {
         same_dtype(&send, &recv)?;
         need("receive buffer", &recv, send.count)?;
-        let o = nccl_op(op, send.dtype)?;
+        let o = nccl_op(self.one_rank_op(op), send.dtype)?;
         let fp = Fingerprint::new(OpKind::AllReduce, send.dtype, send.count).with_op(op);
         self.launch(fp, stream, |n, c, s| {
             // SAFETY: buffers validated above; the caller keeps them alive (DeviceSlice contract).
@@ -1327,7 +1338,7 @@ impl GpuCommunicator {
         if self.rank() == root {
             need("receive buffer", &recv, send.count)?;
         }
-        let o = nccl_op(op, send.dtype)?;
+        let o = nccl_op(self.one_rank_op(op), send.dtype)?;
         let fp = Fingerprint::new(OpKind::Reduce, send.dtype, send.count)
             .with_op(op)
             .with_root(root);
@@ -1536,7 +1547,7 @@ impl GpuCommunicator {
     ) -> Result<GpuRequest> {
         same_dtype(&send, &recv)?;
         need("send buffer", &send, recv.count * self.size())?;
-        let o = nccl_op(op, send.dtype)?;
+        let o = nccl_op(self.one_rank_op(op), send.dtype)?;
         let fp = Fingerprint::new(OpKind::ReduceScatter, recv.dtype, recv.count).with_op(op);
         self.launch(fp, stream, |n, c, s| {
             // SAFETY: as for all_reduce.
@@ -1568,7 +1579,7 @@ impl GpuCommunicator {
         self.check_counts("counts", counts)?;
         need("send buffer", &send, counts.iter().sum())?;
         need("receive buffer", &recv, counts[self.rank()])?;
-        let o = nccl_op(op, send.dtype)?;
+        let o = nccl_op(self.one_rank_op(op), send.dtype)?;
         let fp = Fingerprint::new(OpKind::ReduceScatterV, send.dtype, 0)
             .with_op(op)
             .with_counts(counts);
