@@ -162,12 +162,6 @@ impl Gate {
         done
     }
 
-    /// How many connections are in the handshake now.
-    #[cfg(test)]
-    pub(crate) fn pending(&self) -> usize {
-        self.pending.len()
-    }
-
     fn accept_all(&mut self, listener: &TcpListener, done: &mut Vec<Outcome>) {
         loop {
             match listener.accept() {
