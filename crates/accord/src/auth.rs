@@ -12,13 +12,16 @@
 //! Both sides prove knowledge of the token; a stranger learns nothing it can replay, and the
 //! acceptor acts on nothing a connector sends before the proof checks out. The role byte stops a
 //! store client from talking to a peer socket by mistake (and vice versa) with a clear error.
+//!
+//! Listeners run the accepting side through `auth::gate`, which bounds how many connections may
+//! be in the handshake at once and for how long ([`HandshakeLimits`]).
 
 use crate::error::{Error, Result};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::io::{Read, Write};
 
-pub mod gate;
+pub(crate) mod gate;
 pub use gate::HandshakeLimits;
 
 const GREETING: &[u8; 8] = b"ACCORDv1";
@@ -117,7 +120,7 @@ pub fn accept<S: Read + Write>(s: &mut S, token: &Token, role: Role, what: &str)
 pub(crate) const REPLY_LEN: usize = NONCE + MAC;
 
 /// The accepting side's half of the handshake as messages, for callers that drive the socket
-/// themselves ([`gate`] runs many handshakes on one thread).
+/// themselves (`auth::gate` runs many handshakes on one thread).
 pub(crate) struct Challenge {
     hello: [u8; 9 + NONCE],
 }

@@ -4,7 +4,7 @@
 //! allows: at most `max_pending` of them are in the handshake at once (more are closed as soon
 //! as they are accepted, with a warning at most once a second), each must finish the whole
 //! handshake within `deadline` of being accepted however it paces its bytes, and all of them
-//! share the one thread that calls [`Gate::turn`]: their sockets are non-blocking and polled
+//! share the one thread that calls `Gate::turn`: their sockets are non-blocking and polled
 //! together. Only a connection that has proved the token leaves the gate, in blocking mode, for
 //! its owner to serve (on a thread of its own if it likes).
 

@@ -1,10 +1,11 @@
 //! The store server: an in-memory key-value map served over TCP.
 //!
 //! One thread accepts connections and runs the token handshake ([`Role::Store`]) of every new
-//! connection through a [`Gate`]: non-blocking, at most [`HandshakeLimits::max_pending`] at once,
-//! each closed if it has not finished within [`HandshakeLimits::deadline`]. So a stranger costs
-//! one descriptor for a few seconds and no thread. A connection that proves the token gets its
-//! own thread, which answers requests one at a time. Blocking requests (`get`, `wait`, `multi_get`) wait on a [`Condvar`] with the map's
+//! connection through a `Gate` (`auth::gate`): non-blocking, at most
+//! [`HandshakeLimits::max_pending`] at once, each closed if it has not finished within
+//! [`HandshakeLimits::deadline`]. So a stranger costs one descriptor for a few seconds and no
+//! thread. A connection that proves the token gets its own thread, which answers requests one at
+//! a time. Blocking requests (`get`, `wait`, `multi_get`) wait on a [`Condvar`] with the map's
 //! lock released, so a waiting client never holds up any other client.
 //!
 //! Counters (`add`) are stored as the decimal text of an `i64` (e.g. `b"42"`), so `get` on a

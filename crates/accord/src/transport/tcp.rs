@@ -12,7 +12,7 @@
 //!
 //! Every new connection runs the mutual token handshake of [`crate::auth`] with
 //! [`Role::Peer`] before anything else is read from it. The forming rank runs the handshakes of
-//! its inbound connections itself, without blocking, through a [`Gate`] bounded by
+//! its inbound connections itself, without blocking, through a `Gate` (`auth::gate`) bounded by
 //! [`TcpOptions::handshake`] (raised to at least the number of higher ranks, which all connect
 //! at once): a connection beyond the limit is closed on arrival, and one that has not finished
 //! the handshake by the deadline is closed then, so strangers cost no threads and few
