@@ -436,7 +436,9 @@ impl TcpTransport {
             }
         });
         cancel.store(true, Ordering::Relaxed);
+        // Connections still in the handshake are closed with the listener.
         drop(listener);
+        drop(gate);
         outcome?;
 
         let mailbox = Arc::new(Mailbox::new());
