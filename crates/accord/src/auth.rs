@@ -12,11 +12,17 @@
 //! Both sides prove knowledge of the token; a stranger learns nothing it can replay, and the
 //! acceptor acts on nothing a connector sends before the proof checks out. The role byte stops a
 //! store client from talking to a peer socket by mistake (and vice versa) with a clear error.
+//!
+//! Listeners run the accepting side through `auth::gate`, which bounds how many connections may
+//! be in the handshake at once and for how long ([`HandshakeLimits`]).
 
 use crate::error::{Error, Result};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::io::{Read, Write};
+
+pub(crate) mod gate;
+pub use gate::HandshakeLimits;
 
 const GREETING: &[u8; 8] = b"ACCORDv1";
 const NONCE: usize = 32;
@@ -96,38 +102,79 @@ fn io(what: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
 
 /// Accepting side. `what` names the connection in errors. Call with a read timeout set.
 pub fn accept<S: Read + Write>(s: &mut S, token: &Token, role: Role, what: &str) -> Result<()> {
-    let nonce_a = random_bytes::<NONCE>();
-    let mut hello = [0u8; 9 + NONCE];
-    hello[..8].copy_from_slice(GREETING);
-    hello[8] = role as u8;
-    hello[9..].copy_from_slice(&nonce_a);
-    s.write_all(&hello).map_err(io(what))?;
-    let mut reply = [0u8; NONCE + MAC];
+    let challenge = Challenge::new(role);
+    s.write_all(challenge.hello()).map_err(io(what))?;
+    let mut reply = [0u8; REPLY_LEN];
     s.read_exact(&mut reply).map_err(io(what))?;
-    let (nonce_c, proof) = reply.split_at(NONCE);
-    if token
-        .mac(b"connector", &nonce_a, nonce_c)
-        .verify_slice(proof)
-        .is_err()
-    {
-        let reason = b"wrong token";
-        let mut msg = vec![0u8];
-        msg.extend_from_slice(&(reason.len() as u16).to_le_bytes());
-        msg.extend_from_slice(reason);
-        let _ = s.write_all(&msg);
-        return Err(Error::Unauthorized(format!(
-            "{what}: the connecting process does not know this job's token; refused"
-        )));
+    let (answer, verdict) = challenge.answer(token, &reply, what);
+    match verdict {
+        Ok(()) => s.write_all(&answer).map_err(io(what))?,
+        Err(_) => {
+            let _ = s.write_all(&answer);
+        }
     }
-    let mut ok = vec![1u8];
-    ok.extend_from_slice(
-        &token
-            .mac(b"acceptor", nonce_c, &nonce_a)
-            .finalize()
-            .into_bytes(),
-    );
-    s.write_all(&ok).map_err(io(what))?;
-    Ok(())
+    verdict
+}
+
+/// Length of the connector's reply to the greeting.
+pub(crate) const REPLY_LEN: usize = NONCE + MAC;
+
+/// The accepting side's half of the handshake as messages, for callers that drive the socket
+/// themselves (`auth::gate` runs many handshakes on one thread).
+pub(crate) struct Challenge {
+    hello: [u8; 9 + NONCE],
+}
+
+impl Challenge {
+    /// A fresh nonce for one connection.
+    pub(crate) fn new(role: Role) -> Self {
+        let mut hello = [0u8; 9 + NONCE];
+        hello[..8].copy_from_slice(GREETING);
+        hello[8] = role as u8;
+        hello[9..].copy_from_slice(&random_bytes::<NONCE>());
+        Challenge { hello }
+    }
+
+    /// The greeting to send first.
+    pub(crate) fn hello(&self) -> &[u8] {
+        &self.hello
+    }
+
+    /// Check the connector's reply: the bytes to send back (acceptance with this side's proof,
+    /// or the refusal) and whether the connector proved knowledge of `token`.
+    pub(crate) fn answer(
+        &self,
+        token: &Token,
+        reply: &[u8; REPLY_LEN],
+        what: &str,
+    ) -> (Vec<u8>, Result<()>) {
+        let nonce_a = &self.hello[9..];
+        let (nonce_c, proof) = reply.split_at(NONCE);
+        if token
+            .mac(b"connector", nonce_a, nonce_c)
+            .verify_slice(proof)
+            .is_err()
+        {
+            let reason = b"wrong token";
+            let mut msg = vec![0u8];
+            msg.extend_from_slice(&(reason.len() as u16).to_le_bytes());
+            msg.extend_from_slice(reason);
+            return (
+                msg,
+                Err(Error::Unauthorized(format!(
+                    "{what}: the connecting process does not know this job's token; refused"
+                ))),
+            );
+        }
+        let mut ok = vec![1u8];
+        ok.extend_from_slice(
+            &token
+                .mac(b"acceptor", nonce_c, nonce_a)
+                .finalize()
+                .into_bytes(),
+        );
+        (ok, Ok(()))
+    }
 }
 
 /// Connecting side. Call with a read timeout set.

@@ -1,6 +1,6 @@
 //! The TCP transport over loopback: worlds of threads, each rank with its own transport.
 
-use accord::auth::{self, Role, Token};
+use accord::auth::{self, HandshakeLimits, Role, Token};
 use accord::fingerprint::{Fingerprint, OpKind};
 use accord::transport::tcp::{MemoryAddressBook, TcpOptions, TcpTransport};
 use accord::transport::{chunk_bytes, AddressBook, Envelope, Transport, WaitError};
@@ -173,6 +173,109 @@ fn stranger_with_wrong_token_is_refused_and_world_stays_healthy() {
         .take(1, 1, 7, &fp(), Instant::now() + TIMEOUT)
         .unwrap();
     assert_eq!(f.data, b"abc");
+}
+
+/// Without `ACCORD_HOST` a rank's listener binds the address it publishes, not every
+/// interface: published as 127.0.0.2, the same port on 127.0.0.1 refuses connections, and the
+/// world forms through the published address.
+#[test]
+fn listener_binds_the_published_address() {
+    let book = Arc::new(MemoryAddressBook::new());
+    let token = Token::new("t");
+    let published_only = TcpOptions {
+        // What `TcpOptions::default()` holds when ACCORD_HOST is unset.
+        bind_host: String::new(),
+        advertise_host: Some("127.0.0.2".into()),
+        ..opts(TIMEOUT)
+    };
+    let (b0, t0) = (book.clone(), token.clone());
+    let r0 = std::thread::spawn(move || TcpTransport::connect(0, 2, &t0, &*b0, published_only));
+    let addr = book.lookup(0, Instant::now() + TIMEOUT).unwrap();
+    let port: u16 = addr
+        .strip_prefix("127.0.0.2:")
+        .unwrap_or_else(|| panic!("rank 0 published {addr}"))
+        .parse()
+        .unwrap();
+    let e = TcpStream::connect(("127.0.0.1", port)).expect_err("nothing listens on 127.0.0.1");
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+    let t1 = TcpTransport::connect(1, 2, &token, &*book, opts(TIMEOUT)).expect("world forms");
+    let t0 = r0.join().unwrap().expect("world forms");
+    t1.send(0, &env(3, 2), b"hi").unwrap();
+    let f = t0
+        .mailbox()
+        .take(1, 1, 3, &fp(), Instant::now() + TIMEOUT)
+        .unwrap();
+    assert_eq!(f.data, b"hi");
+}
+
+/// Strangers that connect to a forming rank and then trickle one byte every 100 ms or stay
+/// silent hold no more than the handshake limit: the ones beyond it are closed at once, the
+/// others when the handshake deadline passes, and the real peer, turned away while the limit is
+/// reached, retries and gets in. `ACCORD_SOAK=n` opens n times as many strangers.
+#[test]
+fn strangers_are_closed_by_the_handshake_deadline_and_the_world_forms() {
+    let soak: usize = std::env::var("ACCORD_SOAK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let cap = 4;
+    let deadline = Duration::from_secs(1);
+    let book = Arc::new(MemoryAddressBook::new());
+    let token = Token::new("t");
+    let limited = TcpOptions {
+        handshake: HandshakeLimits {
+            max_pending: cap,
+            deadline,
+        },
+        ..opts(TIMEOUT)
+    };
+    let (b0, t0) = (book.clone(), token.clone());
+    let r0 = std::thread::spawn(move || TcpTransport::connect(0, 2, &t0, &*b0, limited));
+    let addr = book.lookup(0, Instant::now() + TIMEOUT).unwrap();
+    let n = 3 * cap * soak;
+    let opened = Instant::now();
+    let mut strangers: Vec<(TcpStream, bool, Option<Duration>)> = (0..n)
+        .map(|i| {
+            let s = TcpStream::connect(&addr).unwrap();
+            s.set_nonblocking(true).unwrap();
+            (s, i % 3 != 2, None)
+        })
+        .collect();
+    let (b1, t1) = (book.clone(), token.clone());
+    let r1 = std::thread::spawn(move || TcpTransport::connect(1, 2, &t1, &*b1, opts(TIMEOUT)));
+    while opened.elapsed() < deadline + Duration::from_secs(2) {
+        for (s, trickles, closed) in strangers.iter_mut().filter(|s| s.2.is_none()) {
+            let mut buf = [0u8; 64];
+            let gone = match s.read(&mut buf) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+            };
+            if gone || (*trickles && s.write_all(&[1]).is_err()) {
+                *closed = Some(opened.elapsed());
+            }
+        }
+        if strangers.iter().all(|s| s.2.is_some()) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let lived: Vec<Option<Duration>> = strangers.iter().map(|s| s.2).collect();
+    assert!(
+        lived
+            .iter()
+            .all(|l| l.is_some_and(|l| l < deadline + Duration::from_millis(700))),
+        "strangers closed after (None: still open) {lived:?}"
+    );
+    let t1 = r1.join().unwrap().expect("world forms");
+    let t0 = r0.join().unwrap().expect("world forms");
+    t1.send(0, &env(4, 2), b"ok").unwrap();
+    let f = t0
+        .mailbox()
+        .take(1, 1, 4, &fp(), Instant::now() + TIMEOUT)
+        .unwrap();
+    assert_eq!(f.data, b"ok");
 }
 
 /// A rank started with the wrong token cannot join: it gets `Unauthorized`, and the rank it tried

@@ -7,6 +7,15 @@
 //! (role [`Store`](crate::auth::Role::Store)): a process that does not know the token is refused
 //! with [`Error::Unauthorized`](crate::Error::Unauthorized) and nothing it sent is acted on.
 //!
+//! Connections that have not proved the token yet are bounded by
+//! [`HandshakeLimits`](crate::auth::HandshakeLimits) (default: 128 at once, 5 seconds each;
+//! [`StoreServer::bind_with_limits`] sets others). The accept thread runs all their handshakes
+//! on non-blocking sockets, so a stranger costs one descriptor and no thread; one that arrives
+//! while the limit is reached is closed at once (logged, at most once a second), and one that
+//! has not finished the whole handshake within the deadline of being accepted is closed then,
+//! however it paces its bytes. A client turned away retries until its own timeout. An
+//! authenticated client gets a thread of its own for as long as it stays connected.
+//!
 //! | operation | meaning |
 //! |---|---|
 //! | [`set`](StoreClient::set) | store a value, wake waiters |

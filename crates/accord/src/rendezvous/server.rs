@@ -1,15 +1,19 @@
 //! The store server: an in-memory key-value map served over TCP.
 //!
-//! One thread accepts connections; each connection gets its own thread, which first runs the
-//! token handshake ([`crate::auth::accept`] with [`Role::Store`]) and then answers requests one
-//! at a time. Blocking requests (`get`, `wait`, `multi_get`) wait on a [`Condvar`] with the map's
+//! One thread accepts connections and runs the token handshake ([`Role::Store`]) of every new
+//! connection through a `Gate` (`auth::gate`): non-blocking, at most
+//! [`HandshakeLimits::max_pending`] at once, each closed if it has not finished within
+//! [`HandshakeLimits::deadline`]. So a stranger costs one descriptor for a few seconds and no
+//! thread. A connection that proves the token gets its own thread, which answers requests one at
+//! a time. Blocking requests (`get`, `wait`, `multi_get`) wait on a [`Condvar`] with the map's
 //! lock released, so a waiting client never holds up any other client.
 //!
 //! Counters (`add`) are stored as the decimal text of an `i64` (e.g. `b"42"`), so `get` on a
 //! counter returns readable text and `set(key, b"10")` followed by `add(key, 1)` yields 11.
 
 use super::protocol::{Request, Response, MAX_MULTI_VALUE_BYTES};
-use crate::auth::{self, Role, Token};
+use crate::auth::gate::{Gate, Outcome};
+use crate::auth::{HandshakeLimits, Role, Token};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::io::{BufReader, BufWriter};
@@ -19,8 +23,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long a connecting client has to complete the token handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
+/// Longest sleep of the accept thread between checks for shutdown.
+const ACCEPT_SLICE: Duration = Duration::from_millis(200);
 
 /// A running store. Stops (closing every connection) on [`StoreServer::shutdown`] or drop.
 pub struct StoreServer {
@@ -58,9 +62,24 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl StoreServer {
     /// Listen on `addr` (`"0.0.0.0:0"` for every interface and an ephemeral port, or
-    /// `"host:port"`) and serve clients that prove knowledge of `token` until shut down.
+    /// `"host:port"`) and serve clients that prove knowledge of `token` until shut down, with
+    /// the default [`HandshakeLimits`].
     pub fn bind(addr: &str, token: Token) -> Result<StoreServer> {
+        Self::bind_with_limits(addr, token, HandshakeLimits::default())
+    }
+
+    /// Like [`Self::bind`], with explicit bounds on connections that have not yet proved the
+    /// token.
+    pub fn bind_with_limits(
+        addr: &str,
+        token: Token,
+        limits: HandshakeLimits,
+    ) -> Result<StoreServer> {
+        limits.check()?;
         let listener = TcpListener::bind(addr)
+            .map_err(|e| Error::io(format!("store: cannot listen on {addr}"), e))?;
+        listener
+            .set_nonblocking(true)
             .map_err(|e| Error::io(format!("store: cannot listen on {addr}"), e))?;
         let local = listener
             .local_addr()
@@ -79,7 +98,7 @@ impl StoreServer {
         let s2 = shared.clone();
         let accept_thread = std::thread::Builder::new()
             .name("accord-store-accept".into())
-            .spawn(move || accept_loop(listener, s2))
+            .spawn(move || accept_loop(listener, s2, limits))
             .map_err(|e| Error::io("store: spawn accept thread", e))?;
         tracing::debug!(addr = %local, "store listening");
         Ok(StoreServer {
@@ -121,13 +140,9 @@ impl StoreServer {
         for (_, c) in lock(&self.shared.conns).drain() {
             let _ = c.shutdown(std::net::Shutdown::Both);
         }
-        // Wake the accept thread with a connection of our own; if that fails, leave it detached
-        // rather than hang.
-        let woke = TcpStream::connect_timeout(&self.local_connect_addr(), Duration::from_secs(1));
+        // The accept thread never blocks for longer than ACCEPT_SLICE, so this join is short.
         if let Some(h) = self.accept_thread.take() {
-            if woke.is_ok() {
-                let _ = h.join();
-            }
+            let _ = h.join();
         }
         tracing::debug!(addr = %self.addr, "store stopped");
     }
@@ -139,61 +154,56 @@ impl Drop for StoreServer {
     }
 }
 
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
-    loop {
-        let accepted = listener.accept();
-        if shared.stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        match accepted {
-            Ok((stream, peer)) => {
-                let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
-                if let Ok(c) = stream.try_clone() {
-                    lock(&shared.conns).insert(id, c);
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>, limits: HandshakeLimits) {
+    let mut gate = Gate::new(
+        shared.token.clone(),
+        Role::Store,
+        limits,
+        "the store".into(),
+    );
+    while !shared.stopping.load(Ordering::SeqCst) {
+        for outcome in gate.turn(&listener, ACCEPT_SLICE) {
+            match outcome {
+                Outcome::Passed(stream, peer) => serve_on_own_thread(stream, peer, &shared),
+                Outcome::Refused(peer, e @ Error::Unauthorized(_)) => {
+                    tracing::warn!(%peer, "store: refused a connection: {e}")
                 }
-                // Shutdown may have drained the registry between the check above and the insert.
-                if shared.stopping.load(Ordering::SeqCst) {
-                    let _ = stream.shutdown(std::net::Shutdown::Both);
-                    return;
+                Outcome::Refused(peer, e) => {
+                    tracing::debug!(%peer, "store: handshake failed: {e}")
                 }
-                let s2 = shared.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("accord-store-conn".into())
-                    .spawn(move || {
-                        serve_connection(stream, peer, &s2);
-                        lock(&s2.conns).remove(&id);
-                    });
-                if let Err(e) = spawned {
-                    tracing::warn!(%peer, error = %e, "store: cannot spawn a connection thread");
-                    lock(&shared.conns).remove(&id);
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "store: accept failed");
-                std::thread::sleep(Duration::from_millis(50));
             }
         }
     }
 }
 
-fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: &Shared) {
-    let what = format!("store connection from {peer}");
-    let mut s = stream;
+/// Register an authenticated connection (so shutdown can close it) and serve it on a thread.
+fn serve_on_own_thread(stream: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
+    let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+    if let Ok(c) = stream.try_clone() {
+        lock(&shared.conns).insert(id, c);
+    }
+    // Shutdown may have drained the registry between the accept thread's check and the insert.
+    if shared.stopping.load(Ordering::SeqCst) {
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+        lock(&shared.conns).remove(&id);
+        return;
+    }
+    let s2 = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name("accord-store-conn".into())
+        .spawn(move || {
+            serve_connection(stream, peer, &s2);
+            lock(&s2.conns).remove(&id);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(%peer, error = %e, "store: cannot spawn a connection thread");
+        lock(&shared.conns).remove(&id);
+    }
+}
+
+/// Answer the requests of an authenticated client until it leaves or the store stops.
+fn serve_connection(s: TcpStream, peer: SocketAddr, shared: &Shared) {
     let _ = s.set_nodelay(true);
-    if s.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).is_err()
-        || s.set_write_timeout(Some(HANDSHAKE_TIMEOUT)).is_err()
-    {
-        return;
-    }
-    if let Err(e) = auth::accept(&mut s, &shared.token, Role::Store, &what) {
-        match e {
-            Error::Unauthorized(_) => {
-                tracing::warn!(%peer, "store: refused a connection that failed authentication: {e}")
-            }
-            _ => tracing::debug!(%peer, "store: handshake failed: {e}"),
-        }
-        return;
-    }
     // Authenticated clients may stay idle for as long as they like.
     if s.set_read_timeout(None).is_err() || s.set_write_timeout(None).is_err() {
         return;
@@ -358,6 +368,7 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth;
     use crate::rendezvous::protocol::MAX_KEY_BYTES;
     use crate::rendezvous::StoreClient;
     use crate::transport::AddressBook;

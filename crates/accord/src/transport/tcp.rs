@@ -11,9 +11,15 @@
 //! - accepts a connection from every higher rank.
 //!
 //! Every new connection runs the mutual token handshake of [`crate::auth`] with
-//! [`Role::Peer`] before anything else is read from it. A connection that fails the handshake is
-//! closed and none of its bytes are acted on; the refusal is logged and, if the world then fails
-//! to form, quoted in the timeout error. After the handshake the connector introduces itself:
+//! [`Role::Peer`] before anything else is read from it. The forming rank runs the handshakes of
+//! its inbound connections itself, without blocking, through a `Gate` (`auth::gate`) bounded by
+//! [`TcpOptions::handshake`] (raised to at least the number of higher ranks, which all connect
+//! at once): a connection beyond the limit is closed on arrival, and one that has not finished
+//! the handshake by the deadline is closed then, so strangers cost no threads and few
+//! descriptors. A dialing rank whose connection is closed during the handshake retries until
+//! the world's deadline. A connection that fails the handshake is closed and none of its bytes
+//! are acted on; the refusal is logged and, if the world then fails to form, quoted in the
+//! timeout error. After the handshake the connector introduces itself:
 //!
 //! ```text
 //! connector -> acceptor : rank u32 | world size u32                    (little-endian)
@@ -40,18 +46,25 @@
 //!
 //! | Environment variable    | Meaning                                                          |
 //! |-------------------------|------------------------------------------------------------------|
-//! | `ACCORD_HOST`           | Address the listener binds to (default `0.0.0.0`: every interface) |
+//! | `ACCORD_HOST`           | Address the listener binds to (default: the published address)   |
 //! | `ACCORD_ADVERTISE_HOST` | Host or IP published for peers to connect to                     |
 //!
-//! Without `ACCORD_ADVERTISE_HOST`, the published host is the bind address when that is a
-//! specific address; otherwise the first non-loopback address this machine's host name resolves
-//! to (IPv4 when binding `0.0.0.0`); otherwise `127.0.0.1`, which only works for single-machine
-//! jobs. Set `ACCORD_ADVERTISE_HOST` on machines whose host name does not resolve to the
-//! interface the other ranks can reach.
+//! Without `ACCORD_ADVERTISE_HOST`, the published host is `ACCORD_HOST` when that is a specific
+//! address; otherwise the first non-loopback IPv4 address this machine's host name resolves to;
+//! otherwise `127.0.0.1`, which only works for single-machine jobs. Set `ACCORD_ADVERTISE_HOST`
+//! on machines whose host name does not resolve to the interface the other ranks can reach.
+//!
+//! Without `ACCORD_HOST`, the listener binds the published address, so it is reachable only
+//! through the interface the other ranks are told to use (only loopback when `127.0.0.1` is
+//! published). When that address is not one of this machine's (behind NAT), it listens on every
+//! interface and logs a warning; so it does, quietly, for a published host *name* that resolves
+//! here to a loopback address (`/etc/hosts` often maps the machine's own name so), since other
+//! machines resolve it to something else. `ACCORD_HOST=0.0.0.0` asks for every interface.
 
 use super::wire::{FrameKind, Header, HEADER_LEN};
 use super::{chunk_bytes, for_each_chunk, AddressBook, Envelope, Frame, Mailbox, Transport};
-use crate::auth::{self, Role, Token};
+use crate::auth::gate::{Gate, Outcome};
+use crate::auth::{self, HandshakeLimits, Role, Token};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
 use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
@@ -79,17 +92,22 @@ const MAX_DIALERS: usize = 16;
 const LOOKUP_SLICE: Duration = Duration::from_millis(500);
 /// Default world-formation and write timeout.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Refusals of inbound connections quoted in a world-formation timeout (the rest are counted).
+const QUOTED_REFUSALS: usize = 8;
 
 /// How a [`TcpTransport`] listens, what it publishes, and how long it waits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TcpOptions {
-    /// Address the listener binds to (`ACCORD_HOST`, default `0.0.0.0`).
+    /// Address the listener binds to (`ACCORD_HOST`); empty (the default) binds the advertised
+    /// address, as described in the [module documentation](self).
     pub bind_host: String,
     /// Host or IP published for peers to connect to (`ACCORD_ADVERTISE_HOST`). `None` picks one
     /// as described in the [module documentation](self).
     pub advertise_host: Option<String>,
     /// Deadline for forming the world, and the write timeout of every connection afterwards.
     pub timeout: Duration,
+    /// Bounds on inbound connections that have not proved the token yet.
+    pub handshake: HandshakeLimits,
 }
 
 impl Default for TcpOptions {
@@ -97,9 +115,10 @@ impl Default for TcpOptions {
     fn default() -> Self {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         TcpOptions {
-            bind_host: env("ACCORD_HOST").unwrap_or_else(|| "0.0.0.0".into()),
+            bind_host: env("ACCORD_HOST").unwrap_or_default(),
             advertise_host: env("ACCORD_ADVERTISE_HOST"),
             timeout: DEFAULT_TIMEOUT,
+            handshake: HandshakeLimits::default(),
         }
     }
 }
@@ -112,6 +131,7 @@ impl TcpOptions {
             bind_host: "127.0.0.1".into(),
             advertise_host: None,
             timeout,
+            handshake: HandshakeLimits::default(),
         }
     }
 
@@ -283,20 +303,28 @@ impl TcpTransport {
         if opts.timeout.is_zero() {
             return Err(Error::invalid("the TCP transport timeout must be positive"));
         }
+        opts.handshake.check()?;
         let start = Instant::now();
         let deadline = start + opts.timeout;
 
-        let listener = listen(&opts.bind_host)?;
+        let advertised = opts.advertised_host();
+        let listener = listen_for(&opts.bind_host, &advertised)?;
         let port = listener
             .local_addr()
             .map_err(|e| Error::io("reading the listener's address", e))?
             .port();
-        let published = host_port(&opts.advertised_host(), port);
+        let published = host_port(&advertised, port);
         book.publish(rank, &published)?;
         tracing::debug!(rank, size, addr = %published, "tcp transport listening");
 
         let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
         let mut refusals: Vec<String> = Vec::new();
+        let mut refused = 0usize;
+        let limits = HandshakeLimits {
+            max_pending: opts.handshake.max_pending.max(size - rank),
+            ..opts.handshake
+        };
+        let mut gate = Gate::new(token.clone(), Role::Peer, limits, format!("rank {rank}"));
         let claimed = Arc::new(Mutex::new(vec![false; size]));
         let cancel = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel::<Arrival>();
@@ -323,15 +351,14 @@ impl TcpTransport {
             }
             let mut dial_hints: Vec<String> = Vec::new();
             loop {
-                // New connections: authenticate each on its own thread, so a silent stranger
-                // cannot hold up the others.
-                loop {
-                    match listener.accept() {
-                        Ok((stream, from)) => {
+                // New connections: the gate runs their token handshakes without blocking; one
+                // that passes is introduced on its own thread.
+                for outcome in gate.turn(&listener, Duration::ZERO) {
+                    match outcome {
+                        Outcome::Passed(stream, from) => {
                             let ctx = AcceptCtx {
                                 rank,
                                 size,
-                                token: token.clone(),
                                 claimed: claimed.clone(),
                                 deadline,
                                 tx: tx.clone(),
@@ -341,11 +368,9 @@ impl TcpTransport {
                                 .spawn(move || ctx.run(stream, from))
                                 .map_err(|e| Error::io("starting a handshake thread", e))?;
                         }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => {
-                            tracing::warn!(rank, "accepting a peer connection failed: {e}");
-                            break;
+                        Outcome::Refused(from, e) => {
+                            tx.send(Arrival::Refused(format!("from {from}: {e}")))
+                                .expect("the receiver lives in this scope");
                         }
                     }
                 }
@@ -354,7 +379,10 @@ impl TcpTransport {
                         Arrival::Peer(peer, stream) => streams[peer] = Some(stream),
                         Arrival::Refused(why) => {
                             tracing::warn!(rank, "refused a peer connection: {why}");
-                            refusals.push(why);
+                            refused += 1;
+                            if refusals.len() < QUOTED_REFUSALS {
+                                refusals.push(why);
+                            }
                         }
                         Arrival::DialFailed(Error::Timeout { hint, .. }) => dial_hints.push(hint),
                         Arrival::DialFailed(e) => {
@@ -386,9 +414,13 @@ impl TcpTransport {
                     }
                     if !refusals.is_empty() {
                         hint.push_str(&format!(
-                            "; refused {} connection(s): {}",
-                            refusals.len(),
-                            refusals.join("; ")
+                            "; refused {refused} connection(s): {}{}",
+                            refusals.join("; "),
+                            if refused > refusals.len() {
+                                "; ..."
+                            } else {
+                                ""
+                            }
                         ));
                     }
                     return Err(Error::Timeout {
@@ -404,7 +436,9 @@ impl TcpTransport {
             }
         });
         cancel.store(true, Ordering::Relaxed);
+        // Connections still in the handshake are closed with the listener.
         drop(listener);
+        drop(gate);
         outcome?;
 
         let mailbox = Arc::new(Mailbox::new());
@@ -684,22 +718,67 @@ fn tune(s: &Socket) {
     let _ = s.set_tcp_keepalive(&ka);
 }
 
+/// Listen on `bind_host` if given, else on the advertised address, as the
+/// [module documentation](self) describes.
+fn listen_for(bind_host: &str, advertised: &str) -> Result<TcpListener> {
+    if !bind_host.is_empty() {
+        return listen(bind_host);
+    }
+    let every_interface = |ip: &IpAddr| {
+        if ip.is_ipv6() {
+            "::"
+        } else {
+            "0.0.0.0"
+        }
+    };
+    let addr = match (advertised, 0).to_socket_addrs().map(|mut a| a.next()) {
+        Ok(Some(a)) => a,
+        _ => {
+            tracing::warn!(
+                "the published host {advertised:?} does not resolve on this machine; \
+                 listening on every interface"
+            );
+            return listen("0.0.0.0");
+        }
+    };
+    if addr.ip().is_loopback() && advertised.parse::<IpAddr>().is_err() {
+        tracing::debug!(
+            "the published host name {advertised:?} resolves here to {}, which other machines \
+             cannot reach; listening on every interface",
+            addr.ip()
+        );
+        return listen(every_interface(&addr.ip()));
+    }
+    match bind(addr) {
+        Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => {
+            tracing::warn!(
+                "the published address {advertised} is not an interface of this machine \
+                 (behind NAT?); listening on every interface"
+            );
+            listen(every_interface(&addr.ip()))
+        }
+        bound => bound.map_err(|e| Error::io(format!("listening on {advertised}"), e)),
+    }
+}
+
 fn listen(host: &str) -> Result<TcpListener> {
     let addr = (host, 0)
         .to_socket_addrs()
         .map_err(|e| Error::io(format!("resolving the bind address {host:?}"), e))?
         .next()
         .ok_or_else(|| Error::invalid(format!("bind address {host:?} resolves to nothing")))?;
-    let what = || format!("listening on {host}");
-    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
-        .map_err(|e| Error::io(what(), e))?;
+    bind(addr).map_err(|e| Error::io(format!("listening on {host}"), e))
+}
+
+/// A non-blocking listener on `addr`.
+fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     let _ = s.set_reuse_address(true);
     // Accepted connections inherit the listener's buffer sizes.
     tune(&s);
-    s.bind(&SockAddr::from(addr))
-        .map_err(|e| Error::io(what(), e))?;
-    s.listen(1024).map_err(|e| Error::io(what(), e))?;
-    s.set_nonblocking(true).map_err(|e| Error::io(what(), e))?;
+    s.bind(&SockAddr::from(addr))?;
+    s.listen(1024)?;
+    s.set_nonblocking(true)?;
     Ok(s.into())
 }
 
@@ -738,14 +817,38 @@ fn dial(
     let what = format!("connection from rank {rank} to rank {peer} at {addr}");
     let mut backoff = Duration::from_millis(5);
     let mut last_err: Option<io::Error> = None;
-    let stream = loop {
+    let setup = |e| Error::io(format!("{what}: setting socket options"), e);
+    let mut stream = loop {
         let now = Instant::now();
         if now >= deadline || cancel.load(Ordering::Relaxed) {
             let why = last_err.map(|e| e.to_string()).unwrap_or_default();
             return Err(timeout(format!("; could not connect to {addr}: {why}")));
         }
-        match try_connect(&addr, deadline - now) {
-            Ok(s) => break s,
+        let e = match try_connect(&addr, deadline - now) {
+            Ok(mut s) => {
+                let hs = deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(100));
+                s.set_read_timeout(Some(hs)).map_err(setup)?;
+                s.set_write_timeout(Some(hs)).map_err(setup)?;
+                match auth::connect(&mut s, token, Role::Peer, &what) {
+                    Ok(()) => break s,
+                    // Closed before the handshake was done: the peer's listener had as many
+                    // connections in the handshake as it allows. Try again.
+                    Err(Error::Io { kind, message, .. })
+                        if matches!(
+                            kind,
+                            io::ErrorKind::UnexpectedEof
+                                | io::ErrorKind::ConnectionReset
+                                | io::ErrorKind::ConnectionAborted
+                                | io::ErrorKind::BrokenPipe
+                        ) =>
+                    {
+                        io::Error::new(kind, format!("closed during the handshake: {message}"))
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
             Err(e) => {
                 if !matches!(
                     e.kind(),
@@ -761,20 +864,13 @@ fn dial(
                 {
                     return Err(Error::io(format!("{what}: connecting"), e));
                 }
-                last_err = Some(e);
-                std::thread::sleep(backoff.min(deadline.saturating_duration_since(now)));
-                backoff = (backoff * 2).min(Duration::from_millis(200));
+                e
             }
-        }
+        };
+        last_err = Some(e);
+        std::thread::sleep(backoff.min(deadline.saturating_duration_since(now)));
+        backoff = (backoff * 2).min(Duration::from_millis(200));
     };
-    let mut stream = stream;
-    let hs = deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(100));
-    let setup = |e| Error::io(format!("{what}: setting socket options"), e);
-    stream.set_read_timeout(Some(hs)).map_err(setup)?;
-    stream.set_write_timeout(Some(hs)).map_err(setup)?;
-    auth::connect(&mut stream, token, Role::Peer, &what)?;
     let mut hello = [0u8; 8];
     hello[..4].copy_from_slice(&(rank as u32).to_le_bytes());
     hello[4..].copy_from_slice(&(size as u32).to_le_bytes());
@@ -832,11 +928,10 @@ fn try_connect(addr: &str, within: Duration) -> io::Result<TcpStream> {
     }))
 }
 
-/// Everything a handshake thread for one accepted connection needs.
+/// Everything the thread that reads an authenticated connection's introduction needs.
 struct AcceptCtx {
     rank: usize,
     size: usize,
-    token: Token,
     claimed: Arc<Mutex<Vec<bool>>>,
     deadline: Instant,
     tx: mpsc::Sender<Arrival>,
@@ -854,7 +949,6 @@ impl AcceptCtx {
     fn handshake(&self, mut s: TcpStream, from: SocketAddr) -> Result<(usize, TcpStream)> {
         let what = format!("connection to rank {} from {from}", self.rank);
         let setup = |e| Error::io(format!("{what}: setting socket options"), e);
-        s.set_nonblocking(false).map_err(setup)?;
         let hs = self
             .deadline
             .saturating_duration_since(Instant::now())
@@ -862,8 +956,7 @@ impl AcceptCtx {
         s.set_read_timeout(Some(hs)).map_err(setup)?;
         s.set_write_timeout(Some(hs)).map_err(setup)?;
         tune(&Socket::from(s.try_clone().map_err(setup)?));
-        auth::accept(&mut s, &self.token, Role::Peer, &what)?;
-        // Authenticated from here on.
+        // The gate has authenticated it.
         let mut hello = [0u8; 8];
         s.read_exact(&mut hello)
             .map_err(|e| Error::io(format!("{what}: reading the peer's introduction"), e))?;
@@ -1032,6 +1125,27 @@ mod tests {
         assert!(ip.is_ipv4() && !ip.is_unspecified());
         o.bind_host = "myhost".into();
         assert_eq!(o.advertised_host(), "myhost");
+    }
+
+    #[test]
+    fn listener_binds_the_published_address_unless_told_otherwise() {
+        let bound = |bind: &str, published: &str| {
+            listen_for(bind, published)
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .ip()
+                .to_string()
+        };
+        assert_eq!(bound("", "127.0.0.1"), "127.0.0.1");
+        assert_eq!(bound("", "127.0.0.2"), "127.0.0.2");
+        // Not an address of this machine (a documentation range): every interface.
+        assert_eq!(bound("", "192.0.2.1"), "0.0.0.0");
+        // A name that resolves here to loopback may resolve elsewhere to this machine.
+        let ip: IpAddr = bound("", "localhost").parse().unwrap();
+        assert!(ip.is_unspecified(), "{ip}");
+        assert_eq!(bound("0.0.0.0", "127.0.0.1"), "0.0.0.0");
+        assert_eq!(bound("127.0.0.3", "10.1.2.3"), "127.0.0.3");
     }
 
     #[test]
