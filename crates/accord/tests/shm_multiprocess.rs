@@ -323,9 +323,9 @@ fn rank_main() {
                 if me == 4 && i == at {
                     unsafe { libc::raise(libc::SIGKILL) };
                 }
-                let r = comm
-                    .all_reduce(&mut v, ReduceOp::Max)
-                    .and_then(|_| comm.sendrecv(&m.clone(), (me + 1) % n, &mut m, (me + n - 1) % n, 4));
+                let r = comm.all_reduce(&mut v, ReduceOp::Max).and_then(|_| {
+                    comm.sendrecv(&m.clone(), (me + 1) % n, &mut m, (me + n - 1) % n, 4)
+                });
                 if let Err(e) = r {
                     println!("error: {e}");
                     let blamed_other = matches!(e, Error::PeerLost { rank, .. } if rank != 4);
