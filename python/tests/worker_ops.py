@@ -171,6 +171,21 @@ out = np.zeros(n * COUNT, f)
 assert comm.allgather(data(me, f), out, async_op=True).wait(60) is out
 check("iallgather", out, np.concatenate([data(r, f) for r in range(n)]), f)
 
+# Several messages with one tag in flight: nonblocking sends of different sizes arrive whole and
+# in the order they were posted; nonblocking receives match in posting order.
+if n > 1:
+    right, left = (me + 1) % n, (me - 1) % n
+    big = np.arange(400_000, dtype=np.float64) + me  # several frames each
+    small = np.full(5, me, np.int32)
+    sends = [comm.send(big, right, tag=11, async_op=True), comm.send(small, right, tag=11, async_op=True)]
+    got_big, got_small = np.zeros_like(big), np.zeros_like(small)
+    recvs = [comm.recv(got_big, left, tag=11, async_op=True), comm.recv(got_small, left, tag=11, async_op=True)]
+    for r in sends + recvs:
+        r.wait(timeout=60)
+    check("isend/irecv order (large)", got_big, np.arange(400_000, dtype=np.float64) + left, np.dtype(np.float64))
+    check("isend/irecv order (small)", got_small, np.full(5, left, np.int32), np.dtype(np.int32))
+    comm.barrier()
+
 # Module-level functions use the default group.
 x = np.ones(3, np.int64)
 accord.allreduce(x)

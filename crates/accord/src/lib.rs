@@ -44,7 +44,9 @@
 //! 5. **[`transport`]** moves bytes: [`transport::inproc`] (threads), [`transport::tcp`].
 //!
 //! Every frame carries the call's fingerprint, so ranks that disagree about what they are doing
-//! get an [`Error::Desync`] naming both calls instead of wrong data. Every wait has a deadline
+//! get an [`Error::Desync`] naming both calls instead of wrong data; rooted operations begin
+//! with a zero-byte agreement so that a rank that wrongly believes it is the root hears it too.
+//! Point-to-point messages with one (peer, tag) keep their order ([`Turn`]). Every wait has a deadline
 //! (300 s by default, `ACCORD_TIMEOUT` or [`Communicator::set_timeout`]); a timeout names the
 //! ranks still missing. A lost connection fails the calls waiting on it at once, and any failure
 //! is broadcast to the peers so that nobody waits for a rank that has given up.

@@ -350,7 +350,9 @@ fn a_peer_flooding_unmatched_messages_is_cut_off_and_named() {
             comm.send(&chunk, 0, 1).unwrap();
             comm.send(&chunk, 0, 1).unwrap();
             comm.barrier().unwrap();
-            // Beyond it: nobody posts tag 2.
+            // Once rank 0 is past the barrier (its token is no longer waiting here), beyond
+            // the cap: nobody posts tag 2.
+            comm.recv(&mut [0u8], 0, 4).unwrap();
             for _ in 0..40 {
                 if comm.send(&chunk, 0, 2).is_err() {
                     break;
@@ -363,6 +365,7 @@ fn a_peer_flooding_unmatched_messages_is_cut_off_and_named() {
         comm.recv(&mut b, 1, 1).unwrap();
         comm.recv(&mut b, 1, 1).unwrap();
         comm.barrier().unwrap();
+        comm.send(&[0u8], 1, 4).unwrap();
         std::thread::sleep(Duration::from_millis(200));
         match comm.recv(&mut [0u8], 1, 3) {
             Err(Error::PeerLost { rank: 1, cause }) if cause.contains("ACCORD_MAX_UNMATCHED") => {
