@@ -97,9 +97,12 @@
 
 pub mod client;
 pub mod init;
+mod join;
 pub mod protocol;
 pub mod server;
+pub mod token;
 
 pub use client::StoreClient;
 pub use init::{init, init_with_vars, EnvConfig, InitMethod, Rendezvous};
+pub use join::mark_exited;
 pub use server::StoreServer;
