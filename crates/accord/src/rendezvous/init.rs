@@ -1049,6 +1049,148 @@ mod tests {
     }
 
     #[test]
+    fn join_timeout_variable() {
+        let c = EnvConfig::from_vars(vars(&[("ACCORD_JOIN_TIMEOUT", "1.5")])).unwrap();
+        assert_eq!(c.join_timeout, Some(Duration::from_millis(1500)));
+        for bad in ["0", "-1", "soon"] {
+            let e = EnvConfig::from_vars(vars(&[("ACCORD_JOIN_TIMEOUT", bad)])).unwrap_err();
+            assert!(e.to_string().contains("ACCORD_JOIN_TIMEOUT"), "{e}");
+        }
+    }
+
+    fn external_store() -> (StoreServer, String) {
+        let server = StoreServer::bind("127.0.0.1:0", Token::new("job")).unwrap();
+        let addr = server.addr().to_string();
+        (server, addr)
+    }
+
+    /// Ranks of a world of `world` as threads on the store at `addr`, with `timeout` and
+    /// `ACCORD_JOIN_TIMEOUT=join`.
+    fn join_threads(
+        addr: &str,
+        ranks: &[usize],
+        world: usize,
+        timeout: Duration,
+        join: &str,
+    ) -> Vec<std::thread::JoinHandle<Result<Rendezvous>>> {
+        ranks
+            .iter()
+            .map(|&r| {
+                let env: Vec<(String, String)> = [
+                    ("ACCORD_STORE", addr),
+                    ("ACCORD_STORE_EXTERNAL", "1"),
+                    ("ACCORD_TOKEN", "job"),
+                    ("ACCORD_JOIN_TIMEOUT", join),
+                ]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+                std::thread::spawn(move || {
+                    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+                    init_with_vars(&InitMethod::Env, Some(r), Some(world), Some(timeout), get)
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_join_deadline_is_not_the_timeout() {
+        let (_server, addr) = external_store();
+        let t0 = Instant::now();
+        let hs = join_threads(&addr, &[0], 2, Duration::from_secs(30), "0.5");
+        let e = hs.into_iter().next().unwrap().join().unwrap().unwrap_err();
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        match &e {
+            Error::Timeout { waiting_for, .. } => assert_eq!(waiting_for, &vec![1], "{e}"),
+            e => panic!("{e:?}"),
+        }
+        assert!(
+            e.to_string().contains("ACCORD_JOIN_TIMEOUT, 500.0ms"),
+            "{e}"
+        );
+
+        // A rank arriving after that is told the others gave up on it.
+        let hs = join_threads(&addr, &[1], 2, Duration::from_secs(30), "5");
+        let e = hs.into_iter().next().unwrap().join().unwrap().unwrap_err();
+        assert!(e.to_string().contains("rank 1 joined too late"), "{e}");
+    }
+
+    #[test]
+    fn without_a_join_timeout_the_shorter_of_a_minute_and_the_timeout_applies() {
+        let (_server, addr) = external_store();
+        let t0 = Instant::now();
+        let env = vars(&[
+            ("ACCORD_STORE", &addr),
+            ("ACCORD_STORE_EXTERNAL", "1"),
+            ("ACCORD_TOKEN", "job"),
+        ]);
+        let short = Duration::from_millis(300);
+        let e = init_with_vars(&InitMethod::Env, Some(0), Some(2), Some(short), env).unwrap_err();
+        assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        assert_eq!(DEFAULT_JOIN_TIMEOUT, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_rank_whose_process_ended_is_named_at_once() {
+        let (_server, addr) = external_store();
+        let t0 = Instant::now();
+        let hs = join_threads(&addr, &[0, 1], 3, Duration::from_secs(30), "30");
+        let launcher = StoreClient::connect(&addr, &Token::new("job"), T).unwrap();
+        let ns = launcher.with_prefix(INIT_PREFIX);
+        ns.wait_timeout(&["rank/0", "rank/1"], T).unwrap();
+        assert!(super::super::mark_exited(&ns, 2, "exit status 0").unwrap());
+        // A rank that registered is not marked.
+        assert!(!super::super::mark_exited(&ns, 1, "exit status 0").unwrap());
+        for h in hs {
+            match h.join().unwrap().unwrap_err() {
+                Error::PeerLost { rank, cause } => {
+                    assert_eq!(rank, 2);
+                    assert!(
+                        cause.contains("ended (exit status 0) before it joined"),
+                        "{cause}"
+                    );
+                }
+                e => panic!("{e:?}"),
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    }
+
+    #[test]
+    fn a_store_host_that_stops_is_named() {
+        let port = free_port().unwrap();
+        let m = InitMethod::parse(&format!("tcp://127.0.0.1:{port}")).unwrap();
+        let env = &[("ACCORD_TOKEN", "job"), ("ACCORD_JOIN_TIMEOUT", "30")];
+        let mut rs = run_ranks(&m, &[0, 1], 2, T, env);
+        let r1 = rs.pop().unwrap().unwrap();
+        let mut r0 = rs.pop().unwrap().unwrap();
+        r0.server.as_mut().unwrap().shutdown();
+        let t0 = Instant::now();
+        let e = r1
+            .store
+            .get_timeout("never", Duration::from_secs(20))
+            .unwrap_err();
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        let addr = format!("127.0.0.1:{port}");
+        match &e {
+            Error::PeerLost { rank: 0, cause } => assert!(
+                cause.contains(&format!("hosts the store at {addr} and is gone")),
+                "{cause}"
+            ),
+            e => panic!("{e:?}"),
+        }
+        // A new connection is refused at once, not retried for the timeout.
+        let t0 = Instant::now();
+        let e = r1.store.set("k", "v").unwrap_err();
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        assert!(
+            matches!(&e, Error::PeerLost { rank: 0, cause } if cause.contains("refused")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
     fn wrong_token_fails_init() {
         let server = StoreServer::bind("127.0.0.1:0", Token::new("right")).unwrap();
         let url = format!("tcp://{}", server.addr());

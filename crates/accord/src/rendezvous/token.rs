@@ -73,3 +73,83 @@ pub(crate) fn warn_unauthenticated() {
         );
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn file(name: &str, contents: &str, mode: u32) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "accord-token-{}-{:08x}",
+            std::process::id(),
+            u32::from_le_bytes(crate::auth::random_bytes::<4>())
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, contents).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        p
+    }
+
+    fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn token_file_contents_without_surrounding_whitespace() {
+        let p = file("tok", "  s3cret\n", 0o600);
+        assert_eq!(read_token_file(&p).unwrap(), Token::new("s3cret"));
+        let path = p.to_str().unwrap();
+        assert_eq!(
+            from_vars(vars(&[("ACCORD_TOKEN_FILE", path)])).unwrap(),
+            Token::new("s3cret")
+        );
+        // The variable itself wins over the file.
+        let both = [("ACCORD_TOKEN", "direct"), ("ACCORD_TOKEN_FILE", path)];
+        assert_eq!(from_vars(vars(&both)).unwrap(), Token::new("direct"));
+        assert_eq!(from_vars(vars(&[])).unwrap(), Token::default());
+        std::fs::remove_dir_all(p.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn token_file_others_may_read_or_write_is_refused() {
+        for mode in [0o644, 0o640, 0o604, 0o620, 0o602] {
+            let p = file("tok", "s3cret", mode);
+            let e = read_token_file(&p).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("permissions {mode:04o} are too open"))
+                    && e.contains(&format!("chmod 600 {}", p.display())),
+                "{e}"
+            );
+            std::fs::remove_dir_all(p.parent().unwrap()).unwrap();
+        }
+        let p = file("tok", "s3cret", 0o400);
+        assert_eq!(read_token_file(&p).unwrap(), Token::new("s3cret"));
+        std::fs::remove_dir_all(p.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn token_file_missing_empty_or_not_a_file_is_an_error() {
+        let p = file("tok", " \n", 0o600);
+        let e = read_token_file(&p).unwrap_err().to_string();
+        assert!(e.contains("is empty"), "{e}");
+        let dir = p.parent().unwrap().to_path_buf();
+        let e = read_token_file(&dir.join("absent"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("ACCORD_TOKEN_FILE=") && e.contains("cannot open"),
+            "{e}"
+        );
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let e = read_token_file(&dir).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
