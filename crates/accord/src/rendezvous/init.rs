@@ -260,7 +260,7 @@ impl EnvConfig {
                 }
             }
         }
-        cfg.token = token::from_vars(&get)?;
+        cfg.token = token::from_vars(get)?;
         cfg.store_external = get("ACCORD_STORE_EXTERNAL").is_some_and(|v| {
             matches!(
                 v.trim().to_ascii_lowercase().as_str(),
