@@ -14,7 +14,7 @@ use super::protocol::{self, Request, Response};
 use crate::auth::{self, Role, Token};
 use crate::error::{Error, Result};
 use crate::transport::AddressBook;
-use std::io::{BufRead, BufReader, ErrorKind};
+use std::io::{BufRead, BufReader, ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -289,21 +289,41 @@ impl StoreClient {
     /// The error for a connection that ended without an answer (`seen` says how): the store is
     /// gone when nothing listens at its address any more.
     fn ended(&self, seen: &str) -> Error {
-        let refused = self.inner.addr.to_socket_addrs().is_ok_and(|mut addrs| {
-            addrs.all(|a| {
-                TcpStream::connect_timeout(&a, PROBE_TIMEOUT)
-                    .is_err_and(|e| e.kind() == ErrorKind::ConnectionRefused)
-            })
-        });
-        if refused {
+        if self.store_is_gone() {
             store_gone(
                 &self.inner.addr,
                 self.inner.host_rank,
-                &format!("{seen}, and new connections are refused"),
+                &format!("{seen}, and nothing serves at its address any more"),
             )
         } else {
             Error::Store(format!("the store at {}: {seen}", self.inner.addr))
         }
+    }
+
+    /// Whether nothing serves at the store's address any more: connections are refused, or
+    /// closed before the store's greeting (the listener of a process being torn down can still
+    /// complete a connect).
+    fn store_is_gone(&self) -> bool {
+        let Ok(addrs) = self.inner.addr.to_socket_addrs() else {
+            return false;
+        };
+        let addrs: Vec<SocketAddr> = addrs.collect();
+        !addrs.is_empty()
+            && addrs
+                .iter()
+                .all(|a| match TcpStream::connect_timeout(a, PROBE_TIMEOUT) {
+                    Err(e) => e.kind() == ErrorKind::ConnectionRefused,
+                    Ok(mut s) => {
+                        let _ = s.set_read_timeout(Some(PROBE_TIMEOUT));
+                        match s.read(&mut [0u8; 1]) {
+                            Ok(n) => n == 0,
+                            Err(e) => matches!(
+                                e.kind(),
+                                ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
+                            ),
+                        }
+                    }
+                })
     }
 
     /// An I/O error on an established connection: the end of the connection, or another error.
