@@ -127,6 +127,36 @@ fn the_store_host_killed_during_startup_is_named() {
     );
 }
 
+/// Rank 0 killed at a random point of its start-up (before or after it listens, while rank 1
+/// connects or registers): rank 1 always fails within its join deadline (2 s) naming rank 0,
+/// whether it saw the store go or never reached it. Three kills; `ACCORD_SOAK=<n>` makes it `3n`.
+#[test]
+fn the_store_host_killed_at_random_points_is_named() {
+    let soak: usize = std::env::var("ACCORD_SOAK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for _ in 0..3 * soak.max(1) {
+        let store = format!("127.0.0.1:{}", free_port());
+        let env = [("ACCORD_JOIN_TIMEOUT", "2")];
+        let delay = u16::from_le_bytes(accord::auth::random_bytes::<2>()) % 100;
+        let mut host = spawn("init", 0, 3, &store, &env);
+        let waiter = spawn("init", 1, 3, &store, &env);
+        std::thread::sleep(Duration::from_millis(delay.into()));
+        host.kill().unwrap();
+        let (code, err) = finish(waiter, Duration::from_secs(15));
+        assert_eq!(code, Some(3), "killed after {delay} ms: {err}");
+        assert!(
+            err.contains("rank 0 is lost: it hosts the store")
+                || err.contains(&format!(
+                    "waiting for rank(s) 0 — rank 0 hosts the store at {store}"
+                )),
+            "killed after {delay} ms: {err}"
+        );
+        let _ = finish(host, Duration::from_secs(1));
+    }
+}
+
 /// Without a token, init says once per process, on stderr, that the job is unauthenticated and
 /// how to fix it; with one it says nothing.
 #[test]
