@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import enum
 import os
+import secrets
 import socket
 from typing import Any, Optional
 
@@ -105,13 +106,23 @@ def init_from_store(
 
 
 def _init_mpi(mpi_comm: Any, timeout: Optional[float]) -> Communicator:
+    # Rank 0 starts the store with a fresh random token and sends both over MPI before anyone
+    # connects: the job is authenticated, and the secret never appears in an environment.
     rank, size = mpi_comm.Get_rank(), mpi_comm.Get_size()
     server = None
-    info = None
+    info: Any = None
     if rank == 0:
-        server = StoreServer("0.0.0.0", 0)
-        info = (f"{advertised_host()}:{server.port}", server.token)
-    address, token = mpi_comm.bcast(info, root=0)
+        try:
+            server = StoreServer("0.0.0.0", 0, secrets.token_hex(32))
+            info = (f"{advertised_host()}:{server.port}", server.token)
+        except Exception as e:
+            # The others wait in the broadcast: tell them why no address comes.
+            mpi_comm.bcast(f"rank 0 could not start the rendezvous store: {e}", root=0)
+            raise
+    info = mpi_comm.bcast(info, root=0)
+    if isinstance(info, str):
+        raise StoreError(info)
+    address, token = info
     return init_from_store(rank, size, address, token, timeout, store=server)
 
 
@@ -128,9 +139,13 @@ def init(
     ``method``: ``env://`` (variables set by ``accord run``, torchrun, or mpirun/Slurm plus
     ``ACCORD_STORE=host:port`` or ``MASTER_ADDR``/``MASTER_PORT``), ``tcp://host:port`` (rank 0
     hosts the store there) or ``file:///shared/path``. ``rank``/``world_size`` override the
-    environment. ``timeout`` (seconds) bounds the rendezvous and every later call (default
-    ``ACCORD_TIMEOUT`` or 300). ``mpi_comm``: an mpi4py communicator; rank and size come from it
-    and rank 0 starts a store and broadcasts its address, so nothing else needs configuring.
+    environment. ``timeout`` (seconds) bounds every later call (default ``ACCORD_TIMEOUT`` or
+    300); joining has its own deadline, ``ACCORD_JOIN_TIMEOUT`` (default the shorter of 60 s and
+    ``timeout``). ``mpi_comm``: an mpi4py communicator; rank and size come from it and rank 0
+    starts a store and broadcasts its address and a fresh token over MPI, so nothing else needs
+    configuring. Without ``mpi_comm``, every rank needs the same ``ACCORD_TOKEN`` or
+    ``ACCORD_TOKEN_FILE`` (``accord run`` sets one); without either the job is unauthenticated
+    and a warning says so.
     """
     global _default
     if mpi_comm is not None:

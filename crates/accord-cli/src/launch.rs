@@ -14,7 +14,7 @@ mod rank;
 mod signals;
 
 use accord::auth::Token;
-use accord::rendezvous::StoreServer;
+use accord::rendezvous::{init::INIT_PREFIX, mark_exited, StoreClient, StoreServer};
 use guard::Guard;
 use output::Output;
 use rank::Rank;
@@ -107,6 +107,10 @@ pub fn run(job: Launch) -> i32 {
         }
     };
     let store = server.addr().to_string();
+    // Ranks still joining learn at once when a rank's process ends before it joined.
+    let joining = StoreClient::connect(&store, &token, Duration::from_secs(5))
+        .map(|c| c.with_prefix(INIT_PREFIX))
+        .ok();
     let master_port = free_port().to_string();
     let signals = Handlers::install();
     let _subreaper = rank::adopt_orphans();
@@ -173,7 +177,7 @@ pub fn run(job: Launch) -> i32 {
             }
         }
     }
-    let ending = ending.unwrap_or_else(|| supervise(&mut ranks, &signals));
+    let ending = ending.unwrap_or_else(|| supervise(&mut ranks, &signals, joining.as_ref()));
 
     // Whatever the ending, stop what is left of every rank's group: the ranks still running,
     // and the children of the ranks that exited.
@@ -218,8 +222,9 @@ enum Ending {
     Signalled(libc::c_int),
 }
 
-/// Wait until every rank has exited, one fails, or the launcher receives a signal.
-fn supervise(ranks: &mut [Rank], signals: &Handlers) -> Ending {
+/// Wait until every rank has exited, one fails, or the launcher receives a signal. Each rank that
+/// exits is recorded in the init namespace `joining`, for the ranks still joining.
+fn supervise(ranks: &mut [Rank], signals: &Handlers, joining: Option<&StoreClient>) -> Ending {
     let mut live = ranks.len();
     while live > 0 {
         if let Some(sig) = signals.take() {
@@ -233,6 +238,9 @@ fn supervise(ranks: &mut [Rank], signals: &Handlers) -> Ending {
         for r in ranks.iter_mut().filter(|r| r.status.is_none()) {
             match r.exited() {
                 Ok(Some(status)) => {
+                    if let Some(ns) = joining {
+                        let _ = mark_exited(ns, r.rank, &describe(status));
+                    }
                     live -= 1;
                     progressed = true;
                     if !status.success() {

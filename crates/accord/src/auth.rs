@@ -206,7 +206,8 @@ pub fn connect<S: Read + Write>(s: &mut S, token: &Token, role: Role, what: &str
     s.read_exact(&mut status).map_err(io(what))?;
     if status[0] != 1 {
         return Err(Error::Unauthorized(format!(
-            "{what}: refused — this process's token (ACCORD_TOKEN) does not match the job's"
+            "{what}: refused — this process's token (ACCORD_TOKEN or ACCORD_TOKEN_FILE) does not \
+             match the job's"
         )));
     }
     let mut proof = [0u8; MAC];

@@ -28,7 +28,9 @@ pub fn init_with(
     init_with_timeout(url, rank, world_size, timeout_from_env())
 }
 
-/// Like [`init_with`] with an explicit deadline for the rendezvous and for every later call.
+/// Like [`init_with`] with an explicit deadline for every later call. Joining has its own
+/// deadline: `ACCORD_JOIN_TIMEOUT`, else the shorter of `timeout` and
+/// [`DEFAULT_JOIN_TIMEOUT`](crate::rendezvous::init::DEFAULT_JOIN_TIMEOUT).
 pub fn init_with_timeout(
     url: &str,
     rank: Option<usize>,

@@ -4,12 +4,17 @@
 //! of authenticated connections: a request takes an idle connection (or opens a new one), so a
 //! thread blocked in [`StoreClient::get`] never stops another thread of the same process from
 //! calling [`StoreClient::set`] — the key it may be waiting for.
+//!
+//! Start order does not matter: the first connection is retried while it is refused. Once the
+//! store has answered, a closed connection or a refused one means its process is gone, and
+//! requests fail at once saying so (naming the rank that hosted it, where one did) instead of
+//! waiting for their deadline.
 
 use super::protocol::{self, Request, Response};
 use crate::auth::{self, Role, Token};
 use crate::error::{Error, Result};
 use crate::transport::AddressBook;
-use std::io::{BufReader, ErrorKind};
+use std::io::{BufRead, BufReader, ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,6 +23,8 @@ use std::time::{Duration, Instant};
 const ANSWER_GRACE: Duration = Duration::from_secs(5);
 /// Most idle connections kept per client.
 const MAX_IDLE: usize = 8;
+/// How long a probe waits to learn whether anything still listens at the store's address.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A connection to a [`super::StoreServer`] (or any Accord store).
 #[derive(Clone)]
@@ -31,6 +38,9 @@ struct Inner {
     addr: String,
     token: Token,
     timeout: Duration,
+    /// The rank whose process serves the store, where a rank does; errors name it when the
+    /// store is gone.
+    host_rank: Option<usize>,
     idle: Mutex<Vec<Conn>>,
 }
 
@@ -75,8 +85,35 @@ fn store_timeout(op: String, after: Duration, hint: String, waiting_for: Vec<usi
     }
 }
 
-/// Open one authenticated connection, retrying refused/unreachable connects until `deadline`.
-fn open(addr: &str, token: &Token, deadline: Instant) -> Result<Conn> {
+/// What a refused connection means to [`open`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// The store may not have started yet: retry until the deadline.
+    Retry,
+    /// The store answered this client before: nothing listens there any more.
+    Gone,
+}
+
+/// The store's process is gone. `seen` says how that showed.
+fn store_gone(addr: &str, host_rank: Option<usize>, seen: &str) -> Error {
+    match host_rank {
+        Some(rank) => Error::PeerLost {
+            rank,
+            cause: format!("it hosts the store at {addr} and is gone: {seen}"),
+        },
+        None => Error::Store(format!("the store at {addr} is gone: {seen}")),
+    }
+}
+
+/// Open one authenticated connection, retrying unreachable connects (and refused ones, with
+/// [`Refused::Retry`]) until `deadline`.
+fn open(
+    addr: &str,
+    token: &Token,
+    deadline: Instant,
+    refused: Refused,
+    host_rank: Option<usize>,
+) -> Result<Conn> {
     let what = format!("store at {addr}");
     let mut backoff = Duration::from_millis(10);
     let start = Instant::now();
@@ -123,20 +160,37 @@ fn open(addr: &str, token: &Token, deadline: Instant) -> Result<Conn> {
                     Err(e) => return Err(e),
                 }
             }
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused && refused == Refused::Gone => {
+                return Err(store_gone(addr, host_rank, "connection refused"));
+            }
             Err(e) if transient(e.kind()) => last = Some(e),
             Err(e) => return Err(Error::io(format!("cannot connect to the {what}"), e)),
         }
         let now = Instant::now();
         if now >= deadline {
             let cause = last.map(|e| e.to_string()).unwrap_or_default();
+            let (hint, waiting_for) = match host_rank {
+                Some(r) => (
+                    format!(
+                        " — rank {r} hosts the store at {addr}, which never answered ({cause}): \
+                         rank {r} has not started, failed before listening, or the address is \
+                         wrong"
+                    ),
+                    vec![r],
+                ),
+                None => (
+                    format!(
+                        "(none; the store itself is unreachable: {cause}) — is the store \
+                         running, and is the address right?"
+                    ),
+                    vec![],
+                ),
+            };
             return Err(store_timeout(
                 format!("connecting to the {what}"),
                 start.elapsed(),
-                format!(
-                    "(none; the store itself is unreachable: {cause}) — is the store running, \
-                     and is the address right?"
-                ),
-                vec![],
+                hint,
+                waiting_for,
             ));
         }
         std::thread::sleep(backoff.min(deadline - now));
@@ -151,23 +205,26 @@ impl StoreClient {
     ///
     /// A wrong token fails at once with [`Error::Unauthorized`].
     pub fn connect(addr: &str, token: &Token, timeout: Duration) -> Result<StoreClient> {
-        Self::connect_until(addr, token, Instant::now() + timeout, timeout)
+        Self::connect_until(addr, token, Instant::now() + timeout, timeout, None)
     }
 
     /// Like [`Self::connect`], retrying until `deadline`, with `timeout` as the default request
-    /// deadline.
+    /// deadline. `host_rank` is the rank whose process serves the store, if one does: errors
+    /// then name it when the store cannot be reached or is gone.
     pub(crate) fn connect_until(
         addr: &str,
         token: &Token,
         deadline: Instant,
         timeout: Duration,
+        host_rank: Option<usize>,
     ) -> Result<StoreClient> {
-        let conn = open(addr, token, deadline)?;
+        let conn = open(addr, token, deadline, Refused::Retry, host_rank)?;
         Ok(StoreClient {
             inner: Arc::new(Inner {
                 addr: addr.to_string(),
                 token: token.clone(),
                 timeout,
+                host_rank,
                 idle: Mutex::new(vec![conn]),
             }),
             prefix: String::new(),
@@ -229,6 +286,59 @@ impl StoreClient {
         }
     }
 
+    /// The error for a connection that ended without an answer (`seen` says how): the store is
+    /// gone when nothing listens at its address any more.
+    fn ended(&self, seen: &str) -> Error {
+        if self.store_is_gone() {
+            store_gone(
+                &self.inner.addr,
+                self.inner.host_rank,
+                &format!("{seen}, and nothing serves at its address any more"),
+            )
+        } else {
+            Error::Store(format!("the store at {}: {seen}", self.inner.addr))
+        }
+    }
+
+    /// Whether nothing serves at the store's address any more: connections are refused, or
+    /// closed before the store's greeting (the listener of a process being torn down can still
+    /// complete a connect).
+    fn store_is_gone(&self) -> bool {
+        let Ok(addrs) = self.inner.addr.to_socket_addrs() else {
+            return false;
+        };
+        let addrs: Vec<SocketAddr> = addrs.collect();
+        !addrs.is_empty()
+            && addrs
+                .iter()
+                .all(|a| match TcpStream::connect_timeout(a, PROBE_TIMEOUT) {
+                    Err(e) => e.kind() == ErrorKind::ConnectionRefused,
+                    Ok(mut s) => {
+                        let _ = s.set_read_timeout(Some(PROBE_TIMEOUT));
+                        match s.read(&mut [0u8; 1]) {
+                            Ok(n) => n == 0,
+                            Err(e) => matches!(
+                                e.kind(),
+                                ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
+                            ),
+                        }
+                    }
+                })
+    }
+
+    /// An I/O error on an established connection: the end of the connection, or another error.
+    fn broken(&self, what: &str, e: std::io::Error) -> Error {
+        match e.kind() {
+            ErrorKind::ConnectionReset
+            | ErrorKind::ConnectionAborted
+            | ErrorKind::BrokenPipe
+            | ErrorKind::UnexpectedEof => {
+                self.ended(&format!("the connection broke without an answer ({e})"))
+            }
+            _ => Error::io(what, e),
+        }
+    }
+
     /// Send one request and read its answer. `wait` is the deadline the server was given (for
     /// blocking requests); the socket waits a little longer than that.
     fn request(&self, req: Request, wait: Option<Duration>) -> Result<Response> {
@@ -248,6 +358,8 @@ impl StoreClient {
                 &self.inner.addr,
                 &self.inner.token,
                 Instant::now() + self.inner.timeout,
+                Refused::Gone,
+                self.inner.host_rank,
             )?,
         };
         let what = format!("store request to {}", self.inner.addr);
@@ -256,7 +368,21 @@ impl StoreClient {
             .and_then(|_| conn.reader.get_ref().set_read_timeout(Some(io_timeout)))
             .map_err(|e| Error::io(format!("{what}: socket options"), e))?;
         protocol::write_msg(&mut conn.writer, &req.encode())
-            .map_err(|e| Error::io(format!("{what}: send"), e))?;
+            .map_err(|e| self.broken(&format!("{what}: send"), e))?;
+        // Wait for the first byte here, to tell the end of the connection from a slow answer.
+        match conn.reader.fill_buf() {
+            Ok([]) => return Err(self.ended("the connection closed without an answer")),
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(store_timeout(
+                    what,
+                    io_timeout,
+                    "(none; the store did not answer) — is the store process alive?".into(),
+                    vec![],
+                ))
+            }
+            Err(e) => return Err(self.broken(&format!("{what}: receive"), e)),
+        }
         let resp = match Response::read(&mut conn.reader) {
             Ok(r) => r,
             Err(Error::Io {
@@ -366,7 +492,7 @@ impl StoreClient {
         }
     }
 
-    /// Wait up to `timeout`; return the (prefixed) keys still missing at the deadline.
+    /// Wait up to `timeout`; return the keys still missing at the deadline.
     pub(crate) fn wait_missing<K: AsRef<str>>(
         &self,
         keys: &[K],
@@ -396,6 +522,26 @@ impl StoreClient {
         match self.request(req, Some(timeout))? {
             Response::Values(vs) if vs.len() == keys.len() => Ok(vs),
             Response::Timeout(missing) => Err(self.timed_out("multi_get", timeout, missing)),
+            r => Err(Self::unexpected("multi_get", r)),
+        }
+    }
+
+    /// The values of all `keys` (in order) once every one is set, or the keys still missing when
+    /// `timeout` passes first.
+    pub(crate) fn multi_get_or_missing<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        timeout: Duration,
+    ) -> Result<std::result::Result<Vec<Vec<u8>>, Vec<String>>> {
+        let req = Request::MultiGet {
+            keys: self.keys(keys),
+            timeout: Some(timeout),
+        };
+        match self.request(req, Some(timeout))? {
+            Response::Values(vs) if vs.len() == keys.len() => Ok(Ok(vs)),
+            Response::Timeout(missing) => {
+                Ok(Err(missing.into_iter().map(|k| self.unprefix(k)).collect()))
+            }
             r => Err(Self::unexpected("multi_get", r)),
         }
     }

@@ -2,7 +2,8 @@
 //!
 //! See the [module documentation](super) for the methods and the environment variables.
 
-use super::{StoreClient, StoreServer};
+use super::join::{self, JoinDeadline};
+use super::{token, StoreClient, StoreServer};
 use crate::auth::Token;
 use crate::error::{Error, Result};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
@@ -10,8 +11,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Default deadline of the whole rendezvous (and of later store requests).
+/// Default deadline of store requests and, through [`crate::comm`], of every blocking call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Default deadline of joining (reaching the store and waiting for every rank to register),
+/// unless the operation timeout is shorter: a rank that dies before it registers looks like a
+/// slow starter, so the others wait this long, not [`DEFAULT_TIMEOUT`], before naming it.
+pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Namespace of the keys written by the rendezvous itself.
 pub const INIT_PREFIX: &str = "accord/init";
@@ -169,17 +175,33 @@ pub struct EnvConfig {
     pub store: Option<String>,
     /// The store-address variables that are missing, when `store` is `None`.
     pub missing_store_vars: Vec<&'static str>,
-    /// `ACCORD_TOKEN` (empty when unset).
+    /// `ACCORD_TOKEN`, else the contents of the file named by `ACCORD_TOKEN_FILE` (empty when
+    /// neither is set).
     pub token: Token,
     /// `ACCORD_STORE_EXTERNAL=1`: a store already runs (e.g. our launcher's); rank 0 must not
     /// host one.
     pub store_external: bool,
     /// `ACCORD_TIMEOUT` in seconds.
     pub timeout: Option<Duration>,
+    /// `ACCORD_JOIN_TIMEOUT` in seconds.
+    pub join_timeout: Option<Duration>,
     /// `ACCORD_STORE_HOST`: the host name or IP that `file://` writes for others to connect to.
     pub store_host: Option<String>,
     /// `ACCORD_STORE_PREFIX`: namespace of the rendezvous keys (default [`INIT_PREFIX`]).
     pub prefix: Option<String>,
+}
+
+fn parse_seconds(var: &str, v: &str) -> Result<Duration> {
+    let secs: f64 = v
+        .trim()
+        .parse()
+        .map_err(|_| Error::invalid(format!("{var}={v:?} is not a number of seconds")))?;
+    if !(secs.is_finite() && secs > 0.0 && secs < 1e9) {
+        return Err(Error::invalid(format!(
+            "{var}={v:?} must be a positive number of seconds"
+        )));
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 fn parse_usize(var: &str, v: &str) -> Result<usize> {
@@ -193,7 +215,8 @@ fn parse_usize(var: &str, v: &str) -> Result<usize> {
 impl EnvConfig {
     /// Read the configuration through `get` (e.g. `|k| std::env::var(k).ok()`), so tests and
     /// embedders can supply variables without touching the process environment. Fails only on
-    /// values that are set but unparsable; missing values are reported by [`init()`].
+    /// values that are set but unparsable, and on a token file that cannot be read or that
+    /// others may read; missing values are reported by [`init()`].
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig> {
         let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
         let mut cfg = EnvConfig::default();
@@ -237,7 +260,7 @@ impl EnvConfig {
                 }
             }
         }
-        cfg.token = get("ACCORD_TOKEN").map(Token::new).unwrap_or_default();
+        cfg.token = token::from_vars(get)?;
         cfg.store_external = get("ACCORD_STORE_EXTERNAL").is_some_and(|v| {
             matches!(
                 v.trim().to_ascii_lowercase().as_str(),
@@ -245,15 +268,10 @@ impl EnvConfig {
             )
         });
         if let Some(v) = get("ACCORD_TIMEOUT") {
-            let secs: f64 = v.trim().parse().map_err(|_| {
-                Error::invalid(format!("ACCORD_TIMEOUT={v:?} is not a number of seconds"))
-            })?;
-            if !(secs.is_finite() && secs > 0.0 && secs < 1e9) {
-                return Err(Error::invalid(format!(
-                    "ACCORD_TIMEOUT={v:?} must be a positive number of seconds"
-                )));
-            }
-            cfg.timeout = Some(Duration::from_secs_f64(secs));
+            cfg.timeout = Some(parse_seconds("ACCORD_TIMEOUT", &v)?);
+        }
+        if let Some(v) = get("ACCORD_JOIN_TIMEOUT") {
+            cfg.join_timeout = Some(parse_seconds("ACCORD_JOIN_TIMEOUT", &v)?);
         }
         cfg.store_host = get("ACCORD_STORE_HOST").map(|s| s.trim().to_string());
         cfg.prefix = get("ACCORD_STORE_PREFIX").map(|s| s.trim().to_string());
@@ -304,8 +322,10 @@ impl Drop for FileGuard {
 /// Rendezvous with the other processes of the job — the single entry point.
 ///
 /// `rank`, `world_size` and `timeout` override what the environment says (see the
-/// [module documentation](super)); `timeout` defaults to `ACCORD_TIMEOUT` or 300 s and bounds the
-/// whole rendezvous, and is also the default deadline of later store requests.
+/// [module documentation](super)); `timeout` defaults to `ACCORD_TIMEOUT` or 300 s and is the
+/// default deadline of later store requests. Joining — reaching the store and waiting for every
+/// rank to register — has its own deadline: `ACCORD_JOIN_TIMEOUT`, else the shorter of
+/// [`DEFAULT_JOIN_TIMEOUT`] and `timeout`.
 pub fn init(
     method: &InitMethod,
     rank: Option<usize>,
@@ -325,7 +345,13 @@ pub fn init_with_vars(
 ) -> Result<Rendezvous> {
     let cfg = EnvConfig::from_vars(get)?;
     let timeout = timeout.or(cfg.timeout).unwrap_or(DEFAULT_TIMEOUT);
-    let deadline = Instant::now() + timeout;
+    let join = JoinDeadline {
+        start: Instant::now(),
+        timeout: cfg
+            .join_timeout
+            .unwrap_or_else(|| DEFAULT_JOIN_TIMEOUT.min(timeout)),
+    };
+    let deadline = join.start + join.timeout;
     let rank = rank.or(cfg.rank);
     let world_size = world_size.or(cfg.world_size);
 
@@ -375,17 +401,23 @@ pub fn init_with_vars(
         )));
     }
     let token = cfg.token.clone();
+    if token == Token::default() {
+        token::warn_unauthenticated();
+    }
     let mut file_guard = None;
+    let past_join_deadline = |e| on_join_deadline(e, join.timeout);
     let (client, server) = match method {
         InitMethod::Env => {
             let addr = cfg.store.clone().unwrap_or_default();
             host_or_join(
                 &addr,
                 rank == 0 && !cfg.store_external,
+                (!cfg.store_external).then_some(0),
                 &token,
                 deadline,
                 timeout,
-            )?
+            )
+            .map_err(past_join_deadline)?
         }
         InitMethod::Tcp { host, port } => {
             let addr = if host.contains(':') {
@@ -396,18 +428,23 @@ pub fn init_with_vars(
             host_or_join(
                 &addr,
                 rank == 0 && !cfg.store_external,
+                (!cfg.store_external).then_some(0),
                 &token,
                 deadline,
                 timeout,
-            )?
+            )
+            .map_err(past_join_deadline)?
         }
         InitMethod::File(path) => {
             if rank == 0 {
-                let (c, s) = host_for_file(path, &cfg, &token, deadline, timeout)?;
+                let (c, s) = host_for_file(path, &cfg, &token, deadline, timeout)
+                    .map_err(past_join_deadline)?;
                 file_guard = Some(FileGuard(path.clone()));
                 (c, Some(s))
             } else {
-                (join_from_file(path, &token, deadline, timeout)?, None)
+                let c =
+                    join_from_file(path, &token, deadline, timeout).map_err(past_join_deadline)?;
+                (c, None)
             }
         }
     };
@@ -415,11 +452,12 @@ pub fn init_with_vars(
         .prefix
         .clone()
         .unwrap_or_else(|| INIT_PREFIX.to_string());
-    let (local_rank, local_world_size) = register(
+    let (local_rank, local_world_size) = join::register(
         &client.with_prefix(&prefix),
         rank,
         world_size,
-        deadline,
+        join,
+        server.is_some(),
         cfg.local_rank,
         cfg.local_world_size,
     )?;
@@ -452,6 +490,28 @@ impl Rendezvous {
     /// The `file://` rendezvous file this process will remove on drop, if any.
     pub fn rendezvous_file(&self) -> Option<&Path> {
         self.file_guard.as_ref().map(|g| g.0.as_path())
+    }
+}
+
+/// Say which deadline a timeout while reaching the store was.
+fn on_join_deadline(e: Error, join_timeout: Duration) -> Error {
+    match e {
+        Error::Timeout {
+            op,
+            seq,
+            comm,
+            waiting_for,
+            after,
+            hint,
+        } => Error::Timeout {
+            op,
+            seq,
+            comm,
+            waiting_for,
+            after,
+            hint: format!("{hint} (join deadline: ACCORD_JOIN_TIMEOUT, {join_timeout:.1?})"),
+        },
+        e => e,
     }
 }
 
@@ -508,9 +568,12 @@ fn hosting_error(addr: &str, e: Error) -> Error {
 
 type Joined = (StoreClient, Option<StoreServer>);
 
+/// Host the store at `addr` (as rank 0) or connect to it. `host_rank`: the rank whose process
+/// serves it, if a rank does.
 fn host_or_join(
     addr: &str,
     host: bool,
+    host_rank: Option<usize>,
     token: &Token,
     deadline: Instant,
     timeout: Duration,
@@ -518,11 +581,11 @@ fn host_or_join(
     if host {
         let server = bind_store(addr, token)?;
         let local = server.local_connect_addr().to_string();
-        let client = StoreClient::connect_until(&local, token, deadline, timeout)?;
+        let client = StoreClient::connect_until(&local, token, deadline, timeout, Some(0))?;
         Ok((client, Some(server)))
     } else {
         Ok((
-            StoreClient::connect_until(addr, token, deadline, timeout)?,
+            StoreClient::connect_until(addr, token, deadline, timeout, host_rank)?,
             None,
         ))
     }
@@ -580,7 +643,7 @@ fn host_for_file(
             )
         })?;
     let local = server.local_connect_addr().to_string();
-    let client = StoreClient::connect_until(&local, token, deadline, timeout)?;
+    let client = StoreClient::connect_until(&local, token, deadline, timeout, Some(0))?;
     Ok((client, server))
 }
 
@@ -598,7 +661,7 @@ fn join_from_file(
             if !addr.is_empty() {
                 // Try briefly, then re-read: the file may be stale, from an earlier run.
                 let attempt = deadline.min(Instant::now() + Duration::from_secs(2));
-                match StoreClient::connect_until(addr, token, attempt, timeout) {
+                match StoreClient::connect_until(addr, token, attempt, timeout, Some(0)) {
                     Ok(c) => return Ok(c),
                     Err(e @ Error::Unauthorized(_)) => return Err(e),
                     Err(e) => last = format!("; the last attempt to reach {addr} failed: {e}"),
@@ -621,112 +684,6 @@ fn join_from_file(
         }
         std::thread::sleep(Duration::from_millis(50).min(deadline - now));
     }
-}
-
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success (we
-    // also stop at the buffer's end).
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "unknown-host".into();
-    }
-    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..n]).into_owned()
-}
-
-/// Register this rank in the store and wait for everyone. Returns (local_rank, local_world_size).
-fn register(
-    ns: &StoreClient,
-    rank: usize,
-    world_size: usize,
-    deadline: Instant,
-    env_local_rank: Option<usize>,
-    env_local_size: Option<usize>,
-) -> Result<(usize, Option<usize>)> {
-    let host = hostname();
-    let pid = std::process::id();
-    let nonce = u64::from_le_bytes(crate::auth::random_bytes::<8>());
-    let me = format!("{host}|{pid}|{nonce:016x}");
-    let describe = |v: &[u8]| {
-        let s = String::from_utf8_lossy(v);
-        let mut parts = s.split('|');
-        format!(
-            "host {}, pid {}",
-            parts.next().unwrap_or("?"),
-            parts.next().unwrap_or("?")
-        )
-    };
-
-    let ws = world_size.to_string();
-    let agreed = ns.compare_set("world_size", None, ws.as_bytes())?;
-    if agreed.as_deref() != Some(ws.as_bytes()) {
-        return Err(Error::invalid(format!(
-            "world size disagreement: rank {rank} was started with world size {world_size} but \
-             another rank registered world size {}; every process must be given the same world \
-             size",
-            agreed
-                .map(|v| String::from_utf8_lossy(&v).into_owned())
-                .unwrap_or_default()
-        )));
-    }
-    let key = format!("rank/{rank}");
-    let owner = ns.compare_set(&key, None, me.as_bytes())?;
-    if owner.as_deref() != Some(me.as_bytes()) {
-        return Err(Error::invalid(format!(
-            "rank {rank} is claimed twice: by this process ({}) and by another ({}); every \
-             process needs its own rank — check the rank variables (ACCORD_RANK, RANK, ...) or \
-             the rank passed to init(); a store reused from an earlier run also keeps its ranks",
-            describe(me.as_bytes()),
-            describe(owner.as_deref().unwrap_or_default())
-        )));
-    }
-    let joined = ns.add("joined", 1)?;
-    if joined > world_size as i64 {
-        return Err(Error::invalid(format!(
-            "{joined} processes joined a world of size {world_size}"
-        )));
-    }
-
-    let keys: Vec<String> = (0..world_size).map(|r| format!("rank/{r}")).collect();
-    let left = deadline.saturating_duration_since(Instant::now());
-    let missing = ns.wait_missing(&keys, left)?;
-    if !missing.is_empty() {
-        let ranks: Vec<usize> = missing
-            .iter()
-            .filter_map(|k| k.strip_prefix("rank/")?.parse().ok())
-            .collect();
-        return Err(Error::Timeout {
-            op: "rendezvous".into(),
-            seq: 0,
-            comm: "world".into(),
-            waiting_for: ranks,
-            after: left,
-            hint: format!(
-                " — {} of {world_size} ranks joined the store at {}; the others have not started \
-                 or cannot reach it",
-                world_size - missing.len(),
-                ns.addr()
-            ),
-        });
-    }
-    let left = deadline.saturating_duration_since(Instant::now());
-    let hosts: Vec<String> = ns
-        .multi_get(&keys, left.max(Duration::from_secs(1)))?
-        .into_iter()
-        .map(|v| {
-            String::from_utf8_lossy(&v)
-                .split('|')
-                .next()
-                .unwrap_or_default()
-                .to_string()
-        })
-        .collect();
-    let mine = &hosts[rank];
-    let local_rank =
-        env_local_rank.unwrap_or_else(|| hosts[..rank].iter().filter(|h| *h == mine).count());
-    let local_size = env_local_size.or(Some(hosts.iter().filter(|h| *h == mine).count()));
-    Ok((local_rank, local_size))
 }
 
 /// A free TCP port on 127.0.0.1 (for tests and tools; another process may take it first).
@@ -1089,6 +1046,148 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("world size disagreement"), "{e}");
         assert!(h0.join().unwrap().is_err());
+    }
+
+    #[test]
+    fn join_timeout_variable() {
+        let c = EnvConfig::from_vars(vars(&[("ACCORD_JOIN_TIMEOUT", "1.5")])).unwrap();
+        assert_eq!(c.join_timeout, Some(Duration::from_millis(1500)));
+        for bad in ["0", "-1", "soon"] {
+            let e = EnvConfig::from_vars(vars(&[("ACCORD_JOIN_TIMEOUT", bad)])).unwrap_err();
+            assert!(e.to_string().contains("ACCORD_JOIN_TIMEOUT"), "{e}");
+        }
+    }
+
+    fn external_store() -> (StoreServer, String) {
+        let server = StoreServer::bind("127.0.0.1:0", Token::new("job")).unwrap();
+        let addr = server.addr().to_string();
+        (server, addr)
+    }
+
+    /// Ranks of a world of `world` as threads on the store at `addr`, with `timeout` and
+    /// `ACCORD_JOIN_TIMEOUT=join`.
+    fn join_threads(
+        addr: &str,
+        ranks: &[usize],
+        world: usize,
+        timeout: Duration,
+        join: &str,
+    ) -> Vec<std::thread::JoinHandle<Result<Rendezvous>>> {
+        ranks
+            .iter()
+            .map(|&r| {
+                let env: Vec<(String, String)> = [
+                    ("ACCORD_STORE", addr),
+                    ("ACCORD_STORE_EXTERNAL", "1"),
+                    ("ACCORD_TOKEN", "job"),
+                    ("ACCORD_JOIN_TIMEOUT", join),
+                ]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+                std::thread::spawn(move || {
+                    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+                    init_with_vars(&InitMethod::Env, Some(r), Some(world), Some(timeout), get)
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_join_deadline_is_not_the_timeout() {
+        let (_server, addr) = external_store();
+        let t0 = Instant::now();
+        let hs = join_threads(&addr, &[0], 2, Duration::from_secs(30), "0.5");
+        let e = hs.into_iter().next().unwrap().join().unwrap().unwrap_err();
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        match &e {
+            Error::Timeout { waiting_for, .. } => assert_eq!(waiting_for, &vec![1], "{e}"),
+            e => panic!("{e:?}"),
+        }
+        assert!(
+            e.to_string().contains("ACCORD_JOIN_TIMEOUT, 500.0ms"),
+            "{e}"
+        );
+
+        // A rank arriving after that is told the others gave up on it.
+        let hs = join_threads(&addr, &[1], 2, Duration::from_secs(30), "5");
+        let e = hs.into_iter().next().unwrap().join().unwrap().unwrap_err();
+        assert!(e.to_string().contains("rank 1 joined too late"), "{e}");
+    }
+
+    #[test]
+    fn without_a_join_timeout_the_shorter_of_a_minute_and_the_timeout_applies() {
+        let (_server, addr) = external_store();
+        let t0 = Instant::now();
+        let env = vars(&[
+            ("ACCORD_STORE", &addr),
+            ("ACCORD_STORE_EXTERNAL", "1"),
+            ("ACCORD_TOKEN", "job"),
+        ]);
+        let short = Duration::from_millis(300);
+        let e = init_with_vars(&InitMethod::Env, Some(0), Some(2), Some(short), env).unwrap_err();
+        assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        assert_eq!(DEFAULT_JOIN_TIMEOUT, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_rank_whose_process_ended_is_named_at_once() {
+        let (_server, addr) = external_store();
+        let t0 = Instant::now();
+        let hs = join_threads(&addr, &[0, 1], 3, Duration::from_secs(30), "30");
+        let launcher = StoreClient::connect(&addr, &Token::new("job"), T).unwrap();
+        let ns = launcher.with_prefix(INIT_PREFIX);
+        ns.wait_timeout(&["rank/0", "rank/1"], T).unwrap();
+        assert!(super::super::mark_exited(&ns, 2, "exit status 0").unwrap());
+        // A rank that registered is not marked.
+        assert!(!super::super::mark_exited(&ns, 1, "exit status 0").unwrap());
+        for h in hs {
+            match h.join().unwrap().unwrap_err() {
+                Error::PeerLost { rank, cause } => {
+                    assert_eq!(rank, 2);
+                    assert!(
+                        cause.contains("ended (exit status 0) before it joined"),
+                        "{cause}"
+                    );
+                }
+                e => panic!("{e:?}"),
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    }
+
+    #[test]
+    fn a_store_host_that_stops_is_named() {
+        let port = free_port().unwrap();
+        let m = InitMethod::parse(&format!("tcp://127.0.0.1:{port}")).unwrap();
+        let env = &[("ACCORD_TOKEN", "job"), ("ACCORD_JOIN_TIMEOUT", "30")];
+        let mut rs = run_ranks(&m, &[0, 1], 2, T, env);
+        let r1 = rs.pop().unwrap().unwrap();
+        let mut r0 = rs.pop().unwrap().unwrap();
+        r0.server.as_mut().unwrap().shutdown();
+        let t0 = Instant::now();
+        let e = r1
+            .store
+            .get_timeout("never", Duration::from_secs(20))
+            .unwrap_err();
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        let addr = format!("127.0.0.1:{port}");
+        match &e {
+            Error::PeerLost { rank: 0, cause } => assert!(
+                cause.contains(&format!("hosts the store at {addr} and is gone")),
+                "{cause}"
+            ),
+            e => panic!("{e:?}"),
+        }
+        // A new connection is refused at once, not retried for the timeout.
+        let t0 = Instant::now();
+        let e = r1.store.set("k", "v").unwrap_err();
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        assert!(
+            matches!(&e, Error::PeerLost { rank: 0, cause } if cause.contains("refused")),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! A [`StoreServer`] is a small in-memory key-value map served over TCP; a [`StoreClient`]
 //! talks to it. Every connection starts with the job-token handshake of [`crate::auth`]
 //! (role [`Store`](crate::auth::Role::Store)): a process that does not know the token is refused
-//! with [`Error::Unauthorized`](crate::Error::Unauthorized) and nothing it sent is acted on.
+//! with [`Error::Unauthorized`](crate::Error::Unauthorized) and nothing it sent is acted on. With
+//! the empty token (none configured) anyone can prove it, so nothing is authenticated; [`init()`]
+//! warns about it (see [`token`]).
 //!
 //! Connections that have not proved the token yet are bounded by
 //! [`HandshakeLimits`](crate::auth::HandshakeLimits) (default: 128 at once, 5 seconds each;
@@ -57,24 +59,34 @@
 //!
 //! - **`env://`** — everything from environment variables. Rank 0 hosts the store at the given
 //!   address (listening on it) unless `ACCORD_STORE_EXTERNAL=1`; the others connect, retrying
-//!   until the timeout, so start order does not matter.
+//!   until the join deadline, so start order does not matter.
 //! - **`tcp://host:port`** — the store address is in the URL, rank and world size are passed to
 //!   [`init()`] (or come from the variables below). Same hosting rule as `env://`.
 //! - **`file:///path`** — rank 0 starts a store on a free port (listening on every interface)
 //!   and atomically writes `host:port` to `path` (write to a temporary file, then rename). The
 //!   host written is `ACCORD_STORE_HOST` if set, else the source address of this machine's
-//!   default route, else `127.0.0.1`. Other ranks poll the file until the timeout (re-reading it
-//!   if the address in it does not answer, e.g. a stale file) and connect. Rank 0 removes the
-//!   file when its [`Rendezvous`] is dropped. `path` must be on a filesystem all ranks share.
+//!   default route, else `127.0.0.1`. Other ranks poll the file until the join deadline
+//!   (re-reading it if the address in it does not answer, e.g. a stale file) and connect. Rank 0
+//!   removes the file when its [`Rendezvous`] is dropped. `path` must be on a filesystem all
+//!   ranks share.
 //!
 //! When rank 0 hosts the store, a host name in the address makes it listen on every interface;
 //! an IP address is listened on exactly (every interface if it is not local, e.g. behind NAT).
 //!
 //! After connecting, every rank registers under `accord/init/` (or `ACCORD_STORE_PREFIX`): it
 //! claims `rank/{r}` with a compare-and-swap (a second process with the same rank gets a clear
-//! error), checks that the world size agrees, counts itself in `joined`, and waits for all ranks;
-//! a timeout names the missing ranks. Local rank and local world size come from the launcher's
-//! variables where set, else from the host names the ranks registered.
+//! error), checks that the world size agrees, counts itself in `joined`, and waits for all ranks.
+//! Local rank and local world size come from the launcher's variables where set, else from the
+//! host names the ranks registered.
+//!
+//! Joining (connecting and registering) has its own deadline, `ACCORD_JOIN_TIMEOUT` (default the
+//! shorter of [`init::DEFAULT_JOIN_TIMEOUT`] and the timeout): a rank that dies before it
+//! registers cannot be told from a slow starter, so this bounds how long the others wait for it.
+//! When it passes, every rank fails with an [`Error::Timeout`](crate::Error::Timeout) naming the
+//! same missing ranks, and a rank arriving later is told it came too late. [`mark_exited`] lets a
+//! launcher (`accord run` does) record a rank whose process ended, so the others fail at once
+//! with [`Error::PeerLost`](crate::Error::PeerLost) naming it. When the store's host dies, the
+//! others' store requests fail at once with `PeerLost` naming rank 0 (see [`client`]).
 //!
 //! ## Environment variables
 //!
@@ -86,9 +98,10 @@
 //! | (MPICH / Intel MPI) | `PMI_RANK`, `PMI_SIZE`, `MPI_LOCALRANKID`, `MPI_LOCALNRANKS` |
 //! | (Slurm) | `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID` |
 //! | store address (`env://`) | `ACCORD_STORE=host:port`, else `MASTER_ADDR` + `MASTER_PORT` — needed under MPI and Slurm too |
-//! | token | `ACCORD_TOKEN` (empty if unset; every process must agree) |
+//! | token | `ACCORD_TOKEN`, else `ACCORD_TOKEN_FILE` (a file only its owner may read); empty if neither is set; every process must agree |
 //! | an external store runs already | `ACCORD_STORE_EXTERNAL=1` |
 //! | timeout | `ACCORD_TIMEOUT` (seconds, may be fractional; default 300) |
+//! | join deadline | `ACCORD_JOIN_TIMEOUT` (seconds; default the shorter of 60 and the timeout) |
 //! | `file://` advertised host | `ACCORD_STORE_HOST` |
 //! | namespace of the init keys | `ACCORD_STORE_PREFIX` (default `accord/init`) |
 //!
@@ -97,9 +110,12 @@
 
 pub mod client;
 pub mod init;
+mod join;
 pub mod protocol;
 pub mod server;
+pub mod token;
 
 pub use client::StoreClient;
 pub use init::{init, init_with_vars, EnvConfig, InitMethod, Rendezvous};
+pub use join::mark_exited;
 pub use server::StoreServer;
