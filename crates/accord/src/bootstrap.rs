@@ -42,15 +42,30 @@ pub fn init_with_timeout(
     from_rendezvous(rdv, timeout)
 }
 
+/// How long the store's host keeps serving after it failed to connect to its peers.
+const STORE_LINGER: Duration = Duration::from_secs(3);
+
 /// Connect the transport for a finished rendezvous and wrap it in a communicator that keeps the
 /// store (and, on the hosting rank, the store server) alive.
 pub fn from_rendezvous(rdv: Rendezvous, timeout: Duration) -> Result<Communicator> {
     let book = rdv.store.with_prefix("accord/tcp");
     let opts = TcpOptions {
         timeout,
+        form_deadline: Some(rdv.join_deadline),
         ..TcpOptions::default()
     };
-    let tcp = TcpTransport::connect(rdv.rank, rdv.world_size, &rdv.token, &book, opts)?;
+    let tcp = match TcpTransport::connect(rdv.rank, rdv.world_size, &rdv.token, &book, opts) {
+        Ok(t) => t,
+        Err(e) => {
+            if rdv.server.is_some() {
+                // The others may still be finding out which rank is gone (through the store,
+                // or by dialling it): closing the store now would leave them only "the store
+                // is shutting down" to report.
+                std::thread::sleep(STORE_LINGER);
+            }
+            return Err(e);
+        }
+    };
     let mut transport: Arc<dyn Transport> = tcp.clone();
     let mut keep: Vec<Arc<dyn std::any::Any + Send + Sync>> = Vec::new();
     if let Some(w) = shm_world(&rdv, &transport, timeout)? {

@@ -306,6 +306,8 @@ pub struct Rendezvous {
     pub server: Option<StoreServer>,
     /// The job's token, for authenticating peer connections.
     pub token: Token,
+    /// When joining must be over: connecting to the peers that registered is still part of it.
+    pub join_deadline: Instant,
     file_guard: Option<FileGuard>,
 }
 
@@ -477,6 +479,7 @@ pub fn init_with_vars(
         store: Arc::new(client),
         server,
         token,
+        join_deadline: deadline,
         file_guard,
     })
 }

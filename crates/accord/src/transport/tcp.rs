@@ -82,6 +82,8 @@ use std::time::{Duration, Instant};
 const SOCKET_BUFFER_BYTES: usize = 4 * 1024 * 1024;
 /// Buffer of each reader thread (headers and small frames are read through it).
 const READ_BUFFER_BYTES: usize = 256 * 1024;
+/// How long a registered peer's address may refuse connections before it counts as gone.
+const REFUSED_MEANS_GONE: Duration = Duration::from_secs(2);
 /// How long `abort` and `shutdown` may block on one peer.
 const COURTESY_WRITE: Duration = Duration::from_secs(1);
 /// How long `shutdown` waits for peers to acknowledge the goodbye before closing anyway.
@@ -104,8 +106,13 @@ pub struct TcpOptions {
     /// Host or IP published for peers to connect to (`ACCORD_ADVERTISE_HOST`). `None` picks one
     /// as described in the [module documentation](self).
     pub advertise_host: Option<String>,
-    /// Deadline for forming the world, and the write timeout of every connection afterwards.
+    /// Deadline for forming the world (unless `form_deadline` is set), and the write timeout
+    /// of every connection afterwards.
     pub timeout: Duration,
+    /// When forming the world must be done, if sooner than `timeout` from now: the job's join
+    /// deadline, so that a rank that registered and then died is named as soon as a rank that
+    /// never registered would be.
+    pub form_deadline: Option<Instant>,
     /// Bounds on inbound connections that have not proved the token yet.
     pub handshake: HandshakeLimits,
 }
@@ -118,6 +125,7 @@ impl Default for TcpOptions {
             bind_host: env("ACCORD_HOST").unwrap_or_default(),
             advertise_host: env("ACCORD_ADVERTISE_HOST"),
             timeout: DEFAULT_TIMEOUT,
+            form_deadline: None,
             handshake: HandshakeLimits::default(),
         }
     }
@@ -131,6 +139,7 @@ impl TcpOptions {
             bind_host: "127.0.0.1".into(),
             advertise_host: None,
             timeout,
+            form_deadline: None,
             handshake: HandshakeLimits::default(),
         }
     }
@@ -305,7 +314,9 @@ impl TcpTransport {
         }
         opts.handshake.check()?;
         let start = Instant::now();
-        let deadline = start + opts.timeout;
+        let deadline = opts
+            .form_deadline
+            .map_or(start + opts.timeout, |d| d.min(start + opts.timeout));
 
         let advertised = opts.advertised_host();
         let listener = listen_for(&opts.bind_host, &advertised)?;
@@ -817,6 +828,9 @@ fn dial(
     let what = format!("connection from rank {rank} to rank {peer} at {addr}");
     let mut backoff = Duration::from_millis(5);
     let mut last_err: Option<io::Error> = None;
+    // A rank publishes its address only once its listener is bound, so a published address
+    // that keeps refusing connections belongs to a process that has ended since.
+    let mut refused_since: Option<Instant> = None;
     let setup = |e| Error::io(format!("{what}: setting socket options"), e);
     let mut stream = loop {
         let now = Instant::now();
@@ -850,6 +864,19 @@ fn dial(
                 }
             }
             Err(e) => {
+                if e.kind() != io::ErrorKind::ConnectionRefused {
+                    refused_since = None;
+                } else if refused_since.get_or_insert(now).elapsed() >= REFUSED_MEANS_GONE {
+                    return Err(Error::PeerLost {
+                        rank: peer,
+                        cause: format!(
+                            "its listener at {addr} has refused connections for {:.0?} after \
+                             it registered: the process has ended (or a firewall rejects the \
+                             port)",
+                            REFUSED_MEANS_GONE
+                        ),
+                    });
+                }
                 if !matches!(
                     e.kind(),
                     io::ErrorKind::ConnectionRefused

@@ -1,0 +1,97 @@
+//! A rank that registers and then ends before it connects to its peers: the others name it
+//! within the join deadline (`ACCORD_JOIN_TIMEOUT`), not the operation timeout. The binary
+//! re-executes itself as the ranks (`MESH_TEST_SCENARIO`), joining through `env://` with rank 0
+//! hosting the store.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn rank(scenario: &str, r: usize, n: usize, store: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["rank_main", "--exact", "--nocapture", "--test-threads=1"])
+        .env("MESH_TEST_SCENARIO", scenario)
+        .env("ACCORD_RANK", r.to_string())
+        .env("ACCORD_WORLD_SIZE", n.to_string())
+        .env("ACCORD_STORE", store)
+        .env("ACCORD_TOKEN", "mesh-test-token")
+        .env("ACCORD_HOST", "127.0.0.1")
+        .env("ACCORD_TIMEOUT", "60")
+        .env("ACCORD_JOIN_TIMEOUT", "2")
+        .env_remove("ACCORD_STORE_EXTERNAL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Exit code and stderr of a rank; one still running after `limit` is killed.
+fn finish(mut c: Child, limit: Duration) -> (Option<i32>, String) {
+    let end = Instant::now() + limit;
+    while c.try_wait().unwrap().is_none() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let o = c.wait_with_output().unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Rank 2 of 4 registers and exits. Ranks 0 and 1, which it should have dialled, wait for the
+/// join deadline (2 s, not the 60 s operation timeout); rank 3, which dials it, finds its
+/// address refusing. Every one names rank 2.
+#[test]
+fn a_rank_that_ends_after_registering_is_named_at_the_join_deadline() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let store = format!("127.0.0.1:{port}");
+    let start = Instant::now();
+    let ranks: Vec<Child> = (0..4)
+        .map(|r| {
+            let what = if r == 2 { "register-then-exit" } else { "init" };
+            rank(what, r, 4, &store)
+        })
+        .collect();
+    for (r, child) in ranks.into_iter().enumerate() {
+        let (code, err) = finish(child, Duration::from_secs(30));
+        if r == 2 {
+            assert_eq!(code, Some(0), "rank 2: {err}");
+            continue;
+        }
+        assert_eq!(code, Some(3), "rank {r}: {err}");
+        assert!(
+            err.contains("rank 2") || err.contains("rank(s) 2"),
+            "rank {r}: {err}"
+        );
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        start.elapsed()
+    );
+}
+
+/// What a rank process does; a no-op when this binary runs as the test suite.
+#[test]
+fn rank_main() {
+    let Ok(scenario) = std::env::var("MESH_TEST_SCENARIO") else {
+        return;
+    };
+    let result = match scenario.as_str() {
+        "register-then-exit" => {
+            let method = accord::rendezvous::InitMethod::parse("env://").unwrap();
+            drop(accord::rendezvous::init(&method, None, None, None).unwrap());
+            std::process::exit(0)
+        }
+        "init" => accord::init().and_then(|c| c.barrier()),
+        other => panic!("unknown scenario {other:?}"),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(3);
+    }
+}
