@@ -5,7 +5,8 @@
 //! semantics of [`super`]; [`super::check::verify`] proves this for small worlds.
 
 use super::{
-    allgather, allreduce, alltoall, barrier, broadcast, gather_scatter, reduce, reduce_scatter,
+    agreement, allgather, allreduce, alltoall, barrier, broadcast, gather_scatter, reduce,
+    reduce_scatter,
 };
 use super::{Algorithm, Collective, Schedule};
 use crate::error::{Error, Result};
@@ -99,16 +100,15 @@ pub fn build(coll: &Collective, world: usize, rank: usize, algo: Algorithm) -> R
             _ => alltoall::direct(send_counts, recv_counts, p, r),
         },
     };
-    Ok(if rooted(coll) && p > 1 {
-        agreement_first(barrier::dissemination(p, r), sched)
+    Ok(if rooted(coll) {
+        agreement::with_agreement(p, r, sched)
     } else {
         sched
     })
 }
 
-/// Whether data flows only from or to one root: then some ranks receive nothing (a broadcast
-/// root) or only from ranks that agree with them, so a disagreement about the root would pass
-/// unnoticed (wrong data) or wait for the deadline.
+/// Whether data flows only from or to one root, so that the schedule needs the tokens of
+/// [`agreement`].
 fn rooted(coll: &Collective) -> bool {
     matches!(
         coll,
@@ -117,21 +117,6 @@ fn rooted(coll: &Collective) -> bool {
             | Collective::Gather { .. }
             | Collective::Scatter { .. }
     )
-}
-
-/// `sched` preceded by the zero-byte rounds of `agreement`, a dissemination barrier. Every frame
-/// carries the call's fingerprint (root included) and a rank sends in a round only after its
-/// receives of the round before matched, so a rank that finishes the barrier has checked,
-/// directly or through the ranks it heard from, that every rank's fingerprint equals its own:
-/// ranks that disagree on the root all fail with a desync before any data moves. The tokens go
-/// first on every rank and pairs match messages in FIFO order, so they never meet data frames.
-fn agreement_first(agreement: Schedule, sched: Schedule) -> Schedule {
-    let mut rounds = agreement.rounds;
-    rounds.extend(sched.rounds);
-    Schedule {
-        rounds,
-        tmp_len: sched.tmp_len.max(agreement.tmp_len),
-    }
 }
 
 /// `ring, direct`.

@@ -1,10 +1,9 @@
 //! Barrier algorithms: zero-length messages only.
 
 use super::plan::Plan;
-use super::{Buf, Schedule, Span};
+use super::Schedule;
 
-/// A zero-length message.
-const TOKEN: Span = Span::new(Buf::Tmp, 0, 0);
+use super::plan::TOKEN;
 
 /// Dissemination: in round `k` every rank signals `rank + 2^k` and waits for `rank - 2^k`;
 /// after `ceil(log2 p)` rounds everyone has heard (transitively) from everyone.

@@ -28,6 +28,7 @@ pub mod check;
 pub mod sim;
 pub mod tuner;
 
+mod agreement;
 mod allgather;
 mod allreduce;
 mod alltoall;

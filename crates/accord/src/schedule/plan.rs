@@ -3,6 +3,9 @@
 
 use super::{Buf, Schedule, Span, Step};
 
+/// A zero-length message (barriers, agreement tokens).
+pub(crate) const TOKEN: Span = Span::new(Buf::Tmp, 0, 0);
+
 /// Builds a [`Schedule`] one round at a time.
 ///
 /// Steps are appended to the current round; [`Plan::next`] closes it. A send placed after a
