@@ -770,6 +770,7 @@ impl Communicator {
             if !reserved && w.supports(&job.coll, &job.fp) {
                 self.check_poison()?;
                 let call = crate::shm_coll::ShmCall {
+                    comm_id: self.inner.id,
                     seq,
                     fp: job.fp,
                     dtype: job.dtype,

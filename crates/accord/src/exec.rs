@@ -5,6 +5,7 @@
 //! overlap), and turns every way a wait can end badly into an [`Error`] that names the call and the
 //! ranks involved.
 
+use crate::blame;
 use crate::dtype::{self, DataType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
@@ -46,22 +47,49 @@ impl Call<'_> {
         }
     }
 
-    /// Turn a failed wait on `peer` into an error naming the call.
+    /// Turn a failed wait on `peer` into an error naming the call. A timeout names the rank
+    /// that stalls the call, found by following what `waiting_for` are blocked on in turn
+    /// ([`crate::blame`]).
     pub fn wait_error(&self, err: WaitError, waiting_for: Vec<usize>) -> Error {
         match err {
             WaitError::Timeout { elsewhere } => {
-                let hint = match elsewhere.first() {
+                let mut hint = match elsewhere.first() {
                     Some(seq) => format!(
                         "; rank {} has sent data for op #{seq} instead (did it skip or add a call?)",
                         waiting_for.first().copied().unwrap_or(0)
                     ),
                     None => String::new(),
                 };
+                let world: Vec<usize> = waiting_for.iter().map(|&c| self.ranks[c]).collect();
+                let finding =
+                    blame::diagnose(self.transport, self.comm_id, self.seq, &world, self.timeout);
+                if finding == blame::Finding::Aborted {
+                    if let Some(e) = aborted(self.transport) {
+                        return e;
+                    }
+                }
+                let member = |w: usize| self.ranks.iter().position(|&r| r == w);
+                hint.push_str(&blame::describe(&finding, &|w| match member(w) {
+                    Some(c) => format!("rank {c}"),
+                    None => format!("world rank {w}"),
+                }));
+                // Culprits outside this communicator are named by the hint alone.
+                let culprits: Option<Vec<usize>> =
+                    finding.culprits().into_iter().map(member).collect();
+                // Only receives wait here; a point-to-point one is named like `recv`'s own
+                // timeouts, by its tag.
+                let (op, seq) = if self.seq & P2P_LANE != 0 {
+                    let tag = self.seq & !P2P_LANE;
+                    let (dtype, count) = (self.fp.dtype, self.fp.count);
+                    (format!("recv({dtype} x {count}, tag {tag})"), 0)
+                } else {
+                    (self.fp.to_string(), self.seq)
+                };
                 Error::Timeout {
-                    op: self.fp.to_string(),
-                    seq: self.seq,
+                    op,
+                    seq,
                     comm: self.comm_name.to_string(),
-                    waiting_for,
+                    waiting_for: culprits.filter(|c| !c.is_empty()).unwrap_or(waiting_for),
                     after: self.timeout,
                     hint,
                 }
@@ -83,6 +111,13 @@ impl Call<'_> {
             },
         }
     }
+}
+
+/// The abort notice this rank heard, as an error.
+pub(crate) fn aborted(t: &dyn Transport) -> Option<Error> {
+    t.mailbox().aborted().map(|(by, reason)| Error::Aborted {
+        reason: format!("rank {by} gave up: {reason}"),
+    })
 }
 
 /// Resolved memory of the three buffers.
@@ -206,7 +241,14 @@ pub(crate) fn receive(
         let frame = mailbox
             .take(src, call.comm_id, call.seq, &call.fp, deadline)
             .map_err(|e| match e {
-                WaitError::Timeout { .. } => call.wait_error(e, waiting_for()),
+                WaitError::Timeout { .. } => {
+                    // Peers whose data for this call already waits here are not missing.
+                    let mut missing = waiting_for();
+                    missing.retain(|&p| {
+                        p == peer || !mailbox.has_frames(call.ranks[p], call.comm_id, call.seq)
+                    });
+                    call.wait_error(e, missing)
+                }
                 e => call.wait_error(e, vec![peer]),
             })?;
         if let Err(e) = check_frame(call, peer, &frame.env.fp, frame.total_len, len) {

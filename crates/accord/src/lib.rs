@@ -62,6 +62,7 @@
 
 mod atomic_duration;
 pub mod auth;
+pub mod blame;
 mod bootstrap;
 pub mod comm;
 pub mod dtype;

@@ -46,11 +46,13 @@
 //! different data. Across hosts the leaders' step carries the world call's fingerprint, and the
 //! root's host waits for its leader, for the same reason.
 
+use crate::blame;
 use crate::dtype::{self, DataType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::schedule::Collective;
 use crate::transport::shm::{ShmGroup, ShmWaitError};
+use crate::transport::waits::{Blocked, WaitGuard};
 use crate::Communicator;
 use std::time::{Duration, Instant};
 
@@ -79,6 +81,8 @@ pub const DEFAULT_CMA_BYTES: usize = usize::MAX;
 
 /// One call, as the shared-memory path sees it.
 pub(crate) struct ShmCall<'a> {
+    /// Communicator id, for what this rank reports it waits for.
+    pub comm_id: u64,
     pub seq: u64,
     pub fp: Fingerprint,
     pub dtype: DataType,
@@ -408,7 +412,7 @@ fn part(m: usize, n: usize, i: usize) -> (usize, usize) {
     (i * base + i.min(rem), base + usize::from(i < rem))
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
     fn n(&self) -> usize {
         self.g.size()
     }
@@ -428,16 +432,47 @@ impl Ctx<'_> {
         self.g.half_bytes().min(SPAN_BYTES)
     }
 
+    /// Record, until the guard is dropped, that this call waits for local ranks `local`.
+    fn blocked(&self, local: impl Iterator<Item = usize>) -> Option<WaitGuard<'a>> {
+        let t = self.g.side_transport()?;
+        Some(t.mailbox().waits().enter(Blocked {
+            comm: self.call.comm_id,
+            seq: self.call.seq,
+            ranks: local.map(|r| self.g.members[r]).collect(),
+            gave_up: false,
+        }))
+    }
+
     fn error(&self, e: ShmWaitError) -> Error {
         match e {
-            ShmWaitError::Timeout(missing) => Error::Timeout {
-                op: self.call.fp.to_string(),
-                seq: self.call.seq,
-                comm: self.call.comm_name.to_string(),
-                waiting_for: missing.iter().map(|&r| self.g.members[r]).collect(),
-                after: self.call.timeout,
-                hint: " (shared memory)".into(),
-            },
+            ShmWaitError::Timeout(missing) => {
+                // World ranks: the shared-memory path serves world communicators only.
+                let world: Vec<usize> = missing.iter().map(|&r| self.g.members[r]).collect();
+                let mut hint = " (shared memory)".to_string();
+                let mut waiting_for = world.clone();
+                if let Some(t) = self.g.side_transport() {
+                    let c = self.call;
+                    let finding = blame::diagnose(&**t, c.comm_id, c.seq, &world, c.timeout);
+                    if finding == blame::Finding::Aborted {
+                        if let Some(e) = crate::exec::aborted(&**t) {
+                            return e;
+                        }
+                    }
+                    hint.push_str(&blame::describe(&finding, &|w| format!("rank {w}")));
+                    let culprits = finding.culprits();
+                    if !culprits.is_empty() {
+                        waiting_for = culprits;
+                    }
+                }
+                Error::Timeout {
+                    op: self.call.fp.to_string(),
+                    seq: self.call.seq,
+                    comm: self.call.comm_name.to_string(),
+                    waiting_for,
+                    after: self.call.timeout,
+                    hint,
+                }
+            }
             ShmWaitError::Dead(r) => Error::PeerLost {
                 rank: self.g.members[r],
                 cause: format!(
@@ -452,7 +487,13 @@ impl Ctx<'_> {
     /// Take the next staging half; with the call's first chunk, publish its fingerprint.
     fn begin(&self, first: bool) -> Result<usize> {
         let h = self.g.next_chunk();
-        self.g.guard(h, self.deadline).map_err(|e| self.error(e))?;
+        // Usually met at once; a longer wait is recorded for peers that ask.
+        let soon = (Instant::now() + Duration::from_millis(20)).min(self.deadline);
+        if self.g.guard(h, soon).is_err() {
+            let me = self.me();
+            let _blocked = self.blocked((0..self.n()).filter(|&r| r != me));
+            self.g.guard(h, self.deadline).map_err(|e| self.error(e))?;
+        }
         if first {
             self.g.put_fp(h, self.call.seq, &self.call.fp);
         }
@@ -464,11 +505,16 @@ impl Ctx<'_> {
     /// reported at once instead of when the deadline passes (the peer may be waiting for us
     /// in a collective with another waiting pattern).
     fn wait_peer(&self, r: usize, e: u32, h: usize) -> Result<()> {
+        // Recorded from the first slice on, for peers that ask what this rank waits for.
+        let mut blocked = None;
         loop {
             let until = (Instant::now() + Duration::from_millis(20)).min(self.deadline);
             match self.g.wait_for(r, e, until) {
                 Ok(()) => return Ok(()),
                 Err(ShmWaitError::Timeout(m)) => {
+                    if blocked.is_none() {
+                        blocked = self.blocked(std::iter::once(r));
+                    }
                     let (seq, fp) = self.g.get_fp(r, h);
                     // An unwritten slot reads as op #0 with no fingerprint: not a desync.
                     if seq == self.call.seq && fp.is_some_and(|f| f != self.call.fp) {

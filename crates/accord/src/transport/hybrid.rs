@@ -46,6 +46,7 @@
 
 use super::shm::{futex_wait, futex_wake, Peer, RingArea, OFF_BELL, OFF_BELL_SLEEP};
 use super::tcp::TcpTransport;
+use super::waits::{Answer, Blocked};
 use super::wire::{FrameKind, Header, HEADER_LEN};
 use super::{chunk_bytes, for_each_chunk, Envelope, Frame, Mailbox, Transport};
 use crate::error::{Error, Result};
@@ -359,6 +360,13 @@ impl HybridTransport {
         }
         let freed = ring.u32(R_FREED);
         let waiting = ring.u32(R_WAITING);
+        // Recorded for peers that ask what this rank waits for.
+        let _blocked = self.mailbox.waits().enter(Blocked {
+            comm: 0,
+            seq: 0,
+            ranks: vec![peer],
+            gave_up: false,
+        });
         loop {
             waiting.store(1, Ordering::SeqCst);
             let v = freed.load(Ordering::SeqCst);
@@ -490,6 +498,10 @@ impl Transport for HybridTransport {
 
     fn abort(&self, by: usize, reason: &str) {
         self.tcp.abort(by, reason);
+    }
+
+    fn probe(&self, peers: &[usize], within: Duration) -> Vec<Answer> {
+        self.tcp.probe(peers, within)
     }
 }
 

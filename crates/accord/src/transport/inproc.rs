@@ -3,6 +3,7 @@
 //! The test suite runs every algorithm over this transport; it exercises the same chunking,
 //! matching, timeout and abort paths as the network transports.
 
+use super::waits::Answer;
 use super::{chunk_bytes, for_each_chunk, Envelope, Frame, Mailbox, Transport};
 use crate::error::{Error, Result};
 use std::sync::Arc;
@@ -85,5 +86,21 @@ impl Transport for InProcess {
         for b in self.boxes.iter() {
             b.abort(by, reason);
         }
+    }
+
+    /// Peers are threads of this process: read what they wait for directly.
+    fn probe(&self, peers: &[usize], _within: std::time::Duration) -> Vec<Answer> {
+        peers
+            .iter()
+            .map(|&p| {
+                if p == self.rank || p >= self.boxes.len() {
+                    return Answer::Unknown;
+                }
+                match self.boxes[self.rank].lost(p) {
+                    Some(cause) => Answer::Lost(cause),
+                    None => Answer::Waiting(self.boxes[p].waits().now()),
+                }
+            })
+            .collect()
     }
 }

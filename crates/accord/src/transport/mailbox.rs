@@ -7,6 +7,7 @@
 //! floods us, is treated as lost with a cause that says so, its frames are freed, and waits on
 //! it fail naming it, instead of this process growing without bound.
 
+use super::waits::{Blocked, Waits};
 use super::{Envelope, P2P_LANE};
 use crate::fingerprint::Fingerprint;
 use std::collections::{HashMap, VecDeque};
@@ -107,6 +108,8 @@ pub struct Mailbox {
     /// Run before reporting a source lost: a peer's frames may still sit in shared memory when
     /// its connection's end is noticed, and must be delivered first.
     flush: std::sync::OnceLock<(Flush, std::time::Duration)>,
+    /// What this rank's blocked calls wait for, and peers' answers to status queries.
+    waits: Waits,
 }
 
 impl Default for Mailbox {
@@ -128,6 +131,7 @@ impl Mailbox {
             ready: Condvar::new(),
             cap,
             flush: std::sync::OnceLock::new(),
+            waits: Waits::default(),
         }
     }
 
@@ -136,6 +140,19 @@ impl Mailbox {
     /// sleeping, which spares the hand-over from a receiver thread on short waits.
     pub fn set_flush(&self, f: Flush, poll: std::time::Duration) {
         let _ = self.flush.set((f, poll));
+    }
+
+    /// What this rank's blocked calls wait for (see [`super::waits`]).
+    pub fn waits(&self) -> &Waits {
+        &self.waits
+    }
+
+    /// Whether frames from `src` for (`comm`, `seq`) are waiting to be taken.
+    pub fn has_frames(&self, src: usize, comm: u64, seq: u64) -> bool {
+        let st = self.state.lock().unwrap();
+        st.queues
+            .get(&(src, comm, seq))
+            .is_some_and(|q| !q.is_empty())
     }
 
     /// A frame from `src` arrived.
@@ -233,6 +250,8 @@ impl Mailbox {
         let key = (src, comm, seq);
         let mut flushed = false;
         let mut polling: Option<Instant> = None;
+        // Recorded once the wait sleeps, for peers that ask what this rank is blocked on.
+        let mut blocked = None;
         let mut st = self.state.lock().unwrap();
         loop {
             if let Some(q) = st.queues.get_mut(&key) {
@@ -294,6 +313,14 @@ impl Mailbox {
                     continue;
                 }
             }
+            blocked.get_or_insert_with(|| {
+                self.waits.enter(Blocked {
+                    comm,
+                    seq,
+                    ranks: vec![src],
+                    gave_up: false,
+                })
+            });
             st = self.ready.wait_timeout(st, deadline - now).unwrap().0;
         }
     }

@@ -19,6 +19,7 @@ pub mod inproc;
 pub mod mailbox;
 pub mod shm;
 pub mod tcp;
+pub mod waits;
 pub mod wire;
 
 pub use mailbox::{Frame, Mailbox, WaitError};
@@ -78,6 +79,13 @@ pub trait Transport: Send + Sync + 'static {
     /// rank forwards the notice it heard before it closes, so that a peer that sees it close
     /// still learns who failed first rather than blaming the messenger.
     fn abort(&self, by: usize, reason: &str);
+    /// Ask each of `peers` what its blocked calls wait for (see [`waits`]), waiting at most
+    /// `within` for the answers; one [`waits::Answer`] per peer, in order. Transports that
+    /// cannot ask answer [`waits::Answer::Unknown`].
+    fn probe(&self, peers: &[usize], within: std::time::Duration) -> Vec<waits::Answer> {
+        let _ = within;
+        vec![waits::Answer::Unknown; peers.len()]
+    }
 }
 
 /// Split `data` into frames no larger than `chunk` and call `emit(offset, bytes)` for each; a

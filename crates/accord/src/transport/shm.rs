@@ -218,6 +218,8 @@ pub struct ShmGroup {
     ring_spin: Duration,
     /// Where aborts and lost connections of the side channel are reported.
     side: Option<Arc<dyn Fn() -> Option<Error> + Send + Sync>>,
+    /// The side channel itself: where waits are recorded and peers asked what they wait for.
+    side_transport: Option<Arc<dyn Transport>>,
     /// Per staging half: the epoch every peer must have reached before this rank writes the
     /// half again (`u64::MAX`: none pending). See [`ShmGroup::guard`].
     guards: [AtomicU64; 2],
@@ -474,6 +476,7 @@ impl ShmGroup {
             ring_spin,
             yields,
             side: None,
+            side_transport: None,
             guards: [AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)],
             cma,
             crowded,
@@ -483,7 +486,15 @@ impl ShmGroup {
 
     /// Report aborts and lost connections of the side channel (the TCP transport's mailbox)
     /// while waiting, so a failure anywhere ends every wait at once.
+    /// Also tell the side channel the local ranks' process ids, so that a timeout can see a
+    /// stopped peer in `/proc`.
     pub fn watch_mailbox(&mut self, side: Arc<dyn Transport>, world: Vec<usize>) {
+        for r in 0..self.size() {
+            if r != self.me {
+                side.mailbox().waits().set_pid(self.members[r], self.pid(r));
+            }
+        }
+        self.side_transport = Some(side.clone());
         self.side = Some(Arc::new(move || {
             let m = side.mailbox();
             if let Some((by, reason)) = m.aborted() {
@@ -724,6 +735,11 @@ impl ShmGroup {
                 )
             }
         })
+    }
+
+    /// The side channel (TCP transport), once [`ShmGroup::watch_mailbox`] set it.
+    pub(crate) fn side_transport(&self) -> Option<&Arc<dyn Transport>> {
+        self.side_transport.as_ref()
     }
 
     /// Pid of local rank `r` (0 for this rank).

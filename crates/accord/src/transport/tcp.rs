@@ -40,7 +40,16 @@
 //! after a goodbye frame, and with `connection closed (process exited or was killed)` otherwise.
 //! Malformed bytes make the reader report the peer lost with the protocol error and close the
 //! connection; they never cause a panic or an allocation larger than
-//! [`super::MAX_CHUNK_BYTES`].
+//! [`super::MAX_CHUNK_BYTES`]. A frame of a kind this version does not know is skipped.
+//!
+//! # Status queries
+//!
+//! A rank whose call timed out asks the rank it waited for what *that* rank is blocked on (see
+//! [`crate::blame`]): it sends a `Query` frame, and the peer answers with a `Status` frame
+//! listing its recorded waits ([`super::waits`]). The answer comes from the peer's transport
+//! threads (its reader hands the query to a responder thread, so that no reader ever blocks on
+//! a write), not from its application thread, which may be blocked; a process that does not
+//! answer at all is stopped or hung.
 //!
 //! # Configuration
 //!
@@ -61,7 +70,8 @@
 //! here to a loopback address (`/etc/hosts` often maps the machine's own name so), since other
 //! machines resolve it to something else. `ACCORD_HOST=0.0.0.0` asks for every interface.
 
-use super::wire::{FrameKind, Header, HEADER_LEN};
+use super::waits::{self, Answer, Blocked};
+use super::wire::{self, FrameKind, Header, HEADER_LEN, QUERY_LEN};
 use super::{chunk_bytes, for_each_chunk, AddressBook, Envelope, Frame, Mailbox, Transport};
 use crate::auth::gate::{Gate, Outcome};
 use crate::auth::{self, HandshakeLimits, Role, Token};
@@ -263,6 +273,9 @@ pub struct TcpTransport {
     closing: Arc<AtomicBool>,
 }
 
+/// A status query from `.0` with nonce `.1`, handed from a reader to the responder thread.
+type Query = (usize, u64);
+
 impl std::fmt::Debug for TcpTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TcpTransport")
@@ -454,6 +467,7 @@ impl TcpTransport {
 
         let mailbox = Arc::new(Mailbox::new());
         let closing = Arc::new(AtomicBool::new(false));
+        let (queries, asked) = mpsc::channel::<Query>();
         let mut peers = Vec::with_capacity(size);
         let mut readers = Vec::with_capacity(size.saturating_sub(1));
         for (peer, stream) in streams.into_iter().enumerate() {
@@ -474,6 +488,7 @@ impl TcpTransport {
                 mailbox: mailbox.clone(),
                 closing: closing.clone(),
                 ctl: stream.try_clone().map_err(setup)?,
+                queries: queries.clone(),
             };
             readers.push(
                 std::thread::Builder::new()
@@ -487,7 +502,7 @@ impl TcpTransport {
             }));
         }
         tracing::debug!(rank, size, "tcp mesh formed in {:.1?}", start.elapsed());
-        Ok(Arc::new(TcpTransport {
+        let t = Arc::new(TcpTransport {
             rank,
             size,
             timeout: opts.timeout,
@@ -496,7 +511,48 @@ impl TcpTransport {
             peers,
             readers: Mutex::new(readers),
             closing,
-        }))
+        });
+        // Ends when every reader has ended (their senders are gone) or the transport is gone.
+        drop(queries);
+        let weak = Arc::downgrade(&t);
+        std::thread::Builder::new()
+            .name(format!("accord-tcp{rank}-status"))
+            .spawn(move || {
+                while let Ok((peer, nonce)) = asked.recv() {
+                    match weak.upgrade() {
+                        Some(t) => t.answer(peer, nonce),
+                        None => break,
+                    }
+                }
+            })
+            .map_err(|e| Error::io("starting the status thread", e))?;
+        Ok(t)
+    }
+
+    /// Answer `peer`'s status query `nonce` with what this rank's calls wait for.
+    fn answer(&self, peer: usize, nonce: u64) {
+        let Some(Some(p)) = self.peers.get(peer) else {
+            return;
+        };
+        if self.closing.load(Ordering::SeqCst) || self.mailbox.lost(peer).is_some() {
+            return;
+        }
+        let body = waits::encode_status(nonce, &self.mailbox.waits().now());
+        let hdr = self.control_header(FrameKind::Status, body.len());
+        if let Err(e) = self.courtesy_write(p, &hdr, &body) {
+            tracing::debug!(rank = self.rank, peer, "status not sent: {e}");
+        }
+    }
+
+    /// What can be known about `peer` without asking it: that it is lost, or (on this host)
+    /// that its process is stopped.
+    fn known_state(&self, peer: usize) -> Option<Answer> {
+        if let Some(cause) = self.mailbox.lost(peer) {
+            return Some(Answer::Lost(cause));
+        }
+        let pid = self.mailbox.waits().pid(peer)?;
+        let state = waits::process_state(pid)?;
+        waits::is_stopped(state).then_some(Answer::Stopped { pid, state })
     }
 
     /// The mailbox, shared with transports that deliver into it too.
@@ -647,6 +703,13 @@ impl Transport for TcpTransport {
             return Err(Error::PeerLost { rank: peer, cause });
         }
         let total_len = data.len() as u64;
+        // A write blocks while the peer does not read: a rank blocked here waits for it.
+        let _blocked = self.mailbox.waits().enter(Blocked {
+            comm: env.comm,
+            seq: env.seq,
+            ranks: vec![peer],
+            gave_up: false,
+        });
         for_each_chunk(data, chunk_bytes(), |off, bytes| {
             let hdr = Header {
                 kind: FrameKind::Data,
@@ -686,6 +749,51 @@ impl Transport for TcpTransport {
             }
         }
         self.mailbox.abort(by, reason);
+    }
+
+    fn probe(&self, peers: &[usize], within: Duration) -> Vec<Answer> {
+        let waits = self.mailbox.waits();
+        let mut out: Vec<Option<Answer>> = vec![None; peers.len()];
+        let mut asked: Vec<(usize, Query)> = Vec::new();
+        for (i, &p) in peers.iter().enumerate() {
+            let Some(Some(peer)) = self.peers.get(p) else {
+                out[i] = Some(Answer::Unknown);
+                continue;
+            };
+            if self.closing.load(Ordering::SeqCst) {
+                out[i] = Some(Answer::Unknown);
+                continue;
+            }
+            out[i] = self.known_state(p);
+            if out[i].is_some() {
+                continue;
+            }
+            let nonce = waits.ask(p);
+            let hdr = self.control_header(FrameKind::Query, QUERY_LEN);
+            match self.courtesy_write(peer, &hdr, &nonce.to_le_bytes()) {
+                Ok(()) => asked.push((i, (p, nonce))),
+                Err(e) => {
+                    waits.await_answers(&[(p, nonce)], Instant::now());
+                    // A peer that takes no bytes for a second does not read its socket.
+                    out[i] = Some(match self.mailbox.lost(p) {
+                        Some(cause) => Answer::Lost(cause),
+                        None if e.kind() == io::ErrorKind::WouldBlock => Answer::Silent,
+                        None => Answer::Lost(format!("sending to rank {p} failed: {e}")),
+                    });
+                }
+            }
+        }
+        let queries: Vec<Query> = asked.iter().map(|&(_, q)| q).collect();
+        let got = waits.await_answers(&queries, Instant::now() + within);
+        for (&(i, (p, _)), answer) in asked.iter().zip(got) {
+            out[i] = Some(match answer {
+                Some(w) => Answer::Waiting(w),
+                None => self.known_state(p).unwrap_or(Answer::Silent),
+            });
+        }
+        out.into_iter()
+            .map(|a| a.unwrap_or(Answer::Unknown))
+            .collect()
     }
 }
 
@@ -1040,6 +1148,8 @@ struct ReaderCtx {
     mailbox: Arc<Mailbox>,
     closing: Arc<AtomicBool>,
     ctl: TcpStream,
+    /// Status queries go to the responder thread.
+    queries: mpsc::Sender<Query>,
 }
 
 impl ReaderCtx {
@@ -1070,6 +1180,18 @@ impl ReaderCtx {
             let h = match Header::decode(&hb, peer as u32) {
                 Ok(h) => h,
                 Err(e) => {
+                    if let Some(len) = wire::unknown_kind_len(&hb, peer as u32) {
+                        // A control frame of a later version: skip it.
+                        let len = len as u64;
+                        let skipped = io::copy(&mut (&mut r).take(len), &mut io::sink());
+                        if !matches!(skipped, Ok(n) if n == len) {
+                            self.mailbox
+                                .peer_lost(peer, ended("in the middle of a frame".into()));
+                            break;
+                        }
+                        tracing::debug!(peer, kind = hb[4], "skipped a frame of an unknown kind");
+                        continue;
+                    }
                     tracing::warn!(peer, "closing the connection: {e}");
                     self.mailbox.peer_lost(peer, e.to_string());
                     break;
@@ -1108,6 +1230,20 @@ impl ReaderCtx {
                         .peer_lost(peer, format!("rank {peer} closed its communicator"));
                     break;
                 }
+                FrameKind::Query => {
+                    if let Ok(nonce) = <[u8; QUERY_LEN]>::try_from(&data[..]) {
+                        let _ = self.queries.send((peer, u64::from_le_bytes(nonce)));
+                    }
+                }
+                FrameKind::Status => match waits::decode_status(&data, self.size) {
+                    Some((nonce, w)) => self.mailbox.waits().answer(peer, nonce, w),
+                    None => {
+                        let e = format!("malformed status from rank {peer}");
+                        tracing::warn!(peer, "closing the connection: {e}");
+                        self.mailbox.peer_lost(peer, e);
+                        break;
+                    }
+                },
             }
         }
         // Nothing more is read from this connection; closing our end also tells a peer that said

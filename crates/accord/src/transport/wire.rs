@@ -31,7 +31,16 @@ pub enum FrameKind {
     Abort = 2,
     /// The sender is shutting down cleanly; no more frames follow.
     Bye = 3,
+    /// The sender asks what this rank's blocked calls wait for; the payload is a nonce (u64)
+    /// that the answer repeats.
+    Query = 4,
+    /// The answer to a [`FrameKind::Query`]; the payload is described in
+    /// [`super::waits`].
+    Status = 5,
 }
+
+/// Payload bytes of a [`FrameKind::Query`].
+pub const QUERY_LEN: usize = 8;
 
 /// A decoded header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +89,8 @@ impl Header {
             1 => FrameKind::Data,
             2 => FrameKind::Abort,
             3 => FrameKind::Bye,
+            4 => FrameKind::Query,
+            5 => FrameKind::Status,
             k => return bad(format!("unknown frame kind {k}")),
         };
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
@@ -95,6 +106,8 @@ impl Header {
             FrameKind::Data => super::MAX_CHUNK_BYTES,
             FrameKind::Abort => MAX_REASON_BYTES,
             FrameKind::Bye => 0,
+            FrameKind::Query => QUERY_LEN,
+            FrameKind::Status => super::waits::MAX_STATUS_BYTES,
         };
         if chunk_len as usize > limit {
             return bad(format!(
@@ -133,6 +146,18 @@ impl Header {
             offset,
         })
     }
+}
+
+/// For a header that [`Header::decode`] refuses only because its kind is one this version does
+/// not know (a control frame of a later version), the payload length to skip; `None` for
+/// anything else, or a payload longer than [`MAX_REASON_BYTES`].
+pub fn unknown_kind_len(b: &[u8; HEADER_LEN], expected_src: u32) -> Option<usize> {
+    let len = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+    (b[0..4] == MAGIC
+        && !(1..=5).contains(&b[4])
+        && u32::from_le_bytes(b[8..12].try_into().unwrap()) == expected_src
+        && len <= MAX_REASON_BYTES)
+        .then_some(len)
 }
 
 #[cfg(test)]
@@ -179,6 +204,18 @@ mod tests {
             Header::decode(&outside.encode(), 3).is_err(),
             "offset overflow"
         );
+    }
+
+    #[test]
+    fn unknown_kinds_are_skippable_not_fatal() {
+        let mut b = sample().encode();
+        assert_eq!(unknown_kind_len(&b, 3), None, "a known kind");
+        b[4] = 9;
+        assert!(Header::decode(&b, 3).is_err());
+        assert_eq!(unknown_kind_len(&b, 3), Some(100));
+        assert_eq!(unknown_kind_len(&b, 2), None, "wrong source");
+        b[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(unknown_kind_len(&b, 3), None, "too long to skip");
     }
 
     proptest::proptest! {
