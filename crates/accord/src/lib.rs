@@ -48,7 +48,8 @@
 //! with a zero-byte agreement so that a rank that wrongly believes it is the root hears it too.
 //! Point-to-point messages with one (peer, tag) keep their order ([`Turn`]). Every wait has a deadline
 //! (300 s by default, `ACCORD_TIMEOUT` or [`Communicator::set_timeout`]); a timeout names the
-//! ranks still missing. A lost connection fails the calls waiting on it at once, and any failure
+//! rank that stalls the call, following what the ranks it waited for are blocked on in turn
+//! ([`blame`]). A lost connection fails the calls waiting on it at once, and any failure
 //! is broadcast to the peers so that nobody waits for a rank that has given up.
 //!
 //! ## Bootstrapping

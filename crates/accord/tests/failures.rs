@@ -40,6 +40,46 @@ fn a_missing_rank_is_named_by_the_timeout() {
     }
 }
 
+/// Ranks wait in a chain (rank 0 for 3, rank r for r - 1) and rank 3 is busy elsewhere. The end
+/// of the chain starts first, so the first timeout is one that waits for a healthy rank: every
+/// rank must still name rank 3, over threads and over TCP.
+#[test]
+fn a_timeout_follows_the_chain_to_the_rank_that_is_in_no_call() {
+    let chain = |comm: Communicator| {
+        let me = comm.rank();
+        if me == 3 {
+            std::thread::sleep(Duration::from_millis(1500));
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(30 * (2 - me as u64)));
+        let mut x = [0u8; 4];
+        Some(comm.recv(&mut x, (me + 3) % 4, 1).unwrap_err())
+    };
+    let timeout = Duration::from_millis(300);
+    for (how, errs) in [
+        ("inproc", run_world_with_timeout(4, timeout, chain)),
+        ("tcp", accord::testing::run_tcp_world(4, timeout, chain)),
+    ] {
+        for (rank, e) in errs.iter().enumerate().take(3) {
+            let e = e.as_ref().unwrap();
+            let text = e.to_string();
+            match e {
+                Error::Timeout { waiting_for, .. } => {
+                    assert_eq!(waiting_for, &vec![3], "{how} rank {rank}: {text}")
+                }
+                Error::Aborted { .. } => {}
+                other => panic!("{how} rank {rank}: unexpected {other:?}"),
+            }
+            assert!(
+                text.contains("waiting for rank(s) 3; ")
+                    && (text.contains("; rank 3 is in no blocking call")
+                        || text.contains("rank 3, which is in no blocking call")),
+                "{how} rank {rank}: {text}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_dead_rank_is_detected_promptly() {
     let transports = InProcess::world(4);

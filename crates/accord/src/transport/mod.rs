@@ -12,6 +12,9 @@
 //!
 //! Implementations: [`inproc`] (threads in one process, used by most tests), [`tcp`], and
 //! [`hybrid`] (shared-memory rings to ranks of the same host, TCP to the others).
+//!
+//! Every blocking wait is recorded in the mailbox's [`waits`], so that a peer whose call timed
+//! out can ask this rank what it waits for ([`Transport::probe`]) and blame the right rank.
 
 pub mod cpus;
 pub mod hybrid;

@@ -26,7 +26,8 @@
 //! TCP side channel (every rank keeps its TCP connections, which also carry aborts), whether the
 //! peer process still exists (a pidfd, else `kill(pid, 0)`), and the call's deadline. A dead peer
 //! is reported as [`Error::PeerLost`] naming its rank within about 10 ms of the wait reaching
-//! the sleeping stage.
+//! the sleeping stage. The peers' process ids also go to the side channel's wait records
+//! ([`crate::transport::waits`]), so that a timeout sees a stopped peer in `/proc` at once.
 //!
 //! # Reading peers' memory
 //!
