@@ -102,6 +102,8 @@ const GOODBYE_GRACE: Duration = Duration::from_secs(5);
 const MAX_DIALERS: usize = 16;
 /// Longest single wait on the address book, so a failed world formation stops promptly.
 const LOOKUP_SLICE: Duration = Duration::from_millis(500);
+/// Most status queries waiting for the responder thread.
+const MAX_QUERIES_QUEUED: usize = 1024;
 /// Default world-formation and write timeout.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// Refusals of inbound connections quoted in a world-formation timeout (the rest are counted).
@@ -467,7 +469,7 @@ impl TcpTransport {
 
         let mailbox = Arc::new(Mailbox::new());
         let closing = Arc::new(AtomicBool::new(false));
-        let (queries, asked) = mpsc::channel::<Query>();
+        let (queries, asked) = mpsc::sync_channel::<Query>(MAX_QUERIES_QUEUED);
         let mut peers = Vec::with_capacity(size);
         let mut readers = Vec::with_capacity(size.saturating_sub(1));
         for (peer, stream) in streams.into_iter().enumerate() {
@@ -1149,7 +1151,7 @@ struct ReaderCtx {
     closing: Arc<AtomicBool>,
     ctl: TcpStream,
     /// Status queries go to the responder thread.
-    queries: mpsc::Sender<Query>,
+    queries: mpsc::SyncSender<Query>,
 }
 
 impl ReaderCtx {
@@ -1232,7 +1234,8 @@ impl ReaderCtx {
                 }
                 FrameKind::Query => {
                     if let Ok(nonce) = <[u8; QUERY_LEN]>::try_from(&data[..]) {
-                        let _ = self.queries.send((peer, u64::from_le_bytes(nonce)));
+                        // Beyond the bound (a peer that floods queries), queries go unanswered.
+                        let _ = self.queries.try_send((peer, u64::from_le_bytes(nonce)));
                     }
                 }
                 FrameKind::Status => match waits::decode_status(&data, self.size) {
