@@ -29,11 +29,14 @@ pub enum Error {
         seq: u64,
         /// Name of the communicator (`world`, or the group's name).
         comm: String,
-        /// Ranks (in the communicator) the call was still waiting for.
+        /// Ranks (in the communicator) to blame: those the call was still waiting for or, when
+        /// those were themselves waiting, the ranks at the end of the chain (a stopped or hung
+        /// rank, or one in no call; see [`crate::blame`]).
         waiting_for: Vec<usize>,
         /// How long the call waited.
         after: Duration,
-        /// Extra diagnosis, e.g. what the missing rank is doing instead (may be empty).
+        /// Extra diagnosis, e.g. what the missing rank is doing instead, or the chain of waits
+        /// that leads to the culprit (may be empty).
         hint: String,
     },
     /// Ranks called different operations, or the same one with incompatible arguments.
