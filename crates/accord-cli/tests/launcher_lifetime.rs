@@ -194,10 +194,7 @@ fn ranks_die_with_a_killed_launcher() {
 /// runs n times the rounds.
 #[test]
 fn ranks_die_with_a_launcher_killed_at_any_moment() {
-    let soak: usize = std::env::var("ACCORD_SOAK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
+    let soak: usize = accord::testing::soak();
     let mut seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

@@ -45,8 +45,16 @@ struct Line {
 /// Every line of one communicator.
 #[derive(Default)]
 pub(crate) struct Turns {
-    lines: Mutex<HashMap<Key, Line>>,
+    lines: Mutex<Lines>,
     moved: Condvar,
+}
+
+#[derive(Default)]
+struct Lines {
+    by_key: HashMap<Key, Line>,
+    /// Turns blocked in [`Turn::wait`]: a turn that ends wakes them only if there are any (a
+    /// wake-up is a system call, and most messages never wait).
+    waiting: usize,
 }
 
 impl Turns {
@@ -54,7 +62,7 @@ impl Turns {
     pub fn take(self: &Arc<Self>, side: Side, peer: usize, tag: u32) -> Turn {
         let key = Key { side, peer, tag };
         let mut lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
-        let line = lines.entry(key).or_default();
+        let line = lines.by_key.entry(key).or_default();
         let n = line.next;
         line.next += 1;
         Turn {
@@ -104,7 +112,7 @@ impl Turn {
     pub(crate) fn wait(&self, deadline: Instant) -> bool {
         let mut lines = self.turns.lines.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            let serving = lines.get(&self.key).map_or(self.n, |l| l.serving);
+            let serving = lines.by_key.get(&self.key).map_or(self.n, |l| l.serving);
             if serving >= self.n {
                 return true;
             }
@@ -112,12 +120,14 @@ impl Turn {
             if now >= deadline {
                 return false;
             }
+            lines.waiting += 1;
             lines = self
                 .turns
                 .moved
                 .wait_timeout(lines, deadline - now)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            lines.waiting -= 1;
         }
     }
 }
@@ -125,7 +135,7 @@ impl Turn {
 impl Drop for Turn {
     fn drop(&mut self) {
         let mut lines = self.turns.lines.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(line) = lines.get_mut(&self.key) else {
+        let Some(line) = lines.by_key.get_mut(&self.key) else {
             return;
         };
         if line.serving == self.n {
@@ -137,10 +147,13 @@ impl Drop for Turn {
             line.abandoned.insert(self.n);
         }
         if line.serving == line.next {
-            lines.remove(&self.key);
+            lines.by_key.remove(&self.key);
         }
+        let wake = lines.waiting > 0;
         drop(lines);
-        self.turns.moved.notify_all();
+        if wake {
+            self.turns.moved.notify_all();
+        }
     }
 }
 
@@ -163,7 +176,10 @@ mod tests {
         drop(a);
         assert!(b.wait(soon()));
         drop(b);
-        assert!(t.lines.lock().unwrap().is_empty(), "no state left behind");
+        assert!(
+            t.lines.lock().unwrap().by_key.is_empty(),
+            "no state left behind"
+        );
     }
 
     #[test]
@@ -186,7 +202,7 @@ mod tests {
         drop(a);
         assert!(c.wait(soon()));
         drop(c);
-        assert!(t.lines.lock().unwrap().is_empty());
+        assert!(t.lines.lock().unwrap().by_key.is_empty());
     }
 
     #[test]

@@ -4,18 +4,9 @@
 //!
 //! Bounded for CI; `ACCORD_SOAK=<n>` repeats the randomized parts `n` times as often.
 
-use accord::testing::{run_tcp_world, run_world_with_timeout};
+use accord::testing::{run_tcp_world, run_world_with_timeout, soak};
 use accord::{Communicator, Error, ReduceOp};
 use std::time::{Duration, Instant};
-
-/// Repetition multiplier for a longer run.
-fn soak() -> usize {
-    std::env::var("ACCORD_SOAK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
-        .max(1)
-}
 
 type World = fn(usize, Duration, &(dyn Fn(Communicator) -> String + Sync)) -> Vec<String>;
 

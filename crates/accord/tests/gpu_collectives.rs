@@ -708,10 +708,7 @@ fn sigkill_mid_allreduce_is_named_within_two_seconds() {
         println!("{test}: skipping: starts its own ranks; run it without `accord run`");
         return;
     }
-    let reps: usize = std::env::var("ACCORD_SOAK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
+    let reps: usize = accord::testing::soak();
     for rep in 0..reps {
         let server = StoreServer::bind("127.0.0.1:0", Token::new("gpu-sigkill")).unwrap();
         let exe = std::env::current_exe().unwrap();

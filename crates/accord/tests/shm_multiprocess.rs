@@ -222,11 +222,8 @@ fn a_killed_rank_is_named_promptly_and_leaves_no_segment() {
 /// before its abort notice). `ACCORD_SOAK=n` runs n times as many jobs.
 #[test]
 fn every_survivor_blames_the_killed_rank_not_the_messenger() {
-    let soak: usize = std::env::var("ACCORD_SOAK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
-    for round in 0..3 * soak.max(1) {
+    let soak = accord::testing::soak();
+    for round in 0..3 * soak {
         let at = (7 + 13 * round % 40).to_string();
         let tcp = if round % 3 == 2 { "tcp" } else { "" };
         let extra = [("KILL_AT", at.as_str()), ("ACCORD_TRANSPORT", tcp)];

@@ -132,11 +132,8 @@ fn the_store_host_killed_during_startup_is_named() {
 /// whether it saw the store go or never reached it. Three kills; `ACCORD_SOAK=<n>` makes it `3n`.
 #[test]
 fn the_store_host_killed_at_random_points_is_named() {
-    let soak: usize = std::env::var("ACCORD_SOAK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
-    for _ in 0..3 * soak.max(1) {
+    let soak = accord::testing::soak();
+    for _ in 0..3 * soak {
         let store = format!("127.0.0.1:{}", free_port());
         let env = [("ACCORD_JOIN_TIMEOUT", "2")];
         let delay = u16::from_le_bytes(accord::auth::random_bytes::<2>()) % 100;

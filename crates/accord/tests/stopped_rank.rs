@@ -26,14 +26,6 @@ const STOPPED: usize = 3;
 /// The call's timeout (`ACCORD_TIMEOUT` stays long so that joining is never the problem).
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
-fn soak() -> usize {
-    std::env::var("ACCORD_SOAK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
-        .max(1)
-}
-
 /// Rank 3 of a run, resumed and killed whatever happens to the test.
 struct Stopped(Child);
 
@@ -179,7 +171,7 @@ fn orders(n: usize) -> Vec<Vec<usize>> {
 
 fn run_all(transport: &[(&str, &str)], label: &str) {
     let t0 = Instant::now();
-    for order in orders(2 * soak()) {
+    for order in orders(2 * accord::testing::soak()) {
         for scenario in ["chain", "ring"] {
             let mut env = transport.to_vec();
             env.push(("ACCORD_ALGO_ALLREDUCE", "ring"));

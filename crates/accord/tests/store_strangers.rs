@@ -17,14 +17,6 @@ const DEADLINE: Duration = Duration::from_secs(1);
 const TICK: Duration = Duration::from_millis(100);
 const T: Duration = Duration::from_secs(10);
 
-fn soak() -> usize {
-    std::env::var("ACCORD_SOAK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
-        .max(1)
-}
-
 fn count(dir: &str) -> usize {
     std::fs::read_dir(dir).expect(dir).count()
 }
@@ -83,14 +75,14 @@ impl Stranger {
 
 #[test]
 fn strangers_in_the_handshake_cost_bounded_resources() {
-    let n_trickle = 2 * CAP * soak();
-    let n_idle = CAP * soak();
+    let n_trickle = 2 * CAP * accord::testing::soak();
+    let n_idle = CAP * accord::testing::soak();
     let n = n_trickle + n_idle;
     let limit = raise_fd_limit();
     assert!(
         limit > 2 * n + CAP + 64,
         "the open-file limit ({limit}) is too low for ACCORD_SOAK={}",
-        soak()
+        accord::testing::soak()
     );
     let token = Token::new("store-strangers");
     let limits = HandshakeLimits {

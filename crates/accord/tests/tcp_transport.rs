@@ -214,11 +214,7 @@ fn listener_binds_the_published_address() {
 /// reached, retries and gets in. `ACCORD_SOAK=n` opens n times as many strangers.
 #[test]
 fn strangers_are_closed_by_the_handshake_deadline_and_the_world_forms() {
-    let soak: usize = std::env::var("ACCORD_SOAK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
-        .max(1);
+    let soak: usize = accord::testing::soak();
     let cap = 4;
     let deadline = Duration::from_secs(1);
     let book = Arc::new(MemoryAddressBook::new());
