@@ -85,6 +85,11 @@ fn tick(inner: &Inner, published: &mut Published, memory: &mut Memory) -> Option
         Verdict::Healthy => None,
         Verdict::Overdue(age) => Some(age),
         Verdict::PeerGone { notice, engine } => {
+            // A peer that found a desync fails and often exits at once; its departure is not
+            // the cause. The progress records name the desync when there is one.
+            if let Some(e) = desync_now(inner) {
+                return Some(e);
+            }
             let nccl = engine
                 .map(|rc| format!("; NCCL reported {}", inner.describe(rc)))
                 .unwrap_or_default();
@@ -110,13 +115,8 @@ fn tick(inner: &Inner, published: &mut Published, memory: &mut Memory) -> Option
         Verdict::Engine(rc) => {
             // A peer that detected a desync aborts, which shows up here as a remote error:
             // prefer the desync, which names the culprit, when the progress records show one.
-            if let Ok(st) = inner.state.lock() {
-                let (seq, hash) = (st.cseq, st.hash);
-                let last = st.last.map(|f| f.to_string()).unwrap_or_default();
-                drop(st);
-                if let Some(e) = compare(inner, seq, hash, &last) {
-                    return Some(e);
-                }
+            if let Some(e) = desync_now(inner) {
+                return Some(e);
             }
             return Some(Error::Aborted {
                 reason: format!(
@@ -195,6 +195,15 @@ fn tick(inner: &Inner, published: &mut Published, memory: &mut Memory) -> Option
         after: age,
         hint: format!("; {peers}; NCCL communicator aborted"),
     })
+}
+
+/// A desync between this rank's calls so far and what the peers published, if there is one.
+fn desync_now(inner: &Inner) -> Option<Error> {
+    let st = inner.state.lock().ok()?;
+    let (seq, hash) = (st.cseq, st.hash);
+    let last = st.last.map(|f| f.to_string()).unwrap_or_default();
+    drop(st);
+    compare(inner, seq, hash, &last)
 }
 
 /// The oldest unfinished operation.
