@@ -265,11 +265,24 @@ fn strip_launcher_args(args: Vec<String>) -> Vec<String> {
 }
 
 fn store_main(host: &str, port: u16) -> i32 {
-    let token = match std::env::var("ACCORD_TOKEN") {
-        Ok(t) => accord::auth::Token::new(t),
-        Err(_) => {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    let token = match (env("ACCORD_TOKEN"), env("ACCORD_TOKEN_FILE")) {
+        (Some(t), _) => accord::auth::Token::new(t),
+        (None, Some(path)) => {
+            match accord::rendezvous::token::read_token_file(std::path::Path::new(path.trim())) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("accord store: {e}");
+                    return 2;
+                }
+            }
+        }
+        (None, None) => {
             let t = accord::auth::Token::random();
-            eprintln!("accord store: no ACCORD_TOKEN set; generated one. Give it to every rank:");
+            eprintln!(
+                "accord store: neither ACCORD_TOKEN nor ACCORD_TOKEN_FILE is set; generated a \
+                 token. Give it to every rank:"
+            );
             println!("ACCORD_TOKEN={}", t.as_str());
             t
         }

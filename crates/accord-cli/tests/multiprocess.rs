@@ -373,3 +373,48 @@ fn launcher_binds_ranks_to_spread_cpus() {
         }
     }
 }
+
+/// `accord store` takes its token from `ACCORD_TOKEN_FILE` too, and refuses a file that others
+/// may read, as every rank does.
+#[test]
+fn store_reads_a_private_token_file_and_refuses_an_open_one() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("accord-store-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("token");
+    std::fs::write(&file, "a-secret\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let open = accord()
+        .args(["store", "--port", "0"])
+        .env_remove("ACCORD_TOKEN")
+        .env("ACCORD_TOKEN_FILE", &file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&open.stderr);
+    assert_eq!(open.status.code(), Some(2), "{err}");
+    assert!(err.contains("too open"), "{err}");
+
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut store = accord()
+        .args(["store", "--host", "127.0.0.1", "--port", "0"])
+        .env_remove("ACCORD_TOKEN")
+        .env("ACCORD_TOKEN_FILE", &file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut err = std::io::BufReader::new(store.stderr.take().unwrap());
+    std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    let client = accord::rendezvous::StoreClient::connect(
+        &addr,
+        &accord::auth::Token::new("a-secret"),
+        std::time::Duration::from_secs(10),
+    );
+    let _ = store.kill();
+    let _ = store.wait();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(line.contains("listening on"), "{line}");
+    client.expect("a client with the file's token is admitted");
+}
