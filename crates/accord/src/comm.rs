@@ -279,7 +279,8 @@ impl Communicator {
     fn await_last_word(&self, rank: usize) {
         const GRACE: Duration = Duration::from_millis(250);
         let mailbox = self.inner.transport.mailbox();
-        let peer = self.inner.ranks.get(rank).copied().unwrap_or(rank);
+        // `rank` is a world rank (see Error::PeerLost).
+        let peer = rank;
         let until = Instant::now() + GRACE;
         while mailbox.aborted().is_none() && mailbox.lost(peer).is_none() && Instant::now() < until
         {
@@ -470,8 +471,10 @@ impl Communicator {
 
     /// Send `data` in the place `turn` took (see [`Communicator::post_send`]).
     pub fn send_posted(&self, turn: Turn, data: &[u8], dtype: DataType) -> Result<()> {
-        if turn.side() != Side::Send {
-            return Err(Error::invalid("send_posted needs a turn from post_send"));
+        if turn.side() != Side::Send || !turn.belongs_to(&self.inner.turns) {
+            return Err(Error::invalid(
+                "send_posted needs a turn from post_send on the same communicator",
+            ));
         }
         self.check_poison()?;
         let (peer, tag) = (turn.peer(), turn.tag());
@@ -485,7 +488,7 @@ impl Communicator {
                 data,
                 crate::transport::chunk_bytes(),
                 |off, b| {
-                    mailbox.deliver(
+                    mailbox.deliver_own(
                         me,
                         Frame {
                             env,
@@ -513,8 +516,10 @@ impl Communicator {
     /// of another size or type is refused with [`Error::InvalidArgument`] and left for a
     /// matching receive.
     pub fn recv_posted(&self, turn: Turn, buf: &mut [u8], dtype: DataType) -> Result<()> {
-        if turn.side() != Side::Recv {
-            return Err(Error::invalid("recv_posted needs a turn from post_recv"));
+        if turn.side() != Side::Recv || !turn.belongs_to(&self.inner.turns) {
+            return Err(Error::invalid(
+                "recv_posted needs a turn from post_recv on the same communicator",
+            ));
         }
         self.check_poison()?;
         let (peer, tag) = (turn.peer(), turn.tag());

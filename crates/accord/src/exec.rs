@@ -94,8 +94,11 @@ impl Call<'_> {
                     hint,
                 }
             }
+            // PeerLost names a world rank, like the transports' own errors.
             WaitError::Lost { cause } => Error::PeerLost {
-                rank: waiting_for.first().copied().unwrap_or(0),
+                rank: waiting_for
+                    .first()
+                    .map_or(0, |&r| self.ranks.get(r).copied().unwrap_or(r)),
                 cause,
             },
             WaitError::Mismatch { src, theirs } => Error::Desync {

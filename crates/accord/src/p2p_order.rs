@@ -107,6 +107,11 @@ impl Turn {
         self.key.side
     }
 
+    /// Whether this turn was taken from `turns` (one communicator's lines).
+    pub(crate) fn belongs_to(&self, turns: &Arc<Turns>) -> bool {
+        Arc::ptr_eq(&self.turns, turns)
+    }
+
     /// Wait until every operation posted before this one on its line has finished; `false` if
     /// `deadline` passed first.
     pub(crate) fn wait(&self, deadline: Instant) -> bool {

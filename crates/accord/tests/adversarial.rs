@@ -370,3 +370,51 @@ fn a_peer_flooding_unmatched_messages_is_cut_off_and_named() {
     assert!(out[0].is_empty(), "{}", out[0]);
     assert_eq!(ts[0].mailbox().buffered(1), 0, "the flood was freed");
 }
+
+/// Point-to-point edge cases: a send to oneself larger than the cap of untaken bytes still
+/// arrives (it cannot flood anyone); a turn taken on one communicator is refused by another; in
+/// a sub-communicator a lost peer is named by its world rank, as the transports name it.
+#[test]
+fn point_to_point_edges_fail_clearly_or_work() {
+    use accord::transport::inproc::InProcess;
+    use accord::transport::Transport;
+    use std::sync::Arc;
+    let ts = InProcess::world_with_cap(3, 1024);
+    let transports: Vec<Arc<dyn Transport>> = ts.iter().map(|t| t.clone() as _).collect();
+    let killer = ts[0].clone();
+    let out = accord::testing::run_world_on(transports, Duration::from_secs(10), |comm| {
+        let me = comm.rank();
+        let data: Vec<u32> = (0..4096).collect();
+        comm.send(&data, me, 1).unwrap();
+        let mut back = vec![0u32; 4096];
+        if let Err(e) = comm.recv(&mut back, me, 1) {
+            return format!("self-send beyond the cap: {e}");
+        }
+        if back != data {
+            return "self-send arrived wrong".into();
+        }
+        // Reversed sub-communicator: its rank 2 is world rank 0.
+        let sub = comm.subgroup(&[2, 1, 0]).unwrap().unwrap();
+        let turn = comm.post_send((me + 1) % 3, 7).unwrap();
+        match sub.send_posted(turn, &[0u8; 4], accord::DataType::U8) {
+            Err(Error::InvalidArgument(_)) => {}
+            other => return format!("turn of another communicator: {other:?}"),
+        }
+        comm.barrier().unwrap();
+        if me == 0 {
+            killer.kill();
+            return String::new();
+        }
+        if me == 1 {
+            // Sub rank 2 (world rank 0) never sends.
+            return match sub.recv(&mut [0u8; 4], 2, 9) {
+                Err(Error::PeerLost { rank: 0, .. }) => String::new(),
+                other => format!("lost peer in a sub-communicator: {other:?}"),
+            };
+        }
+        String::new()
+    });
+    for (r, o) in out.iter().enumerate() {
+        assert!(o.is_empty(), "rank {r}: {o}");
+    }
+}

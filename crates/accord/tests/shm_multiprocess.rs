@@ -236,6 +236,19 @@ fn every_survivor_blames_the_killed_rank_not_the_messenger() {
     }
 }
 
+/// Over TCP, a rank cut off for sending more than ACCORD_MAX_UNMATCHED_BYTES that nobody has
+/// received hears why at once (the abort notice still reaches it), instead of timing out.
+#[test]
+fn a_rank_cut_off_for_flooding_is_told_why() {
+    let extra = [
+        ("ACCORD_TRANSPORT", "tcp"),
+        ("ACCORD_MAX_UNMATCHED_BYTES", "1048576"),
+        ("ACCORD_TIMEOUT", "20"),
+    ];
+    let (_s, ch) = spawn("flood", 2, same_host, &extra);
+    all_ok(&collect(ch, Duration::from_secs(60)));
+}
+
 #[test]
 fn desync_and_abort_end_shared_memory_waits() {
     let (_s, ch) = spawn("desync", 3, same_host, &[]);
@@ -332,6 +345,22 @@ fn rank_main() {
                     std::process::exit(0);
                 }
             }
+        }
+        "flood" => {
+            let t = Instant::now();
+            let e = if comm.rank() == 1 {
+                comm.send(&vec![1u8; 2 << 20], 0, 0).unwrap();
+                comm.recv(&mut [0u8], 0, 1).unwrap_err()
+            } else {
+                std::thread::sleep(Duration::from_millis(300));
+                comm.recv(&mut vec![0u8; 2 << 20], 1, 0).unwrap_err()
+            };
+            println!("error: {e}");
+            assert!(
+                e.to_string().contains("ACCORD_MAX_UNMATCHED_BYTES"),
+                "{e:?}"
+            );
+            assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
         }
         "p2p-order" => {
             let me = comm.rank();

@@ -195,6 +195,9 @@ impl Mailbox {
     /// match it leaves it for one that does).
     pub fn put_back(&self, src: usize, frame: Frame) {
         let mut st = self.state.lock().unwrap();
+        if st.flooded.contains(&src) {
+            return;
+        }
         *st.buffered.entry(src).or_default() += frame.data.len();
         st.queues
             .entry((src, frame.env.comm, frame.env.seq))
@@ -339,6 +342,23 @@ impl Mailbox {
         for (src, bytes) in freed {
             st.unbuffer(src, bytes);
         }
+    }
+
+    /// Whether `src` was cut off for sending more than the cap (it is still connected).
+    pub fn cut_off(&self, src: usize) -> bool {
+        self.state.lock().unwrap().flooded.contains(&src)
+    }
+
+    /// A frame this rank sent to itself: not counted against the cap (a blocking send to
+    /// oneself always arrives before its receive is posted, and cannot flood anyone else).
+    pub fn deliver_own(&self, me: usize, frame: Frame) {
+        let mut st = self.state.lock().unwrap();
+        st.queues
+            .entry((me, frame.env.comm, frame.env.seq))
+            .or_default()
+            .push_back(frame);
+        drop(st);
+        self.ready.notify_all();
     }
 
     /// Payload bytes from `src` waiting untaken.

@@ -743,7 +743,9 @@ impl Transport for TcpTransport {
             let hdr = self.control_header(FrameKind::Abort, body.len());
             for (peer, p) in self.peers.iter().enumerate() {
                 let Some(p) = p else { continue };
-                if peer != by && self.mailbox.lost(peer).is_none() {
+                // A peer cut off for flooding is still connected and must hear why.
+                let reachable = self.mailbox.lost(peer).is_none() || self.mailbox.cut_off(peer);
+                if peer != by && reachable {
                     if let Err(e) = self.courtesy_write(p, &hdr, &body) {
                         tracing::debug!(rank = self.rank, peer, "abort notice not sent: {e}");
                     }
