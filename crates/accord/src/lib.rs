@@ -30,18 +30,30 @@
 //!
 //! ## Design
 //!
-//! One collective call travels through five layers:
+//! One collective call on host memory travels through these layers:
 //!
 //! 1. **[`Communicator`]** validates the buffers and stamps the call with its
 //!    [`fingerprint::Fingerprint`] (operation, dtype, count, root, reduce op) and a sequence number.
-//! 2. **[`schedule::tuner`]** picks an algorithm from a latency/bandwidth cost model
-//!    (`ACCORD_ALGO_<OP>=name` overrides it; `accord bench --explain` prints the table).
-//! 3. **[`schedule`]** turns (collective, world, rank, algorithm) into a [`schedule::Schedule`]:
-//!    plain data — rounds of send / receive / receive-and-reduce / copy steps over element ranges.
-//!    Schedules are cached, and [`schedule::check`] proves each algorithm correct symbolically
-//!    for every world size up to 16 and uneven counts.
+//! 2. Ranks of one host run the common collectives on **shared staging memory**
+//!    ([`shm_coll`]: every rank reduces its slice reading its peers' data directly, barriers on
+//!    shared counters, fingerprints compared in shared memory); across hosts allreduce and
+//!    broadcast are hierarchical (shared memory inside a host, the host leaders over TCP).
+//! 3. Everything else follows a **schedule**: [`schedule::tuner`] picks an algorithm from a
+//!    latency/bandwidth cost model (`ACCORD_ALGO_<OP>=name` overrides it; `accord bench
+//!    --explain` prints the table), and [`schedule`] turns (collective, world, rank, algorithm)
+//!    into a [`schedule::Schedule`]: plain data — rounds of send / receive / receive-and-reduce /
+//!    copy steps over element ranges. Schedules are cached, and [`schedule::check`] proves each
+//!    algorithm correct symbolically for every world size up to 16 and uneven counts.
 //! 4. **The executor** runs a schedule on a transport, reducing chunks as they arrive.
-//! 5. **[`transport`]** moves bytes: [`transport::inproc`] (threads), [`transport::tcp`].
+//! 5. **[`transport`]** moves bytes: [`transport::inproc`] (threads of one process, used by most
+//!    tests), [`transport::tcp`] (a full mesh of authenticated connections), and
+//!    [`transport::hybrid`] (shared-memory rings, [`transport::shm`], to ranks of the same host;
+//!    TCP to the others, also for abort notices and liveness). Frames land in a
+//!    [`transport::Mailbox`], which bounds what a peer may leave there untaken.
+//!
+//! Device memory goes through [`gpu::GpuCommunicator`]: NCCL, loaded at run time, bootstrapped
+//! over a host communicator, with a watchdog that aborts NCCL on a timeout, an asynchronous
+//! error, a desync between ranks' calls or a peer the host communicator saw die.
 //!
 //! Every frame carries the call's fingerprint, so ranks that disagree about what they are doing
 //! get an [`Error::Desync`] naming both calls instead of wrong data; rooted operations begin

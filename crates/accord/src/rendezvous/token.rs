@@ -6,7 +6,7 @@
 //! Like ssh with a private key, a token file that its group or others may read or write is
 //! refused. Without either, the token is empty: every connection still runs the handshake, but
 //! anyone can compute the proof for an empty key, so nothing is authenticated, and
-//! [`warn_unauthenticated`] says so once per process.
+//! `warn_unauthenticated` says so once per process.
 
 use crate::auth::Token;
 use crate::error::{Error, Result};

@@ -2,8 +2,8 @@
 //!
 //! A rank bound to one CPU (by `accord run`, mpirun or Slurm) sees one CPU in its own affinity
 //! mask, so no rank can tell alone whether its peers share CPUs with it. Every rank publishes
-//! what it sees ([`publish`]): its mask, the CPU quota of its cgroup, and the host's online
-//! CPUs; every rank then computes [`usable_together`] from the same published values, so all
+//! what it sees (`publish`): its mask, the CPU quota of its cgroup, and the host's online
+//! CPUs; every rank then computes `usable_together` from the same published values, so all
 //! reach the same answer. The union of the masks can overstate what runs at once (masks {0},
 //! {0}, {1, 2} give three CPUs to three ranks, two of which share one); that costs speed only.
 
