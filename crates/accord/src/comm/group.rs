@@ -1,0 +1,98 @@
+//! Sub-communicators: `split` by color and key, `subgroup` by a list of ranks.
+
+use super::*;
+
+impl Communicator {
+    /// Split into disjoint communicators: ranks passing the same `color` form one, ordered by
+    /// (`key`, current rank). Ranks passing `None` get `None`. Collective over this communicator.
+    pub fn split(&self, color: Option<u32>, key: i64) -> Result<Option<Communicator>> {
+        let mine = [color.map_or(-1, i64::from), key];
+        let mut all = vec![0i64; 2 * self.size()];
+        self.all_gather(&mine, &mut all)?;
+        let split_no = self.inner.splits.fetch_add(1, Ordering::Relaxed);
+        let Some(color) = color else { return Ok(None) };
+        let mut members: Vec<(i64, usize)> = (0..self.size())
+            .filter(|&r| all[2 * r] == color as i64)
+            .map(|r| (all[2 * r + 1], r))
+            .collect();
+        members.sort();
+        let ranks: Vec<usize> = members.iter().map(|&(_, r)| r).collect();
+        Ok(Some(self.child(
+            &ranks,
+            split_no,
+            &format!("split{split_no}/color{color}"),
+            color as u64,
+        )))
+    }
+
+    /// A communicator of the listed ranks (in that order). Collective over this communicator:
+    /// every rank calls it with the same list; ranks not listed get `None`.
+    pub fn subgroup(&self, ranks: &[usize]) -> Result<Option<Communicator>> {
+        for (i, &r) in ranks.iter().enumerate() {
+            self.check_rank("subgroup member", r)?;
+            if ranks[..i].contains(&r) {
+                return Err(Error::invalid(format!("subgroup lists rank {r} twice")));
+            }
+        }
+        // Agreeing on the list is part of the call's fingerprint: a broadcast of its hash.
+        let mut h = [crate::fingerprint::hash_counts(ranks)];
+        let mine = h[0];
+        self.broadcast(&mut h, 0)?;
+        if h[0] != mine {
+            return Err(self.fail(Error::invalid(format!(
+                "subgroup: rank {} passed a different rank list than rank 0",
+                self.rank()
+            ))));
+        }
+        let split_no = self.inner.splits.fetch_add(1, Ordering::Relaxed);
+        if !ranks.contains(&self.rank()) {
+            return Ok(None);
+        }
+        Ok(Some(self.child(
+            ranks,
+            split_no,
+            &format!("group{split_no}"),
+            mine,
+        )))
+    }
+
+    /// A child over `members` (ranks of this communicator).
+    pub(super) fn child(
+        &self,
+        members: &[usize],
+        split_no: u64,
+        label: &str,
+        salt: u64,
+    ) -> Communicator {
+        let p = &self.inner;
+        let ranks: Vec<usize> = members.iter().map(|&r| p.ranks[r]).collect();
+        let rank = members
+            .iter()
+            .position(|&r| r == p.rank)
+            .expect("caller is a member");
+        let mut id =
+            crate::fingerprint::hash_counts(&[p.id as usize, split_no as usize, salt as usize]);
+        if id <= 1 {
+            id = 2; // 1 is the world
+        }
+        Communicator {
+            inner: Arc::new(Inner {
+                transport: p.transport.clone(),
+                ranks,
+                rank,
+                id,
+                name: format!("{}/{label}", p.name),
+                seq: AtomicU64::new(0),
+                splits: AtomicU64::new(0),
+                timeout: AtomicDuration::new(p.timeout.get()),
+                poison: Mutex::new(None),
+                cache: Mutex::new(HashMap::new()),
+                forced: Mutex::new(HashMap::new()),
+                model: p.model,
+                shm: None,
+                _keep: p._keep.clone(),
+                turns: Arc::default(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,373 @@
+//! Forming the mesh: listening on the published address, dialling lower ranks, and the
+//! introduction that follows the token handshake (see the [parent module](super)).
+
+use super::*;
+
+/// Listen on `bind_host` if given, else on the advertised address, as the
+/// [module documentation](self) describes.
+pub(super) fn listen_for(bind_host: &str, advertised: &str) -> Result<TcpListener> {
+    if !bind_host.is_empty() {
+        return listen(bind_host);
+    }
+    let every_interface = |ip: &IpAddr| {
+        if ip.is_ipv6() {
+            "::"
+        } else {
+            "0.0.0.0"
+        }
+    };
+    let addr = match (advertised, 0).to_socket_addrs().map(|mut a| a.next()) {
+        Ok(Some(a)) => a,
+        _ => {
+            tracing::warn!(
+                "the published host {advertised:?} does not resolve on this machine; \
+                 listening on every interface"
+            );
+            return listen("0.0.0.0");
+        }
+    };
+    if addr.ip().is_loopback() && advertised.parse::<IpAddr>().is_err() {
+        tracing::debug!(
+            "the published host name {advertised:?} resolves here to {}, which other machines \
+             cannot reach; listening on every interface",
+            addr.ip()
+        );
+        return listen(every_interface(&addr.ip()));
+    }
+    match bind(addr) {
+        Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => {
+            tracing::warn!(
+                "the published address {advertised} is not an interface of this machine \
+                 (behind NAT?); listening on every interface"
+            );
+            listen(every_interface(&addr.ip()))
+        }
+        bound => bound.map_err(|e| Error::io(format!("listening on {advertised}"), e)),
+    }
+}
+
+fn listen(host: &str) -> Result<TcpListener> {
+    let addr = (host, 0)
+        .to_socket_addrs()
+        .map_err(|e| Error::io(format!("resolving the bind address {host:?}"), e))?
+        .next()
+        .ok_or_else(|| Error::invalid(format!("bind address {host:?} resolves to nothing")))?;
+    bind(addr).map_err(|e| Error::io(format!("listening on {host}"), e))
+}
+
+/// A non-blocking listener on `addr`.
+fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    let _ = s.set_reuse_address(true);
+    // Accepted connections inherit the listener's buffer sizes.
+    tune(&s);
+    s.bind(&SockAddr::from(addr))?;
+    s.listen(1024)?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
+/// Connect to `peer` (a lower rank), authenticate and introduce this rank.
+pub(super) fn dial(
+    rank: usize,
+    size: usize,
+    peer: usize,
+    token: &Token,
+    book: &dyn AddressBook,
+    deadline: Instant,
+    cancel: &AtomicBool,
+) -> Result<TcpStream> {
+    let start = Instant::now();
+    let timeout = |hint: String| Error::Timeout {
+        op: format!("forming the TCP mesh (rank {rank} of {size})"),
+        seq: 0,
+        comm: "world".into(),
+        waiting_for: vec![peer],
+        after: start.elapsed(),
+        hint,
+    };
+    let addr = loop {
+        let until = deadline.min(Instant::now() + LOOKUP_SLICE);
+        match book.lookup(peer, until) {
+            Ok(a) => break a,
+            Err(Error::Timeout { .. }) if until < deadline && !cancel.load(Ordering::Relaxed) => {}
+            Err(e @ Error::Timeout { .. }) => {
+                return Err(timeout(format!(
+                    "; rank {peer}'s address was never published ({e})"
+                )))
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let what = format!("connection from rank {rank} to rank {peer} at {addr}");
+    let mut backoff = Duration::from_millis(5);
+    let mut last_err: Option<io::Error> = None;
+    // A rank publishes its address only once its listener is bound, so a published address
+    // that keeps refusing connections belongs to a process that has ended since.
+    let mut refused_since: Option<Instant> = None;
+    let setup = |e| Error::io(format!("{what}: setting socket options"), e);
+    let mut stream = loop {
+        let now = Instant::now();
+        if now >= deadline || cancel.load(Ordering::Relaxed) {
+            let why = last_err.map(|e| e.to_string()).unwrap_or_default();
+            return Err(timeout(format!("; could not connect to {addr}: {why}")));
+        }
+        let e = match try_connect(&addr, deadline - now) {
+            Ok(mut s) => {
+                let hs = deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(100));
+                s.set_read_timeout(Some(hs)).map_err(setup)?;
+                s.set_write_timeout(Some(hs)).map_err(setup)?;
+                match auth::connect(&mut s, token, Role::Peer, &what) {
+                    Ok(()) => break s,
+                    // Closed before the handshake was done: the peer's listener had as many
+                    // connections in the handshake as it allows. Try again.
+                    Err(Error::Io { kind, message, .. })
+                        if matches!(
+                            kind,
+                            io::ErrorKind::UnexpectedEof
+                                | io::ErrorKind::ConnectionReset
+                                | io::ErrorKind::ConnectionAborted
+                                | io::ErrorKind::BrokenPipe
+                        ) =>
+                    {
+                        io::Error::new(kind, format!("closed during the handshake: {message}"))
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => {
+                if e.kind() != io::ErrorKind::ConnectionRefused {
+                    refused_since = None;
+                } else if refused_since.get_or_insert(now).elapsed() >= REFUSED_MEANS_GONE {
+                    return Err(Error::PeerLost {
+                        rank: peer,
+                        cause: format!(
+                            "its listener at {addr} has refused connections for {:.0?} after \
+                             it registered: the process has ended (or a firewall rejects the \
+                             port)",
+                            REFUSED_MEANS_GONE
+                        ),
+                    });
+                }
+                if !matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionRefused
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::WouldBlock
+                        | io::ErrorKind::ConnectionReset
+                        | io::ErrorKind::ConnectionAborted
+                        | io::ErrorKind::Interrupted
+                        | io::ErrorKind::AddrNotAvailable
+                ) && e.raw_os_error() != Some(libc::EHOSTUNREACH)
+                    && e.raw_os_error() != Some(libc::ENETUNREACH)
+                {
+                    return Err(Error::io(format!("{what}: connecting"), e));
+                }
+                e
+            }
+        };
+        last_err = Some(e);
+        std::thread::sleep(backoff.min(deadline.saturating_duration_since(now)));
+        backoff = (backoff * 2).min(Duration::from_millis(200));
+    };
+    let mut hello = [0u8; 8];
+    hello[..4].copy_from_slice(&(rank as u32).to_le_bytes());
+    hello[4..].copy_from_slice(&(size as u32).to_le_bytes());
+    stream
+        .write_all(&hello)
+        .map_err(|e| Error::io(format!("{what}: introducing this rank"), e))?;
+    let mut status = [0u8; 1];
+    read_or_timeout(&mut stream, &mut status, &what)?;
+    if status[0] != 0 {
+        let mut len = [0u8; 2];
+        read_or_timeout(&mut stream, &mut len, &what)?;
+        let mut reason = vec![0u8; u16::from_le_bytes(len) as usize];
+        read_or_timeout(&mut stream, &mut reason, &what)?;
+        return Err(Error::invalid(format!(
+            "rank {peer} refused the connection from rank {rank}: {}",
+            String::from_utf8_lossy(&reason)
+        )));
+    }
+    Ok(stream)
+}
+
+fn read_or_timeout(s: &mut TcpStream, buf: &mut [u8], what: &str) -> Result<()> {
+    s.read_exact(buf).map_err(|e| {
+        if matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        ) {
+            Error::Protocol(format!(
+                "{what}: no answer to this rank's introduction in time"
+            ))
+        } else {
+            Error::io(
+                format!("{what}: waiting for the answer to the introduction"),
+                e,
+            )
+        }
+    })
+}
+
+fn try_connect(addr: &str, within: Duration) -> io::Result<TcpStream> {
+    let mut last = None;
+    for a in addr.to_socket_addrs()? {
+        let s = Socket::new(Domain::for_address(a), Type::STREAM, Some(Protocol::TCP))?;
+        tune(&s);
+        match s.connect_timeout(&SockAddr::from(a), within.max(Duration::from_millis(1))) {
+            Ok(()) => return Ok(s.into()),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::AddrNotAvailable,
+            "address resolves to nothing",
+        )
+    }))
+}
+
+/// Everything the thread that reads an authenticated connection's introduction needs.
+pub(super) struct AcceptCtx {
+    pub(super) rank: usize,
+    pub(super) size: usize,
+    pub(super) claimed: Arc<Mutex<Vec<bool>>>,
+    pub(super) deadline: Instant,
+    pub(super) tx: mpsc::Sender<Arrival>,
+}
+
+impl AcceptCtx {
+    pub(super) fn run(self, stream: TcpStream, from: SocketAddr) {
+        let arrival = match self.handshake(stream, from) {
+            Ok((peer, s)) => Arrival::Peer(peer, s),
+            Err(e) => Arrival::Refused(format!("from {from}: {e}")),
+        };
+        let _ = self.tx.send(arrival);
+    }
+
+    fn handshake(&self, mut s: TcpStream, from: SocketAddr) -> Result<(usize, TcpStream)> {
+        let what = format!("connection to rank {} from {from}", self.rank);
+        let setup = |e| Error::io(format!("{what}: setting socket options"), e);
+        let hs = self
+            .deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(100));
+        s.set_read_timeout(Some(hs)).map_err(setup)?;
+        s.set_write_timeout(Some(hs)).map_err(setup)?;
+        tune(&Socket::from(s.try_clone().map_err(setup)?));
+        // The gate has authenticated it.
+        let mut hello = [0u8; 8];
+        s.read_exact(&mut hello)
+            .map_err(|e| Error::io(format!("{what}: reading the peer's introduction"), e))?;
+        let peer = u32::from_le_bytes(hello[..4].try_into().unwrap()) as usize;
+        let their_size = u32::from_le_bytes(hello[4..].try_into().unwrap()) as usize;
+        let verdict = if their_size != self.size {
+            Err(format!(
+                "rank {peer} was started with a world of {their_size} ranks but rank {} with {}; \
+                 every rank must be given the same world size",
+                self.rank, self.size
+            ))
+        } else if peer <= self.rank || peer >= self.size {
+            Err(format!(
+                "a connection claiming rank {peer} reached rank {}, which only accepts ranks {}..{}",
+                self.rank,
+                self.rank + 1,
+                self.size
+            ))
+        } else {
+            let mut claimed = self.claimed.lock().unwrap();
+            if std::mem::replace(&mut claimed[peer], true) {
+                Err(format!(
+                    "rank {peer} is already connected to rank {}; were two processes started \
+                     with rank {peer}?",
+                    self.rank
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        match verdict {
+            Ok(()) => {
+                s.write_all(&[0])
+                    .map_err(|e| Error::io(format!("{what}: answering the introduction"), e))?;
+                Ok((peer, s))
+            }
+            Err(why) => {
+                let bytes = &why.as_bytes()[..why.len().min(u16::MAX as usize)];
+                let mut msg = vec![1u8];
+                msg.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
+                msg.extend_from_slice(bytes);
+                let _ = s.write_all(&msg);
+                Err(Error::invalid(why))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advertised_host_rules() {
+        let mut o = TcpOptions::loopback(Duration::from_secs(1));
+        assert_eq!(o.advertised_host(), "127.0.0.1");
+        o.advertise_host = Some("node7.cluster".into());
+        assert_eq!(o.advertised_host(), "node7.cluster");
+        o.advertise_host = None;
+        o.bind_host = "0.0.0.0".into();
+        let ip: IpAddr = o.advertised_host().parse().expect("an IP address");
+        assert!(ip.is_ipv4() && !ip.is_unspecified());
+        o.bind_host = "myhost".into();
+        assert_eq!(o.advertised_host(), "myhost");
+    }
+
+    #[test]
+    fn listener_binds_the_published_address_unless_told_otherwise() {
+        let bound = |bind: &str, published: &str| {
+            listen_for(bind, published)
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .ip()
+                .to_string()
+        };
+        assert_eq!(bound("", "127.0.0.1"), "127.0.0.1");
+        assert_eq!(bound("", "127.0.0.2"), "127.0.0.2");
+        // Not an address of this machine (a documentation range): every interface.
+        assert_eq!(bound("", "192.0.2.1"), "0.0.0.0");
+        // A name that resolves here to loopback may resolve elsewhere to this machine.
+        let ip: IpAddr = bound("", "localhost").parse().unwrap();
+        assert!(ip.is_unspecified(), "{ip}");
+        assert_eq!(bound("0.0.0.0", "127.0.0.1"), "0.0.0.0");
+        assert_eq!(bound("127.0.0.3", "10.1.2.3"), "127.0.0.3");
+    }
+
+    #[test]
+    fn addresses_are_formatted_for_connecting() {
+        assert_eq!(host_port("10.0.0.5", 41234), "10.0.0.5:41234");
+        assert_eq!(host_port("::1", 80), "[::1]:80");
+        assert_eq!(host_port("node7", 80), "node7:80");
+    }
+
+    #[test]
+    fn bad_arguments_are_refused_before_listening() {
+        let book = MemoryAddressBook::new();
+        let t = Token::new("t");
+        let o = TcpOptions::loopback(Duration::from_secs(1));
+        assert!(matches!(
+            TcpTransport::connect(2, 2, &t, &book, o.clone()),
+            Err(Error::InvalidArgument(_))
+        ));
+        let zero = TcpOptions {
+            timeout: Duration::ZERO,
+            ..o
+        };
+        assert!(matches!(
+            TcpTransport::connect(0, 1, &t, &book, zero),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+}
