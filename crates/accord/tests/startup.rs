@@ -10,16 +10,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::{finish, free_port};
+
 const TOKEN: &str = "startup-test-token";
 const WARNING: &str = "no job token";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// Start rank `rank` of a world of `n` doing `scenario`, with the store at `store`.
 fn spawn(scenario: &str, rank: usize, n: usize, store: &str, env: &[(&str, &str)]) -> Child {
@@ -44,20 +39,6 @@ fn spawn(scenario: &str, rank: usize, n: usize, store: &str, env: &[(&str, &str)
         };
     }
     c.spawn().unwrap()
-}
-
-/// How a rank ended: exit code and stderr. A child still running after `limit` is killed.
-fn finish(mut c: Child, limit: Duration) -> (Option<i32>, String) {
-    let end = Instant::now() + limit;
-    while c.try_wait().unwrap().is_none() && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = c.kill();
-    let o = c.wait_with_output().unwrap();
-    (
-        o.status.code(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
 }
 
 /// A rank that ends before it registers is named by the others once the join deadline

@@ -3,6 +3,8 @@
 //! re-executes itself as the ranks (`MESH_TEST_SCENARIO`), joining through `env://` with rank 0
 //! hosting the store.
 
+mod common;
+use common::{finish, free_port};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -24,31 +26,12 @@ fn rank(scenario: &str, r: usize, n: usize, store: &str) -> Child {
         .unwrap()
 }
 
-/// Exit code and stderr of a rank; one still running after `limit` is killed.
-fn finish(mut c: Child, limit: Duration) -> (Option<i32>, String) {
-    let end = Instant::now() + limit;
-    while c.try_wait().unwrap().is_none() && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = c.kill();
-    let o = c.wait_with_output().unwrap();
-    (
-        o.status.code(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
 /// Rank 2 of 4 registers and exits. Ranks 0 and 1, which it should have dialled, wait for the
 /// join deadline (2 s, not the 60 s operation timeout); rank 3, which dials it, finds its
 /// address refusing. Every one names rank 2.
 #[test]
 fn a_rank_that_ends_after_registering_is_named_at_the_join_deadline() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let store = format!("127.0.0.1:{port}");
+    let store = format!("127.0.0.1:{}", free_port());
     let start = Instant::now();
     let ranks: Vec<Child> = (0..4)
         .map(|r| {
