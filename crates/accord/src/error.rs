@@ -108,6 +108,13 @@ impl Error {
         }
     }
 
+    /// What every rank reports after rank `by`'s abort notice, which carries `reason`.
+    pub(crate) fn aborted_by(by: usize, reason: &str) -> Self {
+        Error::Aborted {
+            reason: format!("rank {by} gave up: {reason}"),
+        }
+    }
+
     /// Shorthand for [`Error::InvalidArgument`].
     pub fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())

@@ -109,18 +109,16 @@ impl Call<'_> {
                 comm: self.comm_name.to_string(),
                 seq: self.seq,
             },
-            WaitError::Aborted { by, reason } => Error::Aborted {
-                reason: format!("rank {by} gave up: {reason}"),
-            },
+            WaitError::Aborted { by, reason } => Error::aborted_by(by, &reason),
         }
     }
 }
 
 /// The abort notice this rank heard, as an error.
 pub(crate) fn aborted(t: &dyn Transport) -> Option<Error> {
-    t.mailbox().aborted().map(|(by, reason)| Error::Aborted {
-        reason: format!("rank {by} gave up: {reason}"),
-    })
+    t.mailbox()
+        .aborted()
+        .map(|(by, reason)| Error::aborted_by(by, &reason))
 }
 
 /// Resolved memory of the three buffers.

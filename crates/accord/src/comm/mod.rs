@@ -197,9 +197,7 @@ impl Communicator {
     pub fn members_failure(&self, members: &[usize]) -> Option<Error> {
         let m = self.inner.transport.mailbox();
         if let Some((by, reason)) = m.aborted() {
-            return Some(Error::Aborted {
-                reason: format!("rank {by} gave up: {reason}"),
-            });
+            return Some(Error::aborted_by(by, &reason));
         }
         let world = members.iter().filter_map(|&r| self.inner.ranks.get(r));
         world
@@ -262,9 +260,7 @@ impl Communicator {
             self.await_last_word(rank);
         }
         let e = match (e, self.inner.transport.mailbox().aborted()) {
-            (Error::PeerLost { .. }, Some((by, reason))) => Error::Aborted {
-                reason: format!("rank {by} gave up: {reason}"),
-            },
+            (Error::PeerLost { .. }, Some((by, reason))) => Error::aborted_by(by, &reason),
             (e, _) => e,
         };
         self.poison_with(e.clone());

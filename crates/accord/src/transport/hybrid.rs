@@ -381,9 +381,7 @@ impl HybridTransport {
                 return Ok(());
             }
             if let Some((by, reason)) = self.mailbox.aborted() {
-                return Err(Error::Aborted {
-                    reason: format!("rank {by} gave up: {reason}"),
-                });
+                return Err(Error::aborted_by(by, &reason));
             }
             if let Some(cause) = self.mailbox.lost(peer) {
                 return Err(Error::PeerLost { rank: peer, cause });

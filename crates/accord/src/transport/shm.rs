@@ -499,9 +499,7 @@ impl ShmGroup {
         self.side = Some(Arc::new(move || {
             let m = side.mailbox();
             if let Some((by, reason)) = m.aborted() {
-                return Some(Error::Aborted {
-                    reason: format!("rank {by} gave up: {reason}"),
-                });
+                return Some(Error::aborted_by(by, &reason));
             }
             for &r in &world {
                 if let Some(cause) = m.lost(r) {
