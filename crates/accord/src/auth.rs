@@ -100,6 +100,11 @@ fn io(what: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
+/// Whether `hello` is the greeting an acceptor of `role` sends first (its first 9 bytes).
+pub(crate) fn greets_as(hello: &[u8], role: Role) -> bool {
+    hello.len() >= 9 && &hello[..8] == GREETING && hello[8] == role as u8
+}
+
 /// Accepting side. `what` names the connection in errors. Call with a read timeout set.
 pub fn accept<S: Read + Write>(s: &mut S, token: &Token, role: Role, what: &str) -> Result<()> {
     let challenge = Challenge::new(role);

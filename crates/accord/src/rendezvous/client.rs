@@ -300,9 +300,10 @@ impl StoreClient {
         }
     }
 
-    /// Whether nothing serves at the store's address any more: connections are refused, or
-    /// closed before the store's greeting (the listener of a process being torn down can still
-    /// complete a connect).
+    /// Whether no store serves at its address any more: connections are refused, closed before
+    /// the store's greeting (the listener of a process being torn down can still complete a
+    /// connect), or greeted by something else (another process that took the freed port, such
+    /// as a rank's peer listener).
     fn store_is_gone(&self) -> bool {
         let Ok(addrs) = self.inner.addr.to_socket_addrs() else {
             return false;
@@ -312,14 +313,23 @@ impl StoreClient {
             && addrs
                 .iter()
                 .all(|a| match TcpStream::connect_timeout(a, PROBE_TIMEOUT) {
-                    Err(e) => e.kind() == ErrorKind::ConnectionRefused,
+                    // Reset: the listener went away during the connect.
+                    Err(e) => matches!(
+                        e.kind(),
+                        ErrorKind::ConnectionRefused
+                            | ErrorKind::ConnectionReset
+                            | ErrorKind::ConnectionAborted
+                    ),
                     Ok(mut s) => {
                         let _ = s.set_read_timeout(Some(PROBE_TIMEOUT));
-                        match s.read(&mut [0u8; 1]) {
-                            Ok(n) => n == 0,
+                        let mut hello = [0u8; 9];
+                        match s.read_exact(&mut hello) {
+                            Ok(()) => !auth::greets_as(&hello, Role::Store),
                             Err(e) => matches!(
                                 e.kind(),
-                                ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
+                                ErrorKind::UnexpectedEof
+                                    | ErrorKind::ConnectionReset
+                                    | ErrorKind::ConnectionAborted
                             ),
                         }
                     }
