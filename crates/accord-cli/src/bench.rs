@@ -153,18 +153,18 @@ fn run_once<T: Num>(comm: &Communicator, op: &str, c: &mut Case<T>) -> Result<()
     let n = comm.size();
     let me = comm.rank();
     match op {
-        "allreduce" => comm.all_reduce_into(&c.send, &mut c.recv, ReduceOp::Sum),
+        "allreduce" => comm.all_reduce((&c.send, &mut c.recv), ReduceOp::Sum),
         // The root's buffer holds its data from `make_case` on (a broadcast leaves it as it is,
         // which the check verifies), so refilling it is not timed: the baselines do not either.
         "broadcast" => comm.broadcast(&mut c.recv, 0),
-        "reduce" => comm.reduce_into(&c.send, &mut c.recv, ReduceOp::Sum, 0),
+        "reduce" => comm.reduce((&c.send, &mut c.recv), ReduceOp::Sum, 0),
         "allgather" => comm.all_gather(&c.send, &mut c.recv),
         "gather" => comm.gather(&c.send, &mut c.recv, 0),
         "scatter" => comm.scatter(&c.send, &mut c.recv, 0),
         "reduce_scatter" => comm.reduce_scatter(&c.send, &mut c.recv, ReduceOp::Sum),
         "alltoall" => comm.all_to_all(&c.send, &mut c.recv),
         "sendrecv" => comm.sendrecv(&c.send, (me + 1) % n, &mut c.recv, (me + n - 1) % n, 7),
-        "barrier" => comm.barrier(),
+        "barrier" => return comm.barrier(),
         // No communication: every rank copies its own buffer at once with the collectives'
         // streaming copy. Its bandwidth is the memory floor of the large rows.
         "copy" => {
@@ -172,12 +172,13 @@ fn run_once<T: Num>(comm: &Communicator, op: &str, c: &mut Case<T>) -> Result<()
                 accord::dtype::as_bytes_mut(&mut c.recv),
                 accord::dtype::as_bytes(&c.send),
             );
-            Ok(())
+            return Ok(());
         }
         _ => Err(accord::Error::invalid(format!(
             "unknown benchmark op {op:?}"
         ))),
     }
+    .map(|_| ())
 }
 
 /// Buffers for `op` with `count` elements per the nccl-tests size convention.

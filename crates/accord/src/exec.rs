@@ -6,27 +6,29 @@
 //! ranks involved.
 
 use crate::blame;
-use crate::dtype::{self, DataType, ReduceOp};
+use crate::dtype;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
+use crate::op::Call;
 use crate::schedule::{Buf, Schedule, Span, Step};
 use crate::transport::{Envelope, Transport, WaitError, P2P_LANE};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// Everything about one call that the executor needs besides the buffers.
-pub(crate) struct Call<'a> {
+/// A call and the route its messages take: the transport and this communicator's ranks on it.
+pub(crate) struct Routed<'a> {
+    pub call: Call<'a>,
     pub transport: &'a dyn Transport,
     /// Communicator rank -> transport rank.
     pub ranks: &'a [usize],
     /// This rank in the communicator.
     pub me: usize,
-    pub comm_id: u64,
-    pub comm_name: &'a str,
-    pub seq: u64,
-    pub fp: Fingerprint,
-    pub dtype: DataType,
-    pub op: ReduceOp,
-    pub timeout: Duration,
+}
+
+impl<'a> std::ops::Deref for Routed<'a> {
+    type Target = Call<'a>;
+    fn deref(&self) -> &Call<'a> {
+        &self.call
+    }
 }
 
 /// The caller's memory for one call. `input` may equal `output` (an in-place call); the executor
@@ -38,7 +40,7 @@ pub(crate) struct Buffers {
     pub output_len: usize,
 }
 
-impl Call<'_> {
+impl Routed<'_> {
     fn envelope(&self) -> Envelope {
         Envelope {
             comm: self.comm_id,
@@ -156,7 +158,7 @@ impl Memory<'_> {
 }
 
 /// Run `sched` for `call` over `bufs`.
-pub(crate) fn execute(call: &Call<'_>, sched: &Schedule, bufs: &Buffers) -> Result<()> {
+pub(crate) fn execute(call: &Routed<'_>, sched: &Schedule, bufs: &Buffers) -> Result<()> {
     let esz = call.dtype.size();
     let mut mem = Memory {
         bufs,
@@ -227,7 +229,7 @@ fn pending_peers(steps: &[Step]) -> Vec<usize> {
 /// Receive one message of exactly `len` bytes from communicator rank `peer` into `dst`, copying
 /// or reducing chunk by chunk. `waiting_for` lists the ranks to name if the deadline passes.
 pub(crate) fn receive(
-    call: &Call<'_>,
+    call: &Routed<'_>,
     peer: usize,
     dst: *mut u8,
     len: usize,
@@ -284,7 +286,7 @@ pub(crate) fn receive(
 /// A frame's fingerprint and size must match this rank's call: otherwise the ranks disagree on
 /// what they are doing, which is reported as a desync naming both calls.
 fn check_frame(
-    call: &Call<'_>,
+    call: &Routed<'_>,
     peer: usize,
     theirs: &Fingerprint,
     total: u64,

@@ -92,7 +92,9 @@ impl Communicator {
                 shm: None,
                 _keep: p._keep.clone(),
                 turns: Arc::default(),
+                device: Default::default(),
             }),
+            reserved: None,
         }
     }
 }

@@ -4,31 +4,74 @@
 use super::*;
 
 impl Communicator {
-    /// Send `data` to `peer` with `tag`. Returns once the data is handed to the transport (it
-    /// does not wait for the matching receive). Messages to one peer with one tag arrive in
-    /// the order they were sent, also when several threads send them.
-    pub fn send<T: Element>(&self, data: &[T], peer: usize, tag: u32) -> Result<()> {
-        self.send_bytes(as_bytes(data), T::DTYPE, peer, tag)
+    /// Send `data` to `peer` with `tag`. Host data: returns once the data is handed to the
+    /// transport (it does not wait for the matching receive); messages to one peer with one tag
+    /// arrive in the order they were sent, also when several threads send them. Device data is
+    /// enqueued on its stream (tag 0 only).
+    pub fn send<'a>(&self, data: impl AsSend<'a>, peer: usize, tag: u32) -> Result<Completion> {
+        let data = data.into_send();
+        match data.data {
+            SendData::Host(_) => {
+                self.send_posted(self.post_send(peer, tag)?, data)?;
+                Ok(Completion::done())
+            }
+            SendData::Device(d, stream) => {
+                self.check_rank("destination", peer)?;
+                no_device_tag(tag)?;
+                Ok(Completion::device(
+                    self.device_engine()?.send(d, peer, stream)?,
+                ))
+            }
+        }
     }
 
-    /// Receive exactly `buf.len()` elements from `peer` with `tag`: the oldest message with that
-    /// tag from `peer` that no receive posted earlier takes.
-    pub fn recv<T: Element>(&self, buf: &mut [T], peer: usize, tag: u32) -> Result<()> {
-        self.recv_bytes(as_bytes_mut(buf), T::DTYPE, peer, tag)
+    /// Receive exactly as many elements as `buf` holds from `peer` with `tag`: the oldest
+    /// message with that tag from `peer` that no receive posted earlier takes. Device buffers
+    /// are filled on their stream (tag 0 only).
+    pub fn recv<'a>(&self, buf: impl AsRecv<'a>, peer: usize, tag: u32) -> Result<Completion> {
+        let buf = buf.into_recv();
+        match buf.data {
+            RecvData::Host(_) => {
+                self.recv_posted(self.post_recv(peer, tag)?, buf)?;
+                Ok(Completion::done())
+            }
+            RecvData::Device(d, stream) => {
+                self.check_rank("source", peer)?;
+                no_device_tag(tag)?;
+                Ok(Completion::device(
+                    self.device_engine()?.recv(d, peer, stream)?,
+                ))
+            }
+        }
     }
 
     /// Send to `dest` and receive from `source` at once (no deadlock between pairs of ranks that
     /// exchange with each other).
-    pub fn sendrecv<T: Element>(
+    pub fn sendrecv<'s, 'r>(
         &self,
-        send: &[T],
+        send: impl AsSend<'s>,
         dest: usize,
-        recv: &mut [T],
+        recv: impl AsRecv<'r>,
         source: usize,
         tag: u32,
-    ) -> Result<()> {
-        self.send(send, dest, tag)?;
-        self.recv(recv, source, tag)
+    ) -> Result<Completion> {
+        let (send, recv) = (send.into_send(), recv.into_recv());
+        match (send.data, recv.data) {
+            (SendData::Device(s, _), RecvData::Device(r, stream)) => {
+                self.check_rank("destination", dest)?;
+                self.check_rank("source", source)?;
+                no_device_tag(tag)?;
+                let g = self.device_engine()?;
+                Ok(Completion::device(g.send_recv(s, dest, r, source, stream)?))
+            }
+            (SendData::Host(_), data @ RecvData::Host(_)) => {
+                self.send(send, dest, tag)?;
+                self.recv(RecvBuf { data, ..recv }, source, tag)
+            }
+            _ => Err(Error::invalid(
+                "sendrecv: one buffer is in host memory and the other on a GPU; pass both in                  the same memory",
+            )),
+        }
     }
 
     /// Take this send's place in the order of messages to `peer` with `tag` now, to move the
@@ -80,13 +123,13 @@ impl Communicator {
         })
     }
 
-    /// Erased [`Communicator::send`].
-    pub fn send_bytes(&self, data: &[u8], dtype: DataType, peer: usize, tag: u32) -> Result<()> {
-        self.send_posted(self.post_send(peer, tag)?, data, dtype)
-    }
-
     /// Send `data` in the place `turn` took (see [`Communicator::post_send`]).
-    pub fn send_posted(&self, turn: Turn, data: &[u8], dtype: DataType) -> Result<()> {
+    pub fn send_posted<'a>(&self, turn: Turn, data: impl AsSend<'a>) -> Result<()> {
+        let data = data.into_send();
+        let dtype = data.dtype;
+        let SendData::Host(data) = data.data else {
+            return Err(Error::invalid("send_posted takes host memory"));
+        };
         if turn.side() != Side::Send || !turn.belongs_to(&self.inner.turns) {
             return Err(Error::invalid(
                 "send_posted needs a turn from post_send on the same communicator",
@@ -123,15 +166,15 @@ impl Communicator {
             .map_err(|e| self.fail(e))
     }
 
-    /// Erased [`Communicator::recv`].
-    pub fn recv_bytes(&self, buf: &mut [u8], dtype: DataType, peer: usize, tag: u32) -> Result<()> {
-        self.recv_posted(self.post_recv(peer, tag)?, buf, dtype)
-    }
-
     /// Receive into `buf` in the place `turn` took (see [`Communicator::post_recv`]). A message
     /// of another size or type is refused with [`Error::InvalidArgument`] and left for a
     /// matching receive.
-    pub fn recv_posted(&self, turn: Turn, buf: &mut [u8], dtype: DataType) -> Result<()> {
+    pub fn recv_posted<'a>(&self, turn: Turn, buf: impl AsRecv<'a>) -> Result<()> {
+        let buf = buf.into_recv();
+        let dtype = buf.dtype;
+        let RecvData::Host(buf) = buf.data else {
+            return Err(Error::invalid("recv_posted takes host memory"));
+        };
         if turn.side() != Side::Recv || !turn.belongs_to(&self.inner.turns) {
             return Err(Error::invalid(
                 "recv_posted needs a turn from post_recv on the same communicator",
@@ -141,11 +184,18 @@ impl Communicator {
         let (peer, tag) = (turn.peer(), turn.tag());
         let count = elements("receive buffer", buf.len(), dtype)?;
         let env = self.p2p_envelope(dtype, count, tag);
-        let mut call = self.call(env.seq, env.fp, dtype, ReduceOp::Sum);
-        call.fp = env.fp;
+        let routed = self.routed(crate::op::Call {
+            comm_id: self.inner.id,
+            comm_name: &self.inner.name,
+            seq: env.seq,
+            fp: env.fp,
+            dtype,
+            op: ReduceOp::Sum,
+            timeout: self.timeout(),
+        });
         let deadline = Instant::now() + self.timeout();
         self.await_turn(&turn, "recv", dtype, count, deadline)?;
-        exec::receive(&call, peer, buf.as_mut_ptr(), buf.len(), false, deadline, || vec![peer])
+        exec::receive(&routed, peer, buf.as_mut_ptr(), buf.len(), false, deadline, || vec![peer])
             .map_err(|e| match e {
                 // A size mismatch on send/recv is an argument error, not a collective desync.
                 Error::Desync { mine, theirs, .. } => Error::invalid(format!(
@@ -155,33 +205,55 @@ impl Communicator {
             })
     }
 
-    /// Nonblocking [`Communicator::recv`]: it takes its place among the receives from `peer`
-    /// with `tag` now (see [`Communicator::post_recv`]) and runs on a thread of `scope`.
-    pub fn irecv<'scope, 'env, T: Element>(
+    /// Nonblocking [`Communicator::recv`] of host memory: it takes its place among the
+    /// receives from `peer` with `tag` now (see [`Communicator::post_recv`]) and runs on a thread
+    /// of `scope`.
+    pub fn irecv<'scope, 'env>(
         &self,
         scope: &'scope Scope<'scope, 'env>,
-        buf: &'scope mut [T],
+        buf: impl AsRecv<'scope> + Send + 'scope,
         peer: usize,
         tag: u32,
     ) -> Request<'scope> {
         let (comm, turn) = (self.clone(), self.post_recv(peer, tag));
         Request {
-            handle: scope.spawn(move || comm.recv_posted(turn?, as_bytes_mut(buf), T::DTYPE)),
+            handle: scope.spawn(move || comm.recv_posted(turn?, buf)),
         }
     }
 
-    /// Nonblocking [`Communicator::send`]: it takes its place among the messages to `peer`
-    /// with `tag` now (see [`Communicator::post_send`]) and runs on a thread of `scope`.
-    pub fn isend<'scope, 'env, T: Element>(
+    /// Nonblocking [`Communicator::send`] of host memory: it takes its place among the messages
+    /// to `peer` with `tag` now (see [`Communicator::post_send`]) and runs on a thread of
+    /// `scope`.
+    pub fn isend<'scope, 'env>(
         &self,
         scope: &'scope Scope<'scope, 'env>,
-        data: &'scope [T],
+        data: impl AsSend<'scope> + Send + 'scope,
         peer: usize,
         tag: u32,
     ) -> Request<'scope> {
         let (comm, turn) = (self.clone(), self.post_send(peer, tag));
         Request {
-            handle: scope.spawn(move || comm.send_posted(turn?, as_bytes(data), T::DTYPE)),
+            handle: scope.spawn(move || comm.send_posted(turn?, data)),
         }
     }
+}
+
+/// Device messages have no tags (NCCL matches them by order alone).
+fn no_device_tag(tag: u32) -> Result<()> {
+    match tag {
+        0 => Ok(()),
+        t => Err(Error::invalid(format!(
+            "tag {t}: messages between device buffers are matched by order alone; use tag 0"
+        ))),
+    }
+}
+
+/// Element count of `bytes` bytes of `dtype`, or an error naming the buffer.
+fn elements(what: &str, bytes: usize, dtype: DataType) -> Result<usize> {
+    if !bytes.is_multiple_of(dtype.size()) {
+        return Err(Error::invalid(format!(
+            "{what} has {bytes} bytes, not a whole number of {dtype} elements"
+        )));
+    }
+    Ok(bytes / dtype.size())
 }

@@ -1,7 +1,65 @@
-//! Nonblocking collectives: a request runs the operation on a thread of a scope, in the place
-//! its sequence number took when it was started.
+//! Completions and background operations.
+//!
+//! Every operation returns a [`Completion`]: host operations have finished when they return;
+//! device operations are enqueued on their stream and complete there, as NCCL's do.
+//! [`Communicator::spawn`] runs any operation on a thread of a scope, in the place in the
+//! communicator's order that it took when spawned; [`Communicator::isend`] and
+//! [`Communicator::irecv`] do the same for messages.
 
 use super::*;
+use crate::gpu::{GpuRequest, Stream};
+
+/// How an operation completes: already (host buffers), or on a GPU stream (device buffers).
+#[derive(Debug)]
+pub struct Completion {
+    device: Option<GpuRequest>,
+}
+
+impl Completion {
+    pub(super) fn done() -> Self {
+        Completion { device: None }
+    }
+
+    pub(super) fn device(req: GpuRequest) -> Self {
+        Completion { device: Some(req) }
+    }
+
+    /// Block until the operation has finished (at once for host operations); the error of a
+    /// device operation that failed on the GPU.
+    pub fn wait(&self) -> Result<()> {
+        match &self.device {
+            Some(r) => r.wait(),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the operation has finished.
+    pub fn test(&self) -> Result<bool> {
+        match &self.device {
+            Some(r) => r.test(),
+            None => Ok(true),
+        }
+    }
+
+    /// Make `stream` wait (on the GPU, not the host) until the operation has finished: what
+    /// torch's `Work.wait()` does for CUDA. Nothing to do for host operations.
+    pub fn stream_wait(&self, stream: Stream) -> Result<()> {
+        match &self.device {
+            Some(r) => r.stream_wait(stream),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the operation runs on a GPU stream.
+    pub fn on_device(&self) -> bool {
+        self.device.is_some()
+    }
+
+    /// The device operation's request, if it is one.
+    pub fn device_request(&self) -> Option<&GpuRequest> {
+        self.device.as_ref()
+    }
+}
 
 /// An operation running in the background. Dropping it without [`Request::wait`] still waits
 /// for completion when the enclosing [`std::thread::scope`] ends; the buffers stay borrowed until
@@ -27,83 +85,51 @@ impl Request<'_> {
     }
 }
 
-macro_rules! nonblocking {
-    ($($(#[$doc:meta])+ $iname:ident => $name:ident($($arg:ident : $ty:ty),*);)*) => {$(
-        $(#[$doc])+
-        ///
-        /// The call takes its place in the communicator's order now, so ranks must start requests
-        /// in the same order; it runs on a thread of `scope` and the buffers stay borrowed until the
-        /// request completes.
-        pub fn $iname<'scope, 'env, T: Element>(
-            &self,
-            scope: &'scope Scope<'scope, 'env>,
-            $($arg: $ty),*
-        ) -> Request<'scope> {
-            let (comm, seq) = (self.clone(), self.next_seq());
-            Request { handle: scope.spawn(move || comm.with_seq(seq, |c| c.$name($($arg),*))) }
-        }
-    )*};
-}
-
 impl Communicator {
-    nonblocking! {
-        /// Nonblocking [`Communicator::all_reduce`].
-        iall_reduce => all_reduce(buf: &'scope mut [T], op: ReduceOp);
-        /// Nonblocking [`Communicator::all_reduce_into`].
-        iall_reduce_into => all_reduce_into(send: &'scope [T], recv: &'scope mut [T], op: ReduceOp);
-        /// Nonblocking [`Communicator::broadcast`].
-        ibroadcast => broadcast(buf: &'scope mut [T], root: usize);
-        /// Nonblocking [`Communicator::reduce_into`].
-        ireduce_into => reduce_into(send: &'scope [T], recv: &'scope mut [T], op: ReduceOp, root: usize);
-        /// Nonblocking [`Communicator::all_gather`].
-        iall_gather => all_gather(send: &'scope [T], recv: &'scope mut [T]);
-        /// Nonblocking [`Communicator::gather`].
-        igather => gather(send: &'scope [T], recv: &'scope mut [T], root: usize);
-        /// Nonblocking [`Communicator::scatter`].
-        iscatter => scatter(send: &'scope [T], recv: &'scope mut [T], root: usize);
-        /// Nonblocking [`Communicator::reduce_scatter`].
-        ireduce_scatter => reduce_scatter(send: &'scope [T], recv: &'scope mut [T], op: ReduceOp);
-        /// Nonblocking [`Communicator::all_to_all`].
-        iall_to_all => all_to_all(send: &'scope [T], recv: &'scope mut [T]);
-        /// Nonblocking [`Communicator::reduce`].
-        ireduce => reduce(buf: &'scope mut [T], op: ReduceOp, root: usize);
-        /// Nonblocking [`Communicator::all_gather_v`].
-        iall_gather_v => all_gather_v(send: &'scope [T], recv: &'scope mut [T], counts: &'scope [usize]);
-        /// Nonblocking [`Communicator::gather_v`].
-        igather_v => gather_v(send: &'scope [T], recv: &'scope mut [T], counts: &'scope [usize], root: usize);
-        /// Nonblocking [`Communicator::scatter_v`].
-        iscatter_v => scatter_v(send: &'scope [T], recv: &'scope mut [T], counts: &'scope [usize], root: usize);
-        /// Nonblocking [`Communicator::reduce_scatter_v`].
-        ireduce_scatter_v => reduce_scatter_v(send: &'scope [T], recv: &'scope mut [T], counts: &'scope [usize], op: ReduceOp);
-        /// Nonblocking [`Communicator::all_to_all_v`].
-        iall_to_all_v => all_to_all_v(send: &'scope [T], send_counts: &'scope [usize], recv: &'scope mut [T], recv_counts: &'scope [usize]);
-    }
-
-    /// Nonblocking [`Communicator::barrier`].
-    pub fn ibarrier<'scope, 'env>(&self, scope: &'scope Scope<'scope, 'env>) -> Request<'scope> {
-        let (comm, seq) = (self.clone(), self.next_seq());
+    /// Run one operation in the background: `f` gets a handle whose operation takes its place
+    /// in the communicator's order now (so ranks must spawn in the same order), and runs on a
+    /// thread of `scope`; the buffers stay borrowed until the request completes.
+    ///
+    /// ```
+    /// use accord::{testing::run_world, ReduceOp};
+    /// run_world(2, |comm| {
+    ///     let (mut a, mut b) = (vec![1i32; 4], vec![comm.rank() as i32; 4]);
+    ///     std::thread::scope(|s| {
+    ///         let ra = comm.spawn(s, |c| c.all_reduce(&mut a, ReduceOp::Sum));
+    ///         let rb = comm.spawn(s, |c| c.broadcast(&mut b, 1));
+    ///         ra.wait().unwrap();
+    ///         rb.wait().unwrap();
+    ///     });
+    ///     assert_eq!((a[0], b[0]), (2, 1));
+    /// });
+    /// ```
+    pub fn spawn<'scope, 'env, T>(
+        &self,
+        scope: &'scope Scope<'scope, 'env>,
+        f: impl FnOnce(&Communicator) -> Result<T> + Send + 'scope,
+    ) -> Request<'scope> {
+        let comm = self.reserve();
         Request {
-            handle: scope.spawn(move || comm.with_seq(seq, |c| c.barrier())),
+            handle: scope.spawn(move || f(&comm).map(|_| ())),
         }
     }
 
-    /// Run `f`, whose single operation on this communicator uses the already reserved sequence
-    /// number `seq` instead of taking a fresh one.
-    pub fn with_seq<R>(&self, seq: u64, f: impl FnOnce(&Communicator) -> R) -> R {
-        RESERVED_SEQ.with(|c| c.set(Some((self.inner.id, seq))));
-        let r = f(self);
-        RESERVED_SEQ.with(|c| c.set(None));
-        r
+    /// A handle whose next operation takes its place in this communicator's order now, to run
+    /// later, possibly on another thread ([`Communicator::spawn`] uses it). The handle runs one
+    /// operation; further ones fail. Such operations run on the message path, which matches
+    /// by sequence number, so several may be in flight in any order.
+    pub fn reserve(&self) -> Communicator {
+        Communicator {
+            inner: self.inner.clone(),
+            reserved: Some(Arc::new(ReservedSeq {
+                seq: self.reserve_seq(),
+                taken: Default::default(),
+            })),
+        }
     }
 
-    /// Reserve a sequence number on the calling thread's behalf, for a caller that runs the
-    /// operation elsewhere later (with [`Communicator::with_seq`]).
-    pub fn reserve_seq(&self) -> u64 {
+    /// Take the next sequence number (which [`Communicator::reserve`] hands to a handle).
+    pub(super) fn reserve_seq(&self) -> u64 {
         self.inner.seq.fetch_add(1, Ordering::Relaxed)
     }
-}
-
-thread_local! {
-    /// (communicator id, sequence number) reserved for the next operation on this thread.
-    pub(super) static RESERVED_SEQ: std::cell::Cell<Option<(u64, u64)>> = const { std::cell::Cell::new(None) };
 }

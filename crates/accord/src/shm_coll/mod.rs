@@ -47,16 +47,16 @@
 //! root's host waits for its leader, for the same reason.
 
 use crate::blame;
-use crate::dtype::{self, DataType, ReduceOp};
+use crate::dtype::{self, ReduceOp};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
+use crate::op::Call;
 use crate::schedule::Collective;
 use crate::transport::shm::{ShmGroup, ShmWaitError};
 use crate::transport::waits::{Blocked, WaitGuard};
-use crate::Communicator;
 use std::time::{Duration, Instant};
 
-mod hierarchy;
+mod host_steps;
 
 /// The placement of a world over hosts, and this host's shared-memory group.
 #[derive(Debug)]
@@ -80,18 +80,6 @@ pub struct ShmWorld {
 /// `process_vm_readv` moved about 6 GB/s against 20 GB/s for memcpy, so the pipelined
 /// two-copy path wins at every size; set the variable where single copy is faster.
 pub const DEFAULT_CMA_BYTES: usize = usize::MAX;
-
-/// One call, as the shared-memory path sees it.
-pub(crate) struct ShmCall<'a> {
-    /// Communicator id, for what this rank reports it waits for.
-    pub comm_id: u64,
-    pub seq: u64,
-    pub fp: Fingerprint,
-    pub dtype: DataType,
-    pub op: ReduceOp,
-    pub timeout: Duration,
-    pub comm_name: &'a str,
-}
 
 impl ShmWorld {
     /// Placement from every rank's host id.
@@ -164,21 +152,18 @@ impl ShmWorld {
         )
     }
 
-    /// Run a supported collective. `input == None` is in place.
+    /// Run a collective [`ShmWorld::supports`] on this host's group. `input == None` is in
+    /// place. Worlds spanning hosts compose these steps with the leaders' communicator above
+    /// this layer.
     pub(crate) fn run(
         &self,
-        comm: &Communicator,
-        leaders: Option<&Communicator>,
-        call: &ShmCall<'_>,
+        call: &Call<'_>,
         coll: &Collective,
         input: Option<&[u8]>,
         output: &mut [u8],
     ) -> Result<()> {
         let inp = input.map_or(output.as_ptr(), <[u8]>::as_ptr);
         let out = output.as_mut_ptr();
-        if !self.single_host() {
-            return self.hierarchical(comm, leaders, call, coll, input, output);
-        }
         let g = self.group.as_ref().expect("single host implies a group");
         let _serial = g.lock.lock().unwrap_or_else(|p| p.into_inner());
         let c = self.ctx(g, call, Instant::now() + call.timeout);
@@ -202,7 +187,7 @@ impl ShmWorld {
     }
 
     /// The state of one call on `g` with this world's thresholds.
-    fn ctx<'a>(&self, g: &'a ShmGroup, call: &'a ShmCall<'a>, deadline: Instant) -> Ctx<'a> {
+    fn ctx<'a>(&self, g: &'a ShmGroup, call: &'a Call<'a>, deadline: Instant) -> Ctx<'a> {
         Ctx {
             g,
             call,
@@ -217,7 +202,7 @@ impl ShmWorld {
 /// One call on one host's group.
 struct Ctx<'a> {
     g: &'a ShmGroup,
-    call: &'a ShmCall<'a>,
+    call: &'a Call<'a>,
     deadline: Instant,
     /// Single-copy threshold in bytes (`usize::MAX`: never).
     cma: usize,

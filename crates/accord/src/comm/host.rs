@@ -1,0 +1,127 @@
+//! Host buffers: the shared-memory engine for the ranks of one host, hierarchical collectives
+//! across hosts, and otherwise a schedule chosen by the tuner, run over the transport.
+
+use super::*;
+
+impl Communicator {
+    /// Run a checked collective on host buffers. `input == None` is in place.
+    pub(super) fn on_host(&self, op: &Op, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
+        let me = self.rank();
+        let esz = op.dtype.size();
+        match op.coll {
+            // A non-root's receive buffer need not hold anything: without a full-size one it
+            // reduces through scratch, its own contribution in place or from `input`.
+            Collective::Reduce { count, root }
+                if me != root && (input.is_none() || output.len() != count * esz) =>
+            {
+                let mut scratch = vec![0u8; count * esz];
+                let input = match input {
+                    Some(i) => i,
+                    None => &output[..count * esz],
+                };
+                return self.run_op(op, Some(input), &mut scratch);
+            }
+            // Out-of-place broadcast: the root's send buffer becomes its receive buffer.
+            Collective::Broadcast { root, .. } => {
+                if let (Some(i), true) = (input, me == root) {
+                    output.copy_from_slice(i);
+                }
+                return self.run_op(op, None, output);
+            }
+            _ => {}
+        }
+        // Buffers used only at the root may have any length elsewhere: pass none of them.
+        let input = input.map(|i| &i[..op.send_len(me) * esz]);
+        let out_len = op.recv_len(me) * esz;
+        self.run_op(op, input, &mut output[..out_len])
+    }
+
+    /// Run `op` with buffers of exactly the lengths it needs.
+    fn run_op(&self, op: &Op, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
+        if op
+            .reduce
+            .is_some_and(|r| crate::dtype::averages_wide(op.dtype, r))
+        {
+            return self.run_wide(op, input, output);
+        }
+        let (seq, reserved) = self.next_seq()?;
+        if let Some((w, leaders)) = &self.inner.shm {
+            // Reserved calls may run concurrently and in any order on each rank: they take the
+            // message path, which matches by sequence number. Others run in program order.
+            if !reserved && w.supports(&op.coll, &op.fp) {
+                self.check_poison()?;
+                let call = op.call(self.inner.id, &self.inner.name, seq, self.timeout());
+                let r = match w.single_host() {
+                    true => w.run(&call, &op.coll, input, output),
+                    false => self.hierarchical(w, leaders.as_ref(), &call, op, input, output),
+                };
+                return r.map_err(|e| self.fail(e));
+            }
+        }
+        self.run_schedule(seq, op, input, output)
+    }
+
+    /// Run an f16/bf16 average in f32 (see [`crate::dtype::averages_wide`]): every rank widens,
+    /// so the frames and staging agree; the fingerprint still names the caller's type.
+    fn run_wide(&self, op: &Op, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
+        let narrow = op.dtype;
+        let wide_in = input.map(|i| crate::dtype::widen_half(narrow, i));
+        // In place, `output` holds this rank's contribution; otherwise its contents are unused.
+        let mut wide_out = crate::dtype::widen_half(narrow, output);
+        let wide = Op {
+            dtype: DataType::F32,
+            ..op.clone()
+        };
+        self.run_op(&wide, wide_in.as_deref(), &mut wide_out)?;
+        crate::dtype::narrow_half(narrow, &wide_out, output);
+        Ok(())
+    }
+
+    /// Run `op`, a step of a call on another communicator, under that call's fingerprint: the
+    /// leaders' step of a hierarchical collective, whose frames must carry what the world call
+    /// was (its root, its reduce op) so that leaders of ranks that disagree fail.
+    pub(super) fn run_as(&self, op: &Op, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
+        self.run_op(op, input, output)
+    }
+
+    /// Plan `op` (cached) and run the schedule over the transport.
+    fn run_schedule(
+        &self,
+        seq: u64,
+        op: &Op,
+        input: Option<&[u8]>,
+        output: &mut [u8],
+    ) -> Result<()> {
+        self.check_poison()?;
+        // The sequence number is spent: from here on, a failure must reach the peers.
+        let sched = self
+            .schedule(&op.coll, op.kind(), op.dtype)
+            .map_err(|e| self.fail(e))?;
+        let bufs = match input {
+            Some(i) => Buffers {
+                input: i.as_ptr(),
+                input_len: i.len(),
+                output: output.as_mut_ptr(),
+                output_len: output.len(),
+            },
+            None => Buffers {
+                input: output.as_ptr(),
+                input_len: output.len(),
+                output: output.as_mut_ptr(),
+                output_len: output.len(),
+            },
+        };
+        let routed = self.routed(op.call(self.inner.id, &self.inner.name, seq, self.timeout()));
+        exec::execute(&routed, &sched, &bufs).map_err(|e| self.fail(e))
+    }
+
+    /// `call` on this communicator's route through the transport.
+    pub(super) fn routed<'a>(&'a self, call: crate::op::Call<'a>) -> Routed<'a> {
+        Routed {
+            call,
+            transport: &*self.inner.transport,
+            ranks: &self.inner.ranks,
+            me: self.rank(),
+        }
+    }
+}
