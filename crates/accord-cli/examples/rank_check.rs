@@ -6,7 +6,7 @@
 //! SIGKILL mid-run), `skip` (rank `ACCORD_CHECK_SKIP` never enters the call), `desync` (rank 1
 //! calls broadcast while the others call allreduce).
 
-use accord::{Communicator, ReduceOp};
+use accord::{Communicator, Parts, ReduceOp};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -39,7 +39,7 @@ fn ops(comm: &Communicator) -> Result<usize, Box<dyn std::error::Error>> {
 
         let f: Vec<f64> = mine.iter().map(|&x| x as f64).collect();
         let mut out = vec![0f64; count];
-        comm.all_reduce_into(&f, &mut out, ReduceOp::Max)?;
+        comm.all_reduce((&f, &mut out), ReduceOp::Max)?;
         let max: Vec<f64> = (0..count)
             .map(|i| (0..n).map(|r| value(r, i)).max().unwrap() as f64)
             .collect();
@@ -47,7 +47,7 @@ fn ops(comm: &Communicator) -> Result<usize, Box<dyn std::error::Error>> {
 
         let root = n - 1;
         let mut out = vec![0i64; if me == root { count } else { 0 }];
-        comm.reduce_into(&mine, &mut out, ReduceOp::Sum, root)?;
+        comm.reduce((&mine, &mut out), ReduceOp::Sum, root)?;
         check("reduce", me != root || out == sum)?;
 
         let mut b = if me == root {
@@ -73,7 +73,7 @@ fn ops(comm: &Communicator) -> Result<usize, Box<dyn std::error::Error>> {
         check("gather", me != 0 || g == want)?;
 
         let mut s = vec![0i64; count];
-        comm.scatter(if me == 0 { &want } else { &[] }, &mut s, 0)?;
+        comm.scatter(if me == 0 { &want[..] } else { &[] }, &mut s, 0)?;
         check("scatter", s == mine)?;
 
         let big: Vec<i64> = (0..count * n).map(|i| value(me, i)).collect();
@@ -95,7 +95,7 @@ fn ops(comm: &Communicator) -> Result<usize, Box<dyn std::error::Error>> {
         let counts: Vec<usize> = (0..n).map(|r| r % 3 + count % 5).collect();
         let vmine: Vec<i64> = (0..counts[me]).map(|i| value(me, i)).collect();
         let mut av = vec![0i64; counts.iter().sum()];
-        comm.all_gather_v(&vmine, &mut av, &counts)?;
+        comm.all_gather(&vmine, Parts::new(&mut av, &counts))?;
         let want_v: Vec<i64> = (0..n)
             .flat_map(|r| (0..counts[r]).map(move |i| value(r, i)))
             .collect();
@@ -180,13 +180,13 @@ fn main() -> ExitCode {
             for _ in 0..iters {
                 r = r.and_then(|_| match op.as_str() {
                     "barrier" => comm.barrier(),
-                    "broadcast" => comm.broadcast(&mut v, 0),
+                    "broadcast" => comm.broadcast(&mut v, 0).map(drop),
                     "sendrecv" => {
                         let out = v;
-                        comm.sendrecv(&out, next, &mut v, prev, 0)
+                        comm.sendrecv(&out, next, &mut v, prev, 0).map(drop)
                     }
-                    "gather" => comm.gather(&v, &mut all, 0),
-                    _ => comm.all_reduce(&mut v, ReduceOp::Sum),
+                    "gather" => comm.gather(&v, &mut all, 0).map(drop),
+                    _ => comm.all_reduce(&mut v, ReduceOp::Sum).map(drop),
                 });
             }
             let us = start.elapsed().as_secs_f64() * 1e6 / iters as f64;

@@ -35,7 +35,9 @@ fn main() {
         for _ in 0..1000 {
             comm.all_reduce(&mut v, ReduceOp::Sum).unwrap();
         }
-        per_iter_ns(iters, || comm.all_reduce(&mut v, ReduceOp::Sum).unwrap())
+        per_iter_ns(iters, || {
+            comm.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+        })
     });
     let call_ns = times.iter().cloned().fold(0.0, f64::max);
     // Recursive doubling on 2 ranks: one frame received per call.

@@ -6,6 +6,7 @@
 
 use accord::testing::{run_tcp_world, run_world_with_timeout, soak};
 use accord::{Communicator, Error, ReduceOp};
+use accord::{Parts, SendBuf};
 use std::time::{Duration, Instant};
 
 type World = fn(usize, Duration, &(dyn Fn(Communicator) -> String + Sync)) -> Vec<String>;
@@ -29,14 +30,23 @@ fn rooted(comm: &Communicator, op: &str, root: usize) -> accord::Result<()> {
     match op {
         "broadcast" => comm.broadcast(&mut [me as f32; 5], root),
         "scatter" => comm.scatter(&vec![1i32; 3 * n], &mut [0i32; 3], root),
-        "scatterv" => comm.scatter_v(&vec![1i32; total], &mut vec![0; counts[me]], &counts, root),
-        "gather" => comm.gather(&[1i64; 2], &mut vec![0; 2 * n], root),
-        "gatherv" => comm.gather_v(&vec![1i64; counts[me]], &mut vec![0; total], &counts, root),
+        "scatterv" => comm.scatter(
+            Parts::new(&vec![1i32; total], &counts),
+            &mut vec![0; counts[me]],
+            root,
+        ),
+        "gather" => comm.gather(&[1i64; 2], &mut vec![0i64; 2 * n], root),
+        "gatherv" => comm.gather(
+            &vec![1i64; counts[me]],
+            Parts::new(&mut vec![0i64; total], &counts),
+            root,
+        ),
         "reduce" => comm.reduce(&mut [1.0f64; 7], ReduceOp::Sum, root),
         "reduce_large" => comm.reduce(&mut vec![1u32; 300_001], ReduceOp::Max, root),
         "broadcast_large" => comm.broadcast(&mut vec![me as u8; 3 << 20], root),
         _ => unreachable!(),
     }
+    .map(drop)
 }
 
 const ROOTED: [&str; 8] = [
@@ -185,7 +195,7 @@ fn half_precision_averages_do_not_overflow() {
                 let mut v = vec![big; 33];
                 comm.all_reduce(&mut v, ReduceOp::Avg).unwrap();
                 let mut o = vec![f16::ZERO; 33];
-                comm.all_reduce_into(&[big; 33], &mut o, ReduceOp::Avg)
+                comm.all_reduce((&[big; 33], &mut o), ReduceOp::Avg)
                     .unwrap();
                 let mut r = vec![big; 5];
                 comm.reduce(&mut r, ReduceOp::Avg, n - 1).unwrap();
@@ -309,7 +319,7 @@ fn p2p_in_flight(comm: Communicator) -> String {
     // Receives do not take a collective's place: a collective after them still matches up.
     let mut v = [me as u32; 4];
     match comm.all_reduce(&mut v, ReduceOp::Sum) {
-        Ok(()) if v == [(n * (n - 1) / 2) as u32; 4] => String::new(),
+        Ok(_) if v == [(n * (n - 1) / 2) as u32; 4] => String::new(),
         other => format!("allreduce after point-to-point: {other:?} {v:?}"),
     }
 }
@@ -396,7 +406,7 @@ fn point_to_point_edges_fail_clearly_or_work() {
         // Reversed sub-communicator: its rank 2 is world rank 0.
         let sub = comm.subgroup(&[2, 1, 0]).unwrap().unwrap();
         let turn = comm.post_send((me + 1) % 3, 7).unwrap();
-        match sub.send_posted(turn, &[0u8; 4], accord::DataType::U8) {
+        match sub.send_posted(turn, SendBuf::bytes(&[0u8; 4], accord::DataType::U8)) {
             Err(Error::InvalidArgument(_)) => {}
             other => return format!("turn of another communicator: {other:?}"),
         }

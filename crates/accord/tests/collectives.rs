@@ -7,6 +7,7 @@ use accord::fingerprint::OpKind;
 use accord::schedule::{algorithms, Algorithm, Collective};
 use accord::testing::run_world;
 use accord::{Communicator, DataType, ReduceOp};
+use accord::{Parts, RecvBuf, SendBuf};
 use half::{bf16, f16};
 
 const WORLDS: std::ops::RangeInclusive<usize> = 1..=9;
@@ -99,14 +100,20 @@ fn allreduce_matches_reference() {
                             (0..n).map(|r| data(dtype, count, seed(r, case))).collect();
                         let want = reference_reduce(dtype, op, &inputs);
                         let mut out = vec![0u8; count * dtype.size()];
-                        comm.all_reduce_bytes(Some(&inputs[me]), &mut out, dtype, op)
-                            .unwrap();
+                        comm.all_reduce(
+                            (
+                                SendBuf::bytes(&inputs[me], dtype),
+                                RecvBuf::bytes(&mut out, dtype),
+                            ),
+                            op,
+                        )
+                        .unwrap();
                         assert_eq!(
                             out, want,
                             "allreduce n={n} {dtype} {op} count={count} algo={algo:?}"
                         );
                         let mut inplace = inputs[me].clone();
-                        comm.all_reduce_bytes(None, &mut inplace, dtype, op)
+                        comm.all_reduce(RecvBuf::bytes(&mut inplace, dtype), op)
                             .unwrap();
                         assert_eq!(
                             inplace, want,
@@ -134,8 +141,15 @@ fn reduce_matches_reference() {
                                 (0..n).map(|r| data(dtype, count, seed(r, case))).collect();
                             let mut out =
                                 vec![0u8; if me == root { count * dtype.size() } else { 0 }];
-                            comm.reduce_bytes(Some(&inputs[me]), &mut out, dtype, op, root)
-                                .unwrap();
+                            comm.reduce(
+                                (
+                                    SendBuf::bytes(&inputs[me], dtype),
+                                    RecvBuf::bytes(&mut out, dtype),
+                                ),
+                                op,
+                                root,
+                            )
+                            .unwrap();
                             if me == root {
                                 let want = reference_reduce(dtype, op, &inputs);
                                 assert_eq!(out, want, "reduce n={n} {dtype} {op} count={count} root={root} algo={algo:?}");
@@ -165,7 +179,8 @@ fn broadcast_matches_reference() {
                             } else {
                                 vec![0xAB; want.len()]
                             };
-                            comm.broadcast_bytes(&mut buf, dtype, root).unwrap();
+                            comm.broadcast(RecvBuf::bytes(&mut buf, dtype), root)
+                                .unwrap();
                             assert_eq!(
                                 buf, want,
                                 "broadcast n={n} {dtype} count={count} root={root} algo={algo:?}"
@@ -207,15 +222,22 @@ fn allgather_and_gather_match_reference() {
                     };
                     for_each_algo(&comm, &coll, |algo| {
                         let mut out = vec![0u8; want.len()];
-                        comm.all_gather_v_bytes(&inputs[me], &mut out, &counts, dtype)
-                            .unwrap();
+                        comm.all_gather(
+                            SendBuf::bytes(&inputs[me], dtype),
+                            Parts::new(RecvBuf::bytes(&mut out, dtype), &counts),
+                        )
+                        .unwrap();
                         assert_eq!(
                             out, want,
                             "allgatherv n={n} {dtype} counts={counts:?} algo={algo:?}"
                         );
                         if equal {
                             let mut out = vec![0u8; want.len()];
-                            comm.all_gather_bytes(&inputs[me], &mut out, dtype).unwrap();
+                            comm.all_gather(
+                                SendBuf::bytes(&inputs[me], dtype),
+                                RecvBuf::bytes(&mut out, dtype),
+                            )
+                            .unwrap();
                             assert_eq!(
                                 out, want,
                                 "allgather n={n} {dtype} counts={counts:?} algo={algo:?}"
@@ -229,16 +251,24 @@ fn allgather_and_gather_match_reference() {
                         };
                         for_each_algo(&comm, &coll, |algo| {
                             let mut out = vec![0u8; if me == root { want.len() } else { 0 }];
-                            comm.gather_v_bytes(&inputs[me], &mut out, &counts, dtype, root)
-                                .unwrap();
+                            comm.gather(
+                                SendBuf::bytes(&inputs[me], dtype),
+                                Parts::new(RecvBuf::bytes(&mut out, dtype), &counts),
+                                root,
+                            )
+                            .unwrap();
                             if me == root {
                                 assert_eq!(out, want, "gatherv n={n} {dtype} counts={counts:?} root={root} algo={algo:?}");
                             }
                             if equal {
                                 let mut out =
                                     vec![0u8; if me == root { counts[0] * n * esz } else { 0 }];
-                                comm.gather_bytes(&inputs[me], &mut out, dtype, root)
-                                    .unwrap();
+                                comm.gather(
+                                    SendBuf::bytes(&inputs[me], dtype),
+                                    RecvBuf::bytes(&mut out, dtype),
+                                    root,
+                                )
+                                .unwrap();
                                 if me == root {
                                     assert_eq!(
                                         out, want,
@@ -276,12 +306,21 @@ fn scatter_matches_reference() {
                         for_each_algo(&comm, &coll, |algo| {
                             let send = if me == root { all.clone() } else { vec![] };
                             let mut out = vec![0u8; counts[me] * esz];
-                            comm.scatter_v_bytes(&send, &mut out, &counts, dtype, root)
-                                .unwrap();
+                            comm.scatter(
+                                Parts::new(SendBuf::bytes(&send, dtype), &counts),
+                                RecvBuf::bytes(&mut out, dtype),
+                                root,
+                            )
+                            .unwrap();
                             assert_eq!(out, want, "scatterv n={n} {dtype} counts={counts:?} root={root} algo={algo:?}");
                             if equal {
                                 let mut out = vec![0u8; counts[me] * esz];
-                                comm.scatter_bytes(&send, &mut out, dtype, root).unwrap();
+                                comm.scatter(
+                                    SendBuf::bytes(&send, dtype),
+                                    RecvBuf::bytes(&mut out, dtype),
+                                    root,
+                                )
+                                .unwrap();
                                 assert_eq!(
                                     out, want,
                                     "scatter n={n} {dtype} root={root} algo={algo:?}"
@@ -316,16 +355,24 @@ fn reduce_scatter_matches_reference() {
                     let equal = counts.iter().all(|&c| c == counts[0]);
                     for_each_algo(&comm, &coll, |algo| {
                         let mut out = vec![0u8; counts[me] * esz];
-                        comm.reduce_scatter_v_bytes(&inputs[me], &mut out, &counts, dtype, op)
-                            .unwrap();
+                        comm.reduce_scatter(
+                            Parts::new(SendBuf::bytes(&inputs[me], dtype), &counts),
+                            RecvBuf::bytes(&mut out, dtype),
+                            op,
+                        )
+                        .unwrap();
                         assert_eq!(
                             out, want,
                             "reduce_scatterv n={n} {dtype} {op} counts={counts:?} algo={algo:?}"
                         );
                         if equal {
                             let mut out = vec![0u8; counts[me] * esz];
-                            comm.reduce_scatter_bytes(&inputs[me], &mut out, dtype, op)
-                                .unwrap();
+                            comm.reduce_scatter(
+                                SendBuf::bytes(&inputs[me], dtype),
+                                RecvBuf::bytes(&mut out, dtype),
+                                op,
+                            )
+                            .unwrap();
                             assert_eq!(
                                 out, want,
                                 "reduce_scatter n={n} {dtype} {op} algo={algo:?}"
@@ -362,7 +409,11 @@ fn alltoall_matches_reference() {
                     };
                     for_each_algo(&comm, &coll, |algo| {
                         let mut out = vec![0u8; block * n * esz];
-                        comm.all_to_all_bytes(&sends[me], &mut out, dtype).unwrap();
+                        comm.all_to_all(
+                            SendBuf::bytes(&sends[me], dtype),
+                            RecvBuf::bytes(&mut out, dtype),
+                        )
+                        .unwrap();
                         assert_eq!(
                             out, want,
                             "alltoall n={n} {dtype} block={block} algo={algo:?}"
@@ -389,12 +440,9 @@ fn alltoall_matches_reference() {
                 };
                 for_each_algo(&comm, &coll, |algo| {
                     let mut out = vec![0u8; want.len()];
-                    comm.all_to_all_v_bytes(
-                        &sends[me],
-                        &send_counts,
-                        &mut out,
-                        &recv_counts,
-                        dtype,
+                    comm.all_to_all(
+                        Parts::new(SendBuf::bytes(&sends[me], dtype), &send_counts),
+                        Parts::new(RecvBuf::bytes(&mut out, dtype), &recv_counts),
                     )
                     .unwrap();
                     assert_eq!(out, want, "alltoallv n={n} {dtype} algo={algo:?}");

@@ -4,6 +4,7 @@
 use accord::testing::run_world_with_timeout;
 use accord::transport::inproc::InProcess;
 use accord::transport::Transport;
+use accord::Parts;
 use accord::{Communicator, Error, ReduceOp};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -231,7 +232,7 @@ fn bad_arguments_are_clear_and_harmless() {
         let e = comm.broadcast(&mut [0u8; 1], 7).unwrap_err().to_string();
         assert!(e.contains("root 7"), "{e}");
         let e = comm
-            .all_gather_v(&[1u8], &mut [0u8; 2], &[1])
+            .all_gather(&[1u8], Parts::new(&mut [0u8; 2], &[1]))
             .unwrap_err()
             .to_string();
         assert!(e.contains("counts has 1 entries"), "{e}");

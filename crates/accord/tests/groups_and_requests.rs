@@ -1,6 +1,7 @@
 //! Sub-communicators and nonblocking requests.
 
 use accord::testing::run_world;
+use accord::Parts;
 use accord::ReduceOp;
 
 #[test]
@@ -74,10 +75,10 @@ fn several_requests_in_flight() {
             let send: Vec<u32> = vec![me as u32; 4];
             let mut gathered = vec![0u32; 4 * n];
             std::thread::scope(|s| {
-                let r1 = comm.iall_reduce(s, &mut a, ReduceOp::Sum);
-                let r2 = comm.ibroadcast(s, &mut b, 0);
-                let r3 = comm.iall_gather(s, &send, &mut gathered);
-                let r4 = comm.ibarrier(s);
+                let r1 = comm.spawn(s, |c| c.all_reduce(&mut a, ReduceOp::Sum));
+                let r2 = comm.spawn(s, |c| c.broadcast(&mut b, 0));
+                let r3 = comm.spawn(s, |c| c.all_gather(&send, &mut gathered));
+                let r4 = comm.spawn(s, |c| c.barrier());
                 r4.wait().unwrap();
                 r3.wait().unwrap();
                 let _ = r2.test();
@@ -113,8 +114,10 @@ fn variable_count_requests_and_irecv() {
             std::thread::scope(|s| {
                 let r0 = comm.irecv(s, &mut got, (me + n - 1) % n, 4);
                 comm.send(&[me as u8; 3], (me + 1) % n, 4).unwrap();
-                let r1 = comm.iall_gather_v(s, &mine, &mut all, &counts);
-                let r2 = comm.ireduce_scatter_v(s, &big, &mut part, &counts, ReduceOp::Sum);
+                let r1 = comm.spawn(s, |c| c.all_gather(&mine, Parts::new(&mut all, &counts)));
+                let r2 = comm.spawn(s, |c| {
+                    c.reduce_scatter(Parts::new(&big, &counts), &mut part, ReduceOp::Sum)
+                });
                 r2.wait().unwrap();
                 r1.wait().unwrap();
                 r0.wait().unwrap();

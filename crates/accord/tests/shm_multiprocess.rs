@@ -5,6 +5,7 @@
 
 use accord::auth::Token;
 use accord::rendezvous::StoreServer;
+use accord::Parts;
 use accord::{Communicator, Error, ReduceOp};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -429,7 +430,7 @@ fn rank_main() {
                 peer_err(e);
             }
             match comm.recv(&mut buf, 2, 1) {
-                Ok(()) => panic!("received from a dead rank"),
+                Ok(_) => panic!("received from a dead rank"),
                 Err(e) => peer_err(e),
             }
             assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
@@ -480,7 +481,7 @@ fn rank_main() {
                     unsafe { libc::raise(libc::SIGKILL) };
                 }
                 match comm.all_reduce(&mut v, ReduceOp::Max) {
-                    Ok(()) => {}
+                    Ok(_) => {}
                     Err(e) => {
                         let s = e.to_string();
                         println!("error: {s}");
@@ -508,8 +509,8 @@ fn rank_main() {
                 "broadcast_large" => comm.broadcast(&mut vec![me as u8; 100_000], root),
                 "reduce" => comm.reduce(&mut [1.0f64; 9], ReduceOp::Sum, root),
                 "reduce_large" => comm.reduce(&mut vec![1i32; 50_000], ReduceOp::Max, root),
-                "gather" => comm.gather(&[1u64; 3], &mut vec![0; 3 * n], root),
-                "scatter" => comm.scatter(&vec![1u32; 2 * n], &mut [0; 2], root),
+                "gather" => comm.gather(&[1u64; 3], &mut vec![0u64; 3 * n], root),
+                "scatter" => comm.scatter(&vec![1u32; 2 * n], &mut [0u32; 2], root),
                 op => panic!("unknown op {op}"),
             };
             let e = r.expect_err("ranks disagree on the root: the call must fail");
@@ -578,8 +579,7 @@ fn matrix(comm: &Communicator) {
         let sum = |i: usize| (0..n).map(|r| v(r, i)).sum::<f64>();
         let max = |i: usize| (0..n).map(|r| v(r, i)).fold(0.0, f64::max);
         let mut out = vec![0.0f64; count];
-        comm.all_reduce_into(&mine, &mut out, ReduceOp::Sum)
-            .unwrap();
+        comm.all_reduce((&mine, &mut out), ReduceOp::Sum).unwrap();
         assert!(
             out.iter().enumerate().all(|(i, &x)| x == sum(i)),
             "allreduce sum {count}"
@@ -619,8 +619,7 @@ fn matrix(comm: &Communicator) {
         // reduce to every root.
         for root in 0..n {
             let mut r = vec![0.0f64; count];
-            comm.reduce_into(&mine, &mut r, ReduceOp::Sum, root)
-                .unwrap();
+            comm.reduce((&mine, &mut r), ReduceOp::Sum, root).unwrap();
             if me == root {
                 assert!(
                     r.iter().enumerate().all(|(i, &x)| x == sum(i)),
@@ -747,7 +746,8 @@ fn p2p_matrix(comm: &Communicator) {
 
         let mine: Vec<i32> = (0..counts[me]).map(|i| (me * 7 + i) as i32).collect();
         let mut all = vec![0i32; if me == root { total } else { 0 }];
-        comm.gather_v(&mine, &mut all, &counts, root).unwrap();
+        comm.gather(&mine, Parts::new(&mut all, &counts), root)
+            .unwrap();
         if me == root {
             for r in 0..n {
                 assert!(
@@ -758,7 +758,8 @@ fn p2p_matrix(comm: &Communicator) {
         }
         let src: Vec<i32> = (0..total).map(|i| (root + 3 * i) as i32).collect();
         let mut part = vec![0i32; counts[me]];
-        comm.scatter_v(&src, &mut part, &counts, root).unwrap();
+        comm.scatter(Parts::new(&src, &counts), &mut part, root)
+            .unwrap();
         assert!(
             (0..counts[me]).all(|i| part[i] == (root + 3 * (displ(me) + i)) as i32),
             "scatterv"
@@ -766,7 +767,8 @@ fn p2p_matrix(comm: &Communicator) {
     }
     let mut all = vec![0i32; total];
     let mine: Vec<i32> = (0..counts[me]).map(|i| (me * 7 + i) as i32).collect();
-    comm.all_gather_v(&mine, &mut all, &counts).unwrap();
+    comm.all_gather(&mine, Parts::new(&mut all, &counts))
+        .unwrap();
     for r in 0..n {
         assert!(
             (0..counts[r]).all(|i| all[displ(r) + i] == (r * 7 + i) as i32),
@@ -780,7 +782,8 @@ fn p2p_matrix(comm: &Communicator) {
         .flat_map(|j| (0..sc[j]).map(move |i| (me * 1_000_000 + j * 10_000 + i) as u64))
         .collect();
     let mut recv = vec![0u64; rc.iter().sum()];
-    comm.all_to_all_v(&send, &sc, &mut recv, &rc).unwrap();
+    comm.all_to_all(Parts::new(&send, &sc), Parts::new(&mut recv, &rc))
+        .unwrap();
     let mut k = 0;
     for (r, &c) in rc.iter().enumerate() {
         for i in 0..c {
