@@ -78,6 +78,7 @@ pub mod auth;
 pub mod blame;
 mod bootstrap;
 pub mod comm;
+pub mod config;
 pub mod dtype;
 pub mod error;
 mod exec;
@@ -92,6 +93,7 @@ pub mod transport;
 
 pub use bootstrap::{from_rendezvous, init, init_with, init_with_timeout};
 pub use comm::{Communicator, Request};
+pub use config::Config;
 pub use dtype::{DataType, Element, ReduceOp};
 pub use error::{Error, Result};
 pub use p2p_order::Turn;

@@ -4,7 +4,7 @@
 //! matching, timeout and abort paths as the network transports.
 
 use super::waits::Answer;
-use super::{chunk_bytes, for_each_chunk, Envelope, Frame, Mailbox, Transport};
+use super::{chunk_bytes, for_each_chunk, Envelope, Frame, LinkKind, Mailbox, Transport};
 use crate::error::{Error, Result};
 use std::sync::Arc;
 
@@ -55,6 +55,10 @@ impl Transport for InProcess {
 
     fn name(&self) -> &'static str {
         "inproc"
+    }
+
+    fn link(&self) -> LinkKind {
+        LinkKind::InProcess
     }
 
     fn send(&self, peer: usize, env: &Envelope, data: &[u8]) -> Result<()> {

@@ -43,9 +43,8 @@
 
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FINGERPRINT_WIRE_LEN};
-use crate::rendezvous::StoreClient;
 use crate::transport::cpus;
-use crate::transport::Transport;
+use crate::transport::{Directory, Transport};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -67,17 +66,15 @@ pub(crate) const OFF_BELL: usize = 640;
 pub(crate) const OFF_BELL_SLEEP: usize = 704;
 
 /// Default size of one point-to-point ring (`ACCORD_SHM_RING_BYTES`).
-pub const DEFAULT_RING_BYTES: usize = 512 << 10;
+pub const DEFAULT_RING_BYTES: usize = crate::config::DEFAULT_SHM_RING_BYTES;
 
-/// Default size of one staging half.
-pub const DEFAULT_HALF_BYTES: usize = 1 << 20;
+/// Default size of one staging half (`ACCORD_SHM_CHUNK_BYTES`).
+pub const DEFAULT_HALF_BYTES: usize = crate::config::DEFAULT_SHM_HALF_BYTES;
 
 /// This machine's identity for placement: `ACCORD_HOST_ID`, else host name + boot id.
 pub fn host_id() -> String {
-    if let Ok(h) = std::env::var("ACCORD_HOST_ID") {
-        if !h.is_empty() {
-            return h;
-        }
+    if let Some(h) = &crate::config::get().host_id {
+        return h.clone();
     }
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
@@ -90,14 +87,7 @@ pub fn host_id() -> String {
 
 /// Whether `ACCORD_TRANSPORT` allows shared memory (`tcp` forbids it).
 pub fn shm_enabled() -> bool {
-    !matches!(
-        std::env::var("ACCORD_TRANSPORT").as_deref().map(str::trim),
-        Ok("tcp") | Ok("TCP")
-    )
-}
-
-fn env_usize(name: &str) -> Option<usize> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+    crate::config::get().shm
 }
 
 /// One mapped segment.
@@ -304,11 +294,11 @@ fn reached(a: u32, b: u32) -> bool {
 
 impl ShmGroup {
     /// Join the shared-memory group of this host: publish this rank's host id and segment
-    /// through `store` (keys under its prefix), map every local peer's segment, and wait until
+    /// through `store`, map every local peer's segment, and wait until
     /// all of them have mapped this one. `hosts[r]` is the host id of world rank `r` (as
     /// gathered by the caller). Returns `None` when this rank is alone on its host.
     pub fn join(
-        store: &StoreClient,
+        store: &dyn Directory,
         rank: usize,
         hosts: &[String],
         timeout: Duration,
@@ -320,13 +310,10 @@ impl ShmGroup {
             return Ok(None);
         }
         let me = members.iter().position(|&r| r == rank).expect("member");
-        let half = env_usize("ACCORD_SHM_CHUNK_BYTES")
-            .map(|v| (v.clamp(4096, 256 << 20) / 64) * 64)
-            .unwrap_or(DEFAULT_HALF_BYTES);
+        let cfg = crate::config::get();
+        let half = cfg.shm_half_bytes;
         // One ring per local sender follows the staging halves, in the receiver's segment.
-        let ring_bytes = env_usize("ACCORD_SHM_RING_BYTES")
-            .map(|v| (v.clamp(16 << 10, 256 << 20) / 4096) * 4096)
-            .unwrap_or(DEFAULT_RING_BYTES);
+        let ring_bytes = cfg.shm_ring_bytes;
         let ring_base = (HEADER + 2 * half).div_ceil(4096) * 4096;
         let len = ring_base + members.len() * ring_bytes;
 
@@ -350,10 +337,13 @@ impl ShmGroup {
         }
         let mine = map_fd(fd, len)?;
         let pid = std::process::id();
-        store.set(&format!("seg/{rank}"), format!("{pid} {fd} {len}"))?;
+        store.put(
+            &format!("seg/{rank}"),
+            format!("{pid} {fd} {len}").as_bytes(),
+        )?;
 
         let keys: Vec<String> = members.iter().map(|r| format!("seg/{r}")).collect();
-        let vals = store.multi_get(&keys, timeout)?;
+        let vals = store.get_all(&keys, timeout)?;
         let mut maps = Vec::with_capacity(members.len());
         let mut peers = Vec::with_capacity(members.len());
         let mut mine = Some(mine);
@@ -396,17 +386,14 @@ impl ShmGroup {
         // SAFETY: inside our own header page; peers read it only after the store barrier below.
         unsafe { (maps[me].ptr.add(OFF_SELF) as *mut u64).write_volatile(maps[me].ptr as u64) };
         // Everyone has mapped everything before anyone closes its descriptor.
-        store.set(&format!("mapped/{rank}"), b"1")?;
+        store.put(&format!("mapped/{rank}"), b"1")?;
         let keys: Vec<String> = members.iter().map(|r| format!("mapped/{r}")).collect();
-        store.wait_timeout(&keys, timeout)?;
+        store.wait_all(&keys, timeout)?;
         drop(own);
 
         // Single-copy transfers read peers' memory directly; that needs every pair to allow
         // process_vm_readv (same user, no stricter ptrace policy). Probe every peer and agree.
-        let want_cma = !matches!(
-            std::env::var("ACCORD_SHM_CMA").as_deref().map(str::trim),
-            Ok("0") | Ok("off") | Ok("no")
-        );
+        let want_cma = cfg.shm_cma;
         let mut ok = want_cma;
         let mut why = String::new();
         if want_cma {
@@ -435,10 +422,10 @@ impl ShmGroup {
                 }
             }
         }
-        store.set(&format!("cma/{rank}"), if ok { "1" } else { "0" })?;
+        store.put(&format!("cma/{rank}"), if ok { b"1" } else { b"0" })?;
         let keys: Vec<String> = members.iter().map(|r| format!("cma/{r}")).collect();
         let cma = store
-            .multi_get(&keys, timeout)?
+            .get_all(&keys, timeout)?
             .iter()
             .all(|v| v.as_slice() == b"1");
         if want_cma && !ok && me == 0 {
@@ -453,16 +440,15 @@ impl ShmGroup {
         // in their own mask, so every rank publishes what it sees and all compute the same
         // answer from the same data, which the protocol needs (crowded barriers are
         // centralized).
-        store.set(&format!("cpus/{rank}"), cpus::publish())?;
+        store.put(&format!("cpus/{rank}"), cpus::publish().as_bytes())?;
         let keys: Vec<String> = members.iter().map(|r| format!("cpus/{r}")).collect();
-        let cores = cpus::usable_together(&store.multi_get(&keys, timeout)?);
+        let cores = cpus::usable_together(&store.get_all(&keys, timeout)?);
         let crowded = members.len() > cores;
-        let us = |name: &str, default: u64| {
-            Duration::from_micros(env_usize(name).map_or(default, |v| v as u64))
-        };
-        let spin = us("ACCORD_SHM_SPIN_US", if crowded { 0 } else { 50 });
-        let ring_spin = us("ACCORD_SHM_SPIN_US", if crowded { 2 } else { 50 });
-        let yields = us("ACCORD_SHM_YIELD_US", if crowded { 5000 } else { 500 });
+        let us =
+            |set: Option<Duration>, default: u64| set.unwrap_or(Duration::from_micros(default));
+        let spin = us(cfg.shm_spin, if crowded { 0 } else { 50 });
+        let ring_spin = us(cfg.shm_spin, if crowded { 2 } else { 50 });
+        let yields = us(cfg.shm_yield, if crowded { 5000 } else { 500 });
         Ok(Some(ShmGroup {
             members,
             me,
