@@ -489,4 +489,18 @@ mod tests {
         );
         assert!(!explain_in(&unset, &c, 8, 4, &CostModel::tcp()).contains("override"));
     }
+
+    #[test]
+    fn each_link_kind_has_its_model() {
+        assert_eq!(
+            CostModel::for_link(LinkKind::InProcess),
+            CostModel::inproc()
+        );
+        assert_eq!(
+            CostModel::for_link(LinkKind::SharedMemory),
+            CostModel::shm()
+        );
+        assert_eq!(CostModel::for_link(LinkKind::Tcp), CostModel::tcp());
+        assert!(CostModel::shm().alpha_us < CostModel::tcp().alpha_us);
+    }
 }

@@ -108,3 +108,15 @@ impl Transport for InProcess {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_of_one_process_are_in_process_links() {
+        let w = InProcess::world(2);
+        assert_eq!((w[1].rank(), w[1].size(), w[1].name()), (1, 2, "inproc"));
+        assert_eq!(w[0].link(), LinkKind::InProcess);
+    }
+}
