@@ -13,8 +13,8 @@
 //! | `ACCORD_ALGO_<OP>` | algorithm name | cost model | force the algorithm of one collective, e.g. `ACCORD_ALGO_ALLREDUCE=ring`, `ACCORD_ALGO_REDUCE_SCATTER=rabenseifner`; a name that does not apply is warned about and ignored |
 //! | `ACCORD_CHUNK_BYTES` | bytes | 524288 | largest frame payload; rounded down to a multiple of 8 within 8 B..64 MiB |
 //! | `ACCORD_MAX_UNMATCHED_BYTES` | bytes (> 0; trimmed) | 1 GiB | frames one peer may leave in a mailbox that no receive has taken |
-//! | `ACCORD_HOST` | host or IP | all interfaces | where TCP listens |
-//! | `ACCORD_ADVERTISE_HOST` | host or IP | the listening address | where peers are told to connect |
+//! | `ACCORD_HOST` | host or IP (blank: unset) | the advertised address | where TCP listens ([`crate::transport::tcp`]) |
+//! | `ACCORD_ADVERTISE_HOST` | host or IP (blank: unset) | `ACCORD_HOST` if specific, else this host name's address | where peers are told to connect |
 //! | `ACCORD_TRANSPORT` | `tcp` (trimmed) | shared memory allowed | `tcp` on any rank turns shared memory off for all |
 //! | `ACCORD_HOST_ID` | string | host name + boot id | ranks with equal ids share memory |
 //! | `ACCORD_SHM_P2P` | `0`/`off`/`no` (trimmed) | on | point-to-point traffic between local ranks through shared-memory rings |
@@ -23,10 +23,10 @@
 //! | `ACCORD_SHM_RING_BYTES` | bytes (trimmed) | 512 KiB | one point-to-point ring; rounded down to a multiple of 4096 within 16 KiB..256 MiB |
 //! | `ACCORD_SHM_SPIN_US` | microseconds (trimmed) | 50 (crowded: 0, rings 2) | how long a shared-memory wait spins before yielding |
 //! | `ACCORD_SHM_YIELD_US` | microseconds (trimmed) | 500 (crowded: 5000) | how long it then yields before sleeping |
-//! | `ACCORD_SHM_SMALL_BYTES` | bytes (trimmed) | 16 KiB | shared-memory collectives up to this size use the small-message path |
-//! | `ACCORD_SHM_CMA_BYTES` | bytes (trimmed) | unlimited | largest single-copy read of a peer's buffer |
-//! | `ACCORD_SHM_STREAM_BYTES` | bytes (trimmed) | 2 MiB | shared-memory collectives from this size on stream through the staging halves |
-//! | `ACCORD_SHM_SLOT_BYTES` | bytes (trimmed) | 64 KiB | one slot of the small-message path |
+//! | `ACCORD_SHM_SMALL_BYTES` | bytes (trimmed) | 16 KiB | shared-memory allreduces up to this size take the one-barrier path ([`crate::shm_coll`]) |
+//! | `ACCORD_SHM_CMA_BYTES` | bytes (trimmed) | off | from this size, broadcast and allgather readers copy straight out of the owner's buffer |
+//! | `ACCORD_SHM_STREAM_BYTES` | bytes (trimmed) | 2 MiB | copies into user buffers from this size use non-temporal stores |
+//! | `ACCORD_SHM_SLOT_BYTES` | bytes (trimmed) | 64 KiB | slot size of pipelined shared-memory broadcasts |
 //! | `ACCORD_GPU_WATCHDOG` | `0` | on | the watchdog that aborts NCCL on timeouts and errors |
 //! | `ACCORD_GPU_ALLTOALL_SELF` | `copy` (any case) | inside the NCCL group | how alltoall moves a rank's own block |
 //! | `ACCORD_NCCL_INIT` | `blocking` | with a deadline | NCCL's plain blocking communicator init |
@@ -59,7 +59,7 @@ pub const DEFAULT_MAX_UNMATCHED_BYTES: usize = 1 << 30;
 pub const DEFAULT_SHM_HALF_BYTES: usize = 1 << 20;
 /// Default of [`Config::shm_ring_bytes`].
 pub const DEFAULT_SHM_RING_BYTES: usize = 512 << 10;
-/// Default of [`Config::shm_cma_bytes`]: no limit.
+/// Default of [`Config::shm_cma_bytes`]: never (single copy off).
 pub const DEFAULT_SHM_CMA_BYTES: usize = usize::MAX;
 
 /// Every tunable and limit of the core, parsed. See the [module documentation](self) for the
