@@ -766,3 +766,66 @@ impl RingArea {
         unsafe { &*(self.maps[r].ptr.add(off) as *const AtomicU32) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::sync::{Condvar, Mutex};
+
+    /// A directory in memory: what joining needs from the rendezvous store, without one.
+    #[derive(Default)]
+    struct MemoryDirectory {
+        keys: Mutex<HashMap<String, Vec<u8>>>,
+        changed: Condvar,
+    }
+
+    impl Directory for MemoryDirectory {
+        fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+            self.keys.lock().unwrap().insert(key.into(), value.to_vec());
+            self.changed.notify_all();
+            Ok(())
+        }
+
+        fn get_all(&self, keys: &[String], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+            let all = |m: &HashMap<String, Vec<u8>>| keys.iter().all(|k| m.contains_key(k));
+            let (m, _) = self
+                .changed
+                .wait_timeout_while(self.keys.lock().unwrap(), timeout, |m| !all(m))
+                .unwrap();
+            if !all(&m) {
+                return Err(Error::Store(format!("{keys:?} not all published")));
+            }
+            Ok(keys.iter().map(|k| m[k].clone()).collect())
+        }
+
+        fn wait_all(&self, keys: &[String], timeout: Duration) -> Result<()> {
+            self.get_all(keys, timeout).map(drop)
+        }
+    }
+
+    #[test]
+    fn ranks_of_one_host_join_through_any_directory() {
+        let dir = MemoryDirectory::default();
+        // Ranks 0 and 2 share a host; rank 1 is elsewhere and stays out.
+        let hosts: Vec<String> = ["a", "b", "a"].iter().map(|h| h.to_string()).collect();
+        let t = Duration::from_secs(10);
+        let groups: Vec<Option<ShmGroup>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..3)
+                .map(|r| {
+                    let (dir, hosts) = (&dir, &hosts);
+                    s.spawn(move || ShmGroup::join(dir, r, hosts, t).unwrap())
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(groups[1].is_none(), "alone on its host");
+        for (r, me) in [(0, 0), (2, 1)] {
+            let g = groups[r].as_ref().unwrap();
+            assert_eq!((g.members.clone(), g.me), (vec![0, 2], me));
+            assert_eq!(g.half_bytes(), crate::config::get().shm_half_bytes);
+        }
+        let err = ShmGroup::join(&MemoryDirectory::default(), 0, &hosts, Duration::ZERO);
+        assert!(err.is_err(), "a peer that never publishes fails the join");
+    }
+}
