@@ -3,10 +3,10 @@
 //! # Segments
 //!
 //! Every local rank creates one anonymous segment with `memfd_create` and publishes
-//! `pid fd bytes` through the store. Peers map it by opening `/proc/<pid>/fd/<fd>`, so the
-//! segment never has a name in `/dev/shm`: once every local rank has mapped every segment (a
-//! store barrier), each rank closes its descriptor and the memory lives exactly as long as the
-//! mappings. A normal exit, a panic or `kill -9` therefore leaves nothing behind.
+//! `pid fd bytes` in a [`Directory`] (the rendezvous store). Peers map it by opening
+//! `/proc/<pid>/fd/<fd>`, so the segment never has a name in `/dev/shm`: once every local rank
+//! has mapped every segment (a barrier through the directory), each rank closes its descriptor
+//! and the memory lives exactly as long as the mappings. A normal exit, a panic or `kill -9` therefore leaves nothing behind.
 //!
 //! A segment is a header page (this rank's arrival counter, its waiter count, and per staging
 //! half the fingerprint of the call that last wrote it) followed by two staging halves of
@@ -293,12 +293,11 @@ fn reached(a: u32, b: u32) -> bool {
 }
 
 impl ShmGroup {
-    /// Join the shared-memory group of this host: publish this rank's host id and segment
-    /// through `store`, map every local peer's segment, and wait until
-    /// all of them have mapped this one. `hosts[r]` is the host id of world rank `r` (as
+    /// Join the shared-memory group of this host: publish this rank's segment in `dir`, map
+    /// every local peer's segment, and wait until all of them have mapped this one. `hosts[r]` is the host id of world rank `r` (as
     /// gathered by the caller). Returns `None` when this rank is alone on its host.
     pub fn join(
-        store: &dyn Directory,
+        dir: &dyn Directory,
         rank: usize,
         hosts: &[String],
         timeout: Duration,
@@ -337,13 +336,13 @@ impl ShmGroup {
         }
         let mine = map_fd(fd, len)?;
         let pid = std::process::id();
-        store.put(
+        dir.put(
             &format!("seg/{rank}"),
             format!("{pid} {fd} {len}").as_bytes(),
         )?;
 
         let keys: Vec<String> = members.iter().map(|r| format!("seg/{r}")).collect();
-        let vals = store.get_all(&keys, timeout)?;
+        let vals = dir.get_all(&keys, timeout)?;
         let mut maps = Vec::with_capacity(members.len());
         let mut peers = Vec::with_capacity(members.len());
         let mut mine = Some(mine);
@@ -383,12 +382,12 @@ impl ShmGroup {
             maps.push(map_fd(pfd.0, len)?);
             peers.push(Some(Peer::open(f[0] as i32)));
         }
-        // SAFETY: inside our own header page; peers read it only after the store barrier below.
+        // SAFETY: inside our own header page; peers read it only after the barrier below.
         unsafe { (maps[me].ptr.add(OFF_SELF) as *mut u64).write_volatile(maps[me].ptr as u64) };
         // Everyone has mapped everything before anyone closes its descriptor.
-        store.put(&format!("mapped/{rank}"), b"1")?;
+        dir.put(&format!("mapped/{rank}"), b"1")?;
         let keys: Vec<String> = members.iter().map(|r| format!("mapped/{r}")).collect();
-        store.wait_all(&keys, timeout)?;
+        dir.wait_all(&keys, timeout)?;
         drop(own);
 
         // Single-copy transfers read peers' memory directly; that needs every pair to allow
@@ -422,9 +421,9 @@ impl ShmGroup {
                 }
             }
         }
-        store.put(&format!("cma/{rank}"), if ok { b"1" } else { b"0" })?;
+        dir.put(&format!("cma/{rank}"), if ok { b"1" } else { b"0" })?;
         let keys: Vec<String> = members.iter().map(|r| format!("cma/{r}")).collect();
-        let cma = store
+        let cma = dir
             .get_all(&keys, timeout)?
             .iter()
             .all(|v| v.as_slice() == b"1");
@@ -440,9 +439,9 @@ impl ShmGroup {
         // in their own mask, so every rank publishes what it sees and all compute the same
         // answer from the same data, which the protocol needs (crowded barriers are
         // centralized).
-        store.put(&format!("cpus/{rank}"), cpus::publish().as_bytes())?;
+        dir.put(&format!("cpus/{rank}"), cpus::publish().as_bytes())?;
         let keys: Vec<String> = members.iter().map(|r| format!("cpus/{r}")).collect();
-        let cores = cpus::usable_together(&store.get_all(&keys, timeout)?);
+        let cores = cpus::usable_together(&dir.get_all(&keys, timeout)?);
         let crowded = members.len() > cores;
         let us =
             |set: Option<Duration>, default: u64| set.unwrap_or(Duration::from_micros(default));
