@@ -3,7 +3,7 @@
 use accord::auth::{self, HandshakeLimits, Role, Token};
 use accord::fingerprint::{Fingerprint, OpKind};
 use accord::transport::tcp::{MemoryAddressBook, TcpOptions, TcpTransport};
-use accord::transport::{chunk_bytes, AddressBook, Envelope, Transport, WaitError};
+use accord::transport::{chunk_bytes, AddressBook, Envelope, LinkKind, Transport, WaitError};
 use accord::{DataType, Error};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -108,6 +108,7 @@ fn all_to_all_world_sizes_1_to_5() {
                     let me = t.rank();
                     assert_eq!(t.size(), n);
                     assert_eq!(t.name(), "tcp");
+                    assert_eq!(t.link(), LinkKind::Tcp);
                     for (seq, &len) in SIZES.iter().enumerate() {
                         for peer in (0..n).filter(|&p| p != me) {
                             let data = pattern(me, peer, seq as u64, len);

@@ -13,7 +13,7 @@
 use super::protocol::{self, Request, Response};
 use crate::auth::{self, Role, Token};
 use crate::error::{Error, Result};
-use crate::transport::AddressBook;
+use crate::transport::{AddressBook, Directory};
 use std::io::{BufRead, BufReader, ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
@@ -619,6 +619,20 @@ impl StoreClient {
 }
 
 /// Ranks publish their listening addresses under `{prefix}/addr/{rank}`.
+impl Directory for StoreClient {
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.set(key, value)
+    }
+
+    fn get_all(&self, keys: &[String], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        self.multi_get(keys, timeout)
+    }
+
+    fn wait_all(&self, keys: &[String], timeout: Duration) -> Result<()> {
+        self.wait_timeout(keys, timeout)
+    }
+}
+
 impl AddressBook for StoreClient {
     fn publish(&self, rank: usize, addr: &str) -> Result<()> {
         self.set(&format!("addr/{rank}"), addr)

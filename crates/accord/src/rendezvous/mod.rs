@@ -35,7 +35,8 @@
 //! most [`protocol::MAX_KEY_BYTES`]; values at most [`protocol::MAX_VALUE_BYTES`].
 //! [`StoreClient::with_prefix`] gives a handle whose keys live under `prefix/`, so several jobs
 //! or communicators can share one store. `StoreClient` implements
-//! [`AddressBook`](crate::transport::AddressBook) with keys `{prefix}/addr/{rank}`.
+//! [`AddressBook`](crate::transport::AddressBook) with keys `{prefix}/addr/{rank}`, and
+//! [`Directory`](crate::transport::Directory) (set, multi-get, wait) for shared memory's join.
 //!
 //! ```
 //! use accord::auth::Token;

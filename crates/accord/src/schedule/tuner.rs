@@ -14,6 +14,8 @@
 
 use super::plan::{ceil_log2, Fold};
 use super::{algorithms, Algorithm, Collective};
+use crate::config::Config;
+use crate::transport::LinkKind;
 use std::fmt::Write as _;
 
 /// Machine parameters of the cost model, in microseconds.
@@ -68,6 +70,19 @@ impl CostModel {
     /// Copying `bytes` locally.
     fn copy(&self, bytes: f64) -> f64 {
         bytes * self.gamma_us_per_byte / 2.0
+    }
+}
+
+impl CostModel {
+    /// The model for a world whose slowest link is `link` (see [`Transport::link`]).
+    ///
+    /// [`Transport::link`]: crate::transport::Transport::link
+    pub const fn for_link(link: LinkKind) -> Self {
+        match link {
+            LinkKind::InProcess => Self::inproc(),
+            LinkKind::SharedMemory => Self::shm(),
+            LinkKind::Tcp => Self::tcp(),
+        }
     }
 }
 
@@ -224,14 +239,24 @@ pub fn predict(
 
 /// The environment variable that overrides the choice for `coll`, e.g. `ACCORD_ALGO_ALLREDUCE`.
 pub fn override_var(coll: &Collective) -> String {
-    format!("ACCORD_ALGO_{}", coll.kind().name().to_ascii_uppercase())
+    crate::config::algo_var(coll.kind())
 }
 
 /// Pick the algorithm for `coll`: the override in `ACCORD_ALGO_<OP>` if it names an applicable
 /// algorithm, otherwise the one with the smallest predicted time.
 pub fn select(coll: &Collective, world: usize, elem_size: usize, model: &CostModel) -> Algorithm {
-    let env = std::env::var(override_var(coll)).ok();
-    select_with(coll, world, elem_size, model, env.as_deref())
+    select_in(crate::config::get(), coll, world, elem_size, model)
+}
+
+/// [`select`] with the overrides of `cfg` instead of the process's configuration.
+pub fn select_in(
+    cfg: &Config,
+    coll: &Collective,
+    world: usize,
+    elem_size: usize,
+    model: &CostModel,
+) -> Algorithm {
+    select_with(coll, world, elem_size, model, cfg.algo(coll.kind()))
 }
 
 /// [`select`] with the override given explicitly instead of read from the environment.
@@ -274,7 +299,18 @@ fn cheapest(coll: &Collective, world: usize, elem_size: usize, model: &CostModel
 /// A table of every applicable algorithm with its predicted time, the chosen one marked `*`
 /// (and the environment override, if one is set).
 pub fn explain(coll: &Collective, world: usize, elem_size: usize, model: &CostModel) -> String {
-    let chosen = select(coll, world, elem_size, model);
+    explain_in(crate::config::get(), coll, world, elem_size, model)
+}
+
+/// [`explain`] with the overrides of `cfg` instead of the process's configuration.
+pub fn explain_in(
+    cfg: &Config,
+    coll: &Collective,
+    world: usize,
+    elem_size: usize,
+    model: &CostModel,
+) -> String {
+    let chosen = select_in(cfg, coll, world, elem_size, model);
     let mut s = format!(
         "{} on {world} ranks, {} elements x {elem_size} B (alpha {} us, beta {} us/B, gamma {} us/B)\n",
         coll.kind().name(),
@@ -283,7 +319,7 @@ pub fn explain(coll: &Collective, world: usize, elem_size: usize, model: &CostMo
         model.beta_us_per_byte,
         model.gamma_us_per_byte
     );
-    if let Ok(v) = std::env::var(override_var(coll)) {
+    if let Some(v) = cfg.algo(coll.kind()) {
         let _ = writeln!(s, "  override {}={v}", override_var(coll));
     }
     for &a in algorithms::applicable(coll) {
@@ -429,20 +465,42 @@ mod tests {
     }
 
     #[test]
-    fn override_is_read_from_the_environment() {
-        // Scatter is selected by no other test, so setting its variable cannot race.
+    fn override_is_read_from_the_configuration() {
         let c = Collective::Scatter {
             counts: vec![1; 8],
             root: 0,
         };
-        std::env::set_var("ACCORD_ALGO_SCATTER", "direct");
-        assert_eq!(select(&c, 8, 4, &CostModel::tcp()), Algorithm::Direct);
-        let table = explain(&c, 8, 4, &CostModel::tcp());
-        std::env::remove_var("ACCORD_ALGO_SCATTER");
+        let set = Config::from_lookup(&|k| (k == "ACCORD_ALGO_SCATTER").then(|| "direct".into()));
+        assert_eq!(
+            select_in(&set, &c, 8, 4, &CostModel::tcp()),
+            Algorithm::Direct
+        );
+        let table = explain_in(&set, &c, 8, 4, &CostModel::tcp());
         assert!(
-            table.contains("* direct") && table.contains("binomial"),
+            table.contains("override ACCORD_ALGO_SCATTER=direct")
+                && table.contains("* direct")
+                && table.contains("binomial"),
             "{table}"
         );
-        assert_eq!(select(&c, 8, 4, &CostModel::tcp()), Algorithm::BinomialTree);
+        let unset = Config::default();
+        assert_eq!(
+            select_in(&unset, &c, 8, 4, &CostModel::tcp()),
+            Algorithm::BinomialTree
+        );
+        assert!(!explain_in(&unset, &c, 8, 4, &CostModel::tcp()).contains("override"));
+    }
+
+    #[test]
+    fn each_link_kind_has_its_model() {
+        assert_eq!(
+            CostModel::for_link(LinkKind::InProcess),
+            CostModel::inproc()
+        );
+        assert_eq!(
+            CostModel::for_link(LinkKind::SharedMemory),
+            CostModel::shm()
+        );
+        assert_eq!(CostModel::for_link(LinkKind::Tcp), CostModel::tcp());
+        assert!(CostModel::shm().alpha_us < CostModel::tcp().alpha_us);
     }
 }

@@ -96,29 +96,15 @@ impl ShmWorld {
                 },
             )
             .collect();
-        let small = std::env::var("ACCORD_SHM_SMALL_BYTES")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(16 << 10);
-        let cma_bytes = std::env::var("ACCORD_SHM_CMA_BYTES")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_CMA_BYTES);
-        let stream_bytes = std::env::var("ACCORD_SHM_STREAM_BYTES")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(2 << 20);
+        let cfg = crate::config::get();
         ShmWorld {
             group,
             host_of,
             leaders,
-            small,
-            cma_bytes,
-            stream_bytes,
-            slot_bytes: std::env::var("ACCORD_SHM_SLOT_BYTES")
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(64 << 10),
+            small: cfg.shm_small_bytes,
+            cma_bytes: cfg.shm_cma_bytes,
+            stream_bytes: cfg.shm_stream_bytes,
+            slot_bytes: cfg.shm_slot_bytes,
         }
     }
 

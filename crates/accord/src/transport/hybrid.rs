@@ -48,7 +48,7 @@ use super::shm::{futex_wait, futex_wake, Peer, RingArea, OFF_BELL, OFF_BELL_SLEE
 use super::tcp::TcpTransport;
 use super::waits::{Answer, Blocked};
 use super::wire::{FrameKind, Header, HEADER_LEN};
-use super::{chunk_bytes, for_each_chunk, Envelope, Frame, Mailbox, Transport};
+use super::{chunk_bytes, for_each_chunk, Envelope, Frame, LinkKind, Mailbox, Transport};
 use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -67,10 +67,7 @@ const SLICE: Duration = Duration::from_millis(10);
 /// Whether point-to-point traffic between local ranks uses the rings (`ACCORD_SHM_P2P`, on by
 /// default).
 pub fn shm_p2p_enabled() -> bool {
-    !matches!(
-        std::env::var("ACCORD_SHM_P2P").as_deref().map(str::trim),
-        Ok("0") | Ok("off") | Ok("no")
-    )
+    crate::config::get().shm_p2p
 }
 
 fn pad8(n: usize) -> usize {
@@ -223,6 +220,8 @@ pub struct HybridTransport {
     procs: Vec<Option<Peer>>,
     timeout: Duration,
     name: &'static str,
+    /// Every rank of the world is on this host.
+    all_local: bool,
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -294,7 +293,8 @@ impl HybridTransport {
                 .spawn(move || receive_loop(&recv, &mailbox, &stop))
                 .map_err(|e| Error::io("starting the shared-memory receiver thread", e))?
         };
-        let name = if n == size { "shm" } else { "tcp+shm" };
+        let all_local = n == size;
+        let name = if all_local { "shm" } else { "tcp+shm" };
         Ok(Arc::new(HybridTransport {
             tcp,
             mailbox,
@@ -304,6 +304,7 @@ impl HybridTransport {
             procs,
             timeout,
             name,
+            all_local,
             stop,
             thread: Mutex::new(Some(thread)),
         }))
@@ -458,6 +459,15 @@ impl Transport for HybridTransport {
 
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    fn link(&self) -> LinkKind {
+        // With ranks on several hosts, the slowest links are TCP.
+        if self.all_local {
+            LinkKind::SharedMemory
+        } else {
+            LinkKind::Tcp
+        }
     }
 
     fn send(&self, peer: usize, env: &Envelope, data: &[u8]) -> Result<()> {

@@ -4,7 +4,7 @@
 //! matching, timeout and abort paths as the network transports.
 
 use super::waits::Answer;
-use super::{chunk_bytes, for_each_chunk, Envelope, Frame, Mailbox, Transport};
+use super::{chunk_bytes, for_each_chunk, Envelope, Frame, LinkKind, Mailbox, Transport};
 use crate::error::{Error, Result};
 use std::sync::Arc;
 
@@ -57,6 +57,10 @@ impl Transport for InProcess {
         "inproc"
     }
 
+    fn link(&self) -> LinkKind {
+        LinkKind::InProcess
+    }
+
     fn send(&self, peer: usize, env: &Envelope, data: &[u8]) -> Result<()> {
         let dst = self.boxes.get(peer).ok_or_else(|| {
             Error::invalid(format!("peer {peer} outside a world of {}", self.size()))
@@ -102,5 +106,17 @@ impl Transport for InProcess {
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_of_one_process_are_in_process_links() {
+        let w = InProcess::world(2);
+        assert_eq!((w[1].rank(), w[1].size(), w[1].name()), (1, 2, "inproc"));
+        assert_eq!(w[0].link(), LinkKind::InProcess);
     }
 }

@@ -60,20 +60,12 @@ pub enum WaitError {
 
 type Key = (usize, u64, u64);
 
-/// Default of [`max_unmatched_bytes`].
-pub const DEFAULT_MAX_UNMATCHED_BYTES: usize = 1 << 30;
+pub use crate::config::DEFAULT_MAX_UNMATCHED_BYTES;
 
 /// How many bytes of frames one peer may have waiting in a mailbox that no receive has taken
 /// yet: `ACCORD_MAX_UNMATCHED_BYTES` if set, else [`DEFAULT_MAX_UNMATCHED_BYTES`] (1 GiB).
 pub fn max_unmatched_bytes() -> usize {
-    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CAP.get_or_init(|| {
-        std::env::var("ACCORD_MAX_UNMATCHED_BYTES")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|&v| v > 0)
-            .unwrap_or(DEFAULT_MAX_UNMATCHED_BYTES)
-    })
+    crate::config::get().max_unmatched_bytes
 }
 
 #[derive(Default)]

@@ -45,23 +45,23 @@ pub struct Envelope {
 /// Sequence numbers with this bit set are point-to-point messages; the low bits hold the tag.
 pub const P2P_LANE: u64 = 1 << 63;
 
-/// Default maximum payload of one frame.
-pub const DEFAULT_CHUNK_BYTES: usize = 512 * 1024;
-
-/// Largest frame payload a receiver accepts; bigger headers are malformed.
-pub const MAX_CHUNK_BYTES: usize = 64 * 1024 * 1024;
+pub use crate::config::{DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES};
 
 /// Frame payload size: `ACCORD_CHUNK_BYTES` if set (a multiple of 8, at most
 /// [`MAX_CHUNK_BYTES`]), else [`DEFAULT_CHUNK_BYTES`].
 pub fn chunk_bytes() -> usize {
-    static CHUNK: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CHUNK.get_or_init(|| {
-        std::env::var("ACCORD_CHUNK_BYTES")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .map(|v| (v.clamp(8, MAX_CHUNK_BYTES) / 8) * 8)
-            .unwrap_or(DEFAULT_CHUNK_BYTES)
-    })
+    crate::config::get().chunk_bytes
+}
+
+/// The slowest kind of link a transport's world uses: what a cost model needs to know about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkKind {
+    /// Threads of one process.
+    InProcess,
+    /// Shared memory between the processes of one host.
+    SharedMemory,
+    /// TCP (between hosts, or wherever some pair of ranks talks over sockets).
+    Tcp,
 }
 
 /// Moves bytes between the ranks of one world.
@@ -72,6 +72,8 @@ pub trait Transport: Send + Sync + 'static {
     fn size(&self) -> usize;
     /// Short name for logs and cost models (`inproc`, `tcp`, `shm`, `tcp+shm`).
     fn name(&self) -> &'static str;
+    /// The slowest link between two ranks of the world, for choosing algorithms.
+    fn link(&self) -> LinkKind;
     /// Send `data` to `peer` (not self) labelled with `env`, as frames of at most
     /// [`chunk_bytes`]. Returns once the bytes are handed off; the caller's buffer is free again.
     fn send(&self, peer: usize, env: &Envelope, data: &[u8]) -> Result<()>;
@@ -117,4 +119,16 @@ pub trait AddressBook: Send + Sync {
     fn publish(&self, rank: usize, addr: &str) -> Result<()>;
     /// The address `rank` published, waiting for it until `deadline`.
     fn lookup(&self, rank: usize, deadline: std::time::Instant) -> Result<String>;
+}
+
+/// Where the ranks of one host exchange what shared memory needs at join (segment locations,
+/// what each rank could map, its CPUs): each rank publishes keys, then waits for its peers'.
+/// The rendezvous store implements this.
+pub trait Directory {
+    /// Publish `value` under `key`.
+    fn put(&self, key: &str, value: &[u8]) -> Result<()>;
+    /// The values of `keys`, in order, waiting until all are published or `timeout` passes.
+    fn get_all(&self, keys: &[String], timeout: std::time::Duration) -> Result<Vec<Vec<u8>>>;
+    /// Wait until every one of `keys` is published or `timeout` passes.
+    fn wait_all(&self, keys: &[String], timeout: std::time::Duration) -> Result<()>;
 }

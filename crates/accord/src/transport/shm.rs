@@ -3,10 +3,10 @@
 //! # Segments
 //!
 //! Every local rank creates one anonymous segment with `memfd_create` and publishes
-//! `pid fd bytes` through the store. Peers map it by opening `/proc/<pid>/fd/<fd>`, so the
-//! segment never has a name in `/dev/shm`: once every local rank has mapped every segment (a
-//! store barrier), each rank closes its descriptor and the memory lives exactly as long as the
-//! mappings. A normal exit, a panic or `kill -9` therefore leaves nothing behind.
+//! `pid fd bytes` in a [`Directory`] (the rendezvous store). Peers map it by opening
+//! `/proc/<pid>/fd/<fd>`, so the segment never has a name in `/dev/shm`: once every local rank
+//! has mapped every segment (a barrier through the directory), each rank closes its descriptor
+//! and the memory lives exactly as long as the mappings. A normal exit, a panic or `kill -9` therefore leaves nothing behind.
 //!
 //! A segment is a header page (this rank's arrival counter, its waiter count, and per staging
 //! half the fingerprint of the call that last wrote it) followed by two staging halves of
@@ -43,9 +43,8 @@
 
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FINGERPRINT_WIRE_LEN};
-use crate::rendezvous::StoreClient;
 use crate::transport::cpus;
-use crate::transport::Transport;
+use crate::transport::{Directory, Transport};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -67,17 +66,15 @@ pub(crate) const OFF_BELL: usize = 640;
 pub(crate) const OFF_BELL_SLEEP: usize = 704;
 
 /// Default size of one point-to-point ring (`ACCORD_SHM_RING_BYTES`).
-pub const DEFAULT_RING_BYTES: usize = 512 << 10;
+pub const DEFAULT_RING_BYTES: usize = crate::config::DEFAULT_SHM_RING_BYTES;
 
-/// Default size of one staging half.
-pub const DEFAULT_HALF_BYTES: usize = 1 << 20;
+/// Default size of one staging half (`ACCORD_SHM_CHUNK_BYTES`).
+pub const DEFAULT_HALF_BYTES: usize = crate::config::DEFAULT_SHM_HALF_BYTES;
 
 /// This machine's identity for placement: `ACCORD_HOST_ID`, else host name + boot id.
 pub fn host_id() -> String {
-    if let Ok(h) = std::env::var("ACCORD_HOST_ID") {
-        if !h.is_empty() {
-            return h;
-        }
+    if let Some(h) = &crate::config::get().host_id {
+        return h.clone();
     }
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
@@ -90,14 +87,7 @@ pub fn host_id() -> String {
 
 /// Whether `ACCORD_TRANSPORT` allows shared memory (`tcp` forbids it).
 pub fn shm_enabled() -> bool {
-    !matches!(
-        std::env::var("ACCORD_TRANSPORT").as_deref().map(str::trim),
-        Ok("tcp") | Ok("TCP")
-    )
-}
-
-fn env_usize(name: &str) -> Option<usize> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+    crate::config::get().shm
 }
 
 /// One mapped segment.
@@ -303,12 +293,11 @@ fn reached(a: u32, b: u32) -> bool {
 }
 
 impl ShmGroup {
-    /// Join the shared-memory group of this host: publish this rank's host id and segment
-    /// through `store` (keys under its prefix), map every local peer's segment, and wait until
-    /// all of them have mapped this one. `hosts[r]` is the host id of world rank `r` (as
+    /// Join the shared-memory group of this host: publish this rank's segment in `dir`, map
+    /// every local peer's segment, and wait until all of them have mapped this one. `hosts[r]` is the host id of world rank `r` (as
     /// gathered by the caller). Returns `None` when this rank is alone on its host.
     pub fn join(
-        store: &StoreClient,
+        dir: &dyn Directory,
         rank: usize,
         hosts: &[String],
         timeout: Duration,
@@ -320,13 +309,10 @@ impl ShmGroup {
             return Ok(None);
         }
         let me = members.iter().position(|&r| r == rank).expect("member");
-        let half = env_usize("ACCORD_SHM_CHUNK_BYTES")
-            .map(|v| (v.clamp(4096, 256 << 20) / 64) * 64)
-            .unwrap_or(DEFAULT_HALF_BYTES);
+        let cfg = crate::config::get();
+        let half = cfg.shm_half_bytes;
         // One ring per local sender follows the staging halves, in the receiver's segment.
-        let ring_bytes = env_usize("ACCORD_SHM_RING_BYTES")
-            .map(|v| (v.clamp(16 << 10, 256 << 20) / 4096) * 4096)
-            .unwrap_or(DEFAULT_RING_BYTES);
+        let ring_bytes = cfg.shm_ring_bytes;
         let ring_base = (HEADER + 2 * half).div_ceil(4096) * 4096;
         let len = ring_base + members.len() * ring_bytes;
 
@@ -350,10 +336,13 @@ impl ShmGroup {
         }
         let mine = map_fd(fd, len)?;
         let pid = std::process::id();
-        store.set(&format!("seg/{rank}"), format!("{pid} {fd} {len}"))?;
+        dir.put(
+            &format!("seg/{rank}"),
+            format!("{pid} {fd} {len}").as_bytes(),
+        )?;
 
         let keys: Vec<String> = members.iter().map(|r| format!("seg/{r}")).collect();
-        let vals = store.multi_get(&keys, timeout)?;
+        let vals = dir.get_all(&keys, timeout)?;
         let mut maps = Vec::with_capacity(members.len());
         let mut peers = Vec::with_capacity(members.len());
         let mut mine = Some(mine);
@@ -393,20 +382,17 @@ impl ShmGroup {
             maps.push(map_fd(pfd.0, len)?);
             peers.push(Some(Peer::open(f[0] as i32)));
         }
-        // SAFETY: inside our own header page; peers read it only after the store barrier below.
+        // SAFETY: inside our own header page; peers read it only after the barrier below.
         unsafe { (maps[me].ptr.add(OFF_SELF) as *mut u64).write_volatile(maps[me].ptr as u64) };
         // Everyone has mapped everything before anyone closes its descriptor.
-        store.set(&format!("mapped/{rank}"), b"1")?;
+        dir.put(&format!("mapped/{rank}"), b"1")?;
         let keys: Vec<String> = members.iter().map(|r| format!("mapped/{r}")).collect();
-        store.wait_timeout(&keys, timeout)?;
+        dir.wait_all(&keys, timeout)?;
         drop(own);
 
         // Single-copy transfers read peers' memory directly; that needs every pair to allow
         // process_vm_readv (same user, no stricter ptrace policy). Probe every peer and agree.
-        let want_cma = !matches!(
-            std::env::var("ACCORD_SHM_CMA").as_deref().map(str::trim),
-            Ok("0") | Ok("off") | Ok("no")
-        );
+        let want_cma = cfg.shm_cma;
         let mut ok = want_cma;
         let mut why = String::new();
         if want_cma {
@@ -435,10 +421,10 @@ impl ShmGroup {
                 }
             }
         }
-        store.set(&format!("cma/{rank}"), if ok { "1" } else { "0" })?;
+        dir.put(&format!("cma/{rank}"), if ok { b"1" } else { b"0" })?;
         let keys: Vec<String> = members.iter().map(|r| format!("cma/{r}")).collect();
-        let cma = store
-            .multi_get(&keys, timeout)?
+        let cma = dir
+            .get_all(&keys, timeout)?
             .iter()
             .all(|v| v.as_slice() == b"1");
         if want_cma && !ok && me == 0 {
@@ -453,16 +439,15 @@ impl ShmGroup {
         // in their own mask, so every rank publishes what it sees and all compute the same
         // answer from the same data, which the protocol needs (crowded barriers are
         // centralized).
-        store.set(&format!("cpus/{rank}"), cpus::publish())?;
+        dir.put(&format!("cpus/{rank}"), cpus::publish().as_bytes())?;
         let keys: Vec<String> = members.iter().map(|r| format!("cpus/{r}")).collect();
-        let cores = cpus::usable_together(&store.multi_get(&keys, timeout)?);
+        let cores = cpus::usable_together(&dir.get_all(&keys, timeout)?);
         let crowded = members.len() > cores;
-        let us = |name: &str, default: u64| {
-            Duration::from_micros(env_usize(name).map_or(default, |v| v as u64))
-        };
-        let spin = us("ACCORD_SHM_SPIN_US", if crowded { 0 } else { 50 });
-        let ring_spin = us("ACCORD_SHM_SPIN_US", if crowded { 2 } else { 50 });
-        let yields = us("ACCORD_SHM_YIELD_US", if crowded { 5000 } else { 500 });
+        let us =
+            |set: Option<Duration>, default: u64| set.unwrap_or(Duration::from_micros(default));
+        let spin = us(cfg.shm_spin, if crowded { 0 } else { 50 });
+        let ring_spin = us(cfg.shm_spin, if crowded { 2 } else { 50 });
+        let yields = us(cfg.shm_yield, if crowded { 5000 } else { 500 });
         Ok(Some(ShmGroup {
             members,
             me,
@@ -778,5 +763,68 @@ impl RingArea {
     pub(crate) fn word(&self, r: usize, off: usize) -> &AtomicU32 {
         // SAFETY: off < HEADER, aligned; the mapping lives as long as self.
         unsafe { &*(self.maps[r].ptr.add(off) as *const AtomicU32) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::sync::{Condvar, Mutex};
+
+    /// A directory in memory: what joining needs from the rendezvous store, without one.
+    #[derive(Default)]
+    struct MemoryDirectory {
+        keys: Mutex<HashMap<String, Vec<u8>>>,
+        changed: Condvar,
+    }
+
+    impl Directory for MemoryDirectory {
+        fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+            self.keys.lock().unwrap().insert(key.into(), value.to_vec());
+            self.changed.notify_all();
+            Ok(())
+        }
+
+        fn get_all(&self, keys: &[String], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+            let all = |m: &HashMap<String, Vec<u8>>| keys.iter().all(|k| m.contains_key(k));
+            let (m, _) = self
+                .changed
+                .wait_timeout_while(self.keys.lock().unwrap(), timeout, |m| !all(m))
+                .unwrap();
+            if !all(&m) {
+                return Err(Error::Store(format!("{keys:?} not all published")));
+            }
+            Ok(keys.iter().map(|k| m[k].clone()).collect())
+        }
+
+        fn wait_all(&self, keys: &[String], timeout: Duration) -> Result<()> {
+            self.get_all(keys, timeout).map(drop)
+        }
+    }
+
+    #[test]
+    fn ranks_of_one_host_join_through_any_directory() {
+        let dir = MemoryDirectory::default();
+        // Ranks 0 and 2 share a host; rank 1 is elsewhere and stays out.
+        let hosts: Vec<String> = ["a", "b", "a"].iter().map(|h| h.to_string()).collect();
+        let t = Duration::from_secs(10);
+        let groups: Vec<Option<ShmGroup>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..3)
+                .map(|r| {
+                    let (dir, hosts) = (&dir, &hosts);
+                    s.spawn(move || ShmGroup::join(dir, r, hosts, t).unwrap())
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(groups[1].is_none(), "alone on its host");
+        for (r, me) in [(0, 0), (2, 1)] {
+            let g = groups[r].as_ref().unwrap();
+            assert_eq!((g.members.clone(), g.me), (vec![0, 2], me));
+            assert_eq!(g.half_bytes(), crate::config::get().shm_half_bytes);
+        }
+        let err = ShmGroup::join(&MemoryDirectory::default(), 0, &hosts, Duration::ZERO);
+        assert!(err.is_err(), "a peer that never publishes fails the join");
     }
 }

@@ -72,7 +72,9 @@
 
 use super::waits::{self, Answer, Blocked};
 use super::wire::{self, FrameKind, Header, HEADER_LEN, QUERY_LEN};
-use super::{chunk_bytes, for_each_chunk, AddressBook, Envelope, Frame, Mailbox, Transport};
+use super::{
+    chunk_bytes, for_each_chunk, AddressBook, Envelope, Frame, LinkKind, Mailbox, Transport,
+};
 use crate::auth::gate::{Gate, Outcome};
 use crate::auth::{self, HandshakeLimits, Role, Token};
 use crate::error::{Error, Result};
@@ -135,10 +137,10 @@ pub struct TcpOptions {
 impl Default for TcpOptions {
     /// Options from `ACCORD_HOST` and `ACCORD_ADVERTISE_HOST`, with a 300 s timeout.
     fn default() -> Self {
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let cfg = crate::config::get();
         TcpOptions {
-            bind_host: env("ACCORD_HOST").unwrap_or_default(),
-            advertise_host: env("ACCORD_ADVERTISE_HOST"),
+            bind_host: cfg.host.clone(),
+            advertise_host: cfg.advertise_host.clone(),
             timeout: DEFAULT_TIMEOUT,
             form_deadline: None,
             handshake: HandshakeLimits::default(),
@@ -684,6 +686,10 @@ impl Transport for TcpTransport {
 
     fn name(&self) -> &'static str {
         "tcp"
+    }
+
+    fn link(&self) -> LinkKind {
+        LinkKind::Tcp
     }
 
     fn send(&self, peer: usize, env: &Envelope, data: &[u8]) -> Result<()> {

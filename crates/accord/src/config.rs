@@ -1,0 +1,364 @@
+//! Tunables and limits, read from the environment once per process.
+//!
+//! [`get`] reads every variable below the first time anything asks and keeps the result for the
+//! life of the process; setting one of them later has no effect. [`Config::from_lookup`] parses
+//! the same variables through any lookup, so tests need not touch the process environment.
+//! A value that does not parse counts as unset: the default applies. Sizes are in bytes, times as
+//! noted; "trimmed" means surrounding whitespace is ignored.
+//!
+//! | Variable | Type | Default | Meaning |
+//! |---|---|---|---|
+//! | `ACCORD_TIMEOUT` | seconds (fractional, > 0; trimmed) | 300 | deadline of every blocking call of a communicator |
+//! | `ACCORD_EXPLAIN` | `1` (trimmed) | off | rank 0 prints which algorithm each collective uses and why |
+//! | `ACCORD_ALGO_<OP>` | algorithm name | cost model | force the algorithm of one collective, e.g. `ACCORD_ALGO_ALLREDUCE=ring`, `ACCORD_ALGO_REDUCE_SCATTER=rabenseifner`; a name that does not apply is warned about and ignored |
+//! | `ACCORD_CHUNK_BYTES` | bytes | 524288 | largest frame payload; rounded down to a multiple of 8 within 8 B..64 MiB |
+//! | `ACCORD_MAX_UNMATCHED_BYTES` | bytes (> 0; trimmed) | 1 GiB | frames one peer may leave in a mailbox that no receive has taken |
+//! | `ACCORD_HOST` | host or IP (blank: unset) | the advertised address | where TCP listens ([`crate::transport::tcp`]) |
+//! | `ACCORD_ADVERTISE_HOST` | host or IP (blank: unset) | `ACCORD_HOST` if specific, else this host name's address | where peers are told to connect |
+//! | `ACCORD_TRANSPORT` | `tcp` (trimmed) | shared memory allowed | `tcp` on any rank turns shared memory off for all |
+//! | `ACCORD_HOST_ID` | string | host name + boot id | ranks with equal ids share memory |
+//! | `ACCORD_SHM_P2P` | `0`/`off`/`no` (trimmed) | on | point-to-point traffic between local ranks through shared-memory rings |
+//! | `ACCORD_SHM_CMA` | `0`/`off`/`no` (trimmed) | on | single-copy transfers with `process_vm_readv` |
+//! | `ACCORD_SHM_CHUNK_BYTES` | bytes (trimmed) | 1 MiB | one staging half; rounded down to a multiple of 64 within 4 KiB..256 MiB |
+//! | `ACCORD_SHM_RING_BYTES` | bytes (trimmed) | 512 KiB | one point-to-point ring; rounded down to a multiple of 4096 within 16 KiB..256 MiB |
+//! | `ACCORD_SHM_SPIN_US` | microseconds (trimmed) | 50 (crowded: 0, rings 2) | how long a shared-memory wait spins before yielding |
+//! | `ACCORD_SHM_YIELD_US` | microseconds (trimmed) | 500 (crowded: 5000) | how long it then yields before sleeping |
+//! | `ACCORD_SHM_SMALL_BYTES` | bytes (trimmed) | 16 KiB | shared-memory allreduces up to this size take the one-barrier path ([`crate::shm_coll`]) |
+//! | `ACCORD_SHM_CMA_BYTES` | bytes (trimmed) | off | from this size, broadcast and allgather readers copy straight out of the owner's buffer |
+//! | `ACCORD_SHM_STREAM_BYTES` | bytes (trimmed) | 2 MiB | copies into user buffers from this size use non-temporal stores |
+//! | `ACCORD_SHM_SLOT_BYTES` | bytes (trimmed) | 64 KiB | slot size of pipelined shared-memory broadcasts |
+//! | `ACCORD_GPU_WATCHDOG` | `0` | on | the watchdog that aborts NCCL on timeouts and errors |
+//! | `ACCORD_GPU_ALLTOALL_SELF` | `copy` (any case) | inside the NCCL group | how alltoall moves a rank's own block |
+//! | `ACCORD_NCCL_INIT` | `blocking` | with a deadline | NCCL's plain blocking communicator init |
+//! | `ACCORD_NCCL_LIBRARY` | path | search | the NCCL library to load |
+//! | `ACCORD_CUDA_LIBRARY` | path | `libcuda.so.1` | the CUDA driver library to load |
+//! | `ACCORD_SOAK` | count (≥ 1; trimmed) | 1 | repetition multiplier of randomized and fault tests |
+//!
+//! Joining a job reads its own variables at every init, because the process environment may
+//! change between inits (and [`crate::rendezvous::init_with_vars`] takes them from the caller):
+//! `ACCORD_RANK`, `ACCORD_WORLD_SIZE`, `ACCORD_LOCAL_RANK`, `ACCORD_LOCAL_WORLD_SIZE`,
+//! `ACCORD_STORE`, `ACCORD_STORE_EXTERNAL`, `ACCORD_STORE_HOST`, `ACCORD_STORE_PREFIX`,
+//! `ACCORD_TOKEN`, `ACCORD_TOKEN_FILE`, `ACCORD_JOIN_TIMEOUT` and `ACCORD_TIMEOUT` (there a value
+//! that does not parse is an error rather than the default). The [`crate::rendezvous`] module
+//! documents them, and [`crate::rendezvous::EnvConfig`] parses them.
+
+use crate::fingerprint::OpKind;
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Default of [`Config::timeout`].
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default of [`Config::chunk_bytes`].
+pub const DEFAULT_CHUNK_BYTES: usize = 512 * 1024;
+/// Largest [`Config::chunk_bytes`]; a receiver refuses bigger frames.
+pub const MAX_CHUNK_BYTES: usize = 64 * 1024 * 1024;
+/// Default of [`Config::max_unmatched_bytes`].
+pub const DEFAULT_MAX_UNMATCHED_BYTES: usize = 1 << 30;
+/// Default of [`Config::shm_half_bytes`].
+pub const DEFAULT_SHM_HALF_BYTES: usize = 1 << 20;
+/// Default of [`Config::shm_ring_bytes`].
+pub const DEFAULT_SHM_RING_BYTES: usize = 512 << 10;
+/// Default of [`Config::shm_cma_bytes`]: never (single copy off).
+pub const DEFAULT_SHM_CMA_BYTES: usize = usize::MAX;
+
+/// Every tunable and limit of the core, parsed. See the [module documentation](self) for the
+/// variables, their defaults and meaning.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// `ACCORD_TIMEOUT`.
+    pub timeout: Duration,
+    /// `ACCORD_EXPLAIN=1`.
+    pub explain: bool,
+    /// `ACCORD_ALGO_<OP>` as set (unparsed: whether a name applies depends on the call).
+    pub algo: BTreeMap<OpKind, String>,
+    /// `ACCORD_CHUNK_BYTES`, rounded and clamped.
+    pub chunk_bytes: usize,
+    /// `ACCORD_MAX_UNMATCHED_BYTES`.
+    pub max_unmatched_bytes: usize,
+    /// `ACCORD_HOST` (empty: all interfaces).
+    pub host: String,
+    /// `ACCORD_ADVERTISE_HOST`.
+    pub advertise_host: Option<String>,
+    /// False when `ACCORD_TRANSPORT=tcp`.
+    pub shm: bool,
+    /// `ACCORD_HOST_ID`, when set and not empty.
+    pub host_id: Option<String>,
+    /// False when `ACCORD_SHM_P2P` is `0`, `off` or `no`.
+    pub shm_p2p: bool,
+    /// False when `ACCORD_SHM_CMA` is `0`, `off` or `no`.
+    pub shm_cma: bool,
+    /// `ACCORD_SHM_CHUNK_BYTES`, rounded and clamped: one staging half.
+    pub shm_half_bytes: usize,
+    /// `ACCORD_SHM_RING_BYTES`, rounded and clamped.
+    pub shm_ring_bytes: usize,
+    /// `ACCORD_SHM_SPIN_US` (the default depends on whether the host is crowded).
+    pub shm_spin: Option<Duration>,
+    /// `ACCORD_SHM_YIELD_US` (the default depends on whether the host is crowded).
+    pub shm_yield: Option<Duration>,
+    /// `ACCORD_SHM_SMALL_BYTES`.
+    pub shm_small_bytes: usize,
+    /// `ACCORD_SHM_CMA_BYTES`.
+    pub shm_cma_bytes: usize,
+    /// `ACCORD_SHM_STREAM_BYTES`.
+    pub shm_stream_bytes: usize,
+    /// `ACCORD_SHM_SLOT_BYTES`.
+    pub shm_slot_bytes: usize,
+    /// False when `ACCORD_GPU_WATCHDOG=0`.
+    pub gpu_watchdog: bool,
+    /// `ACCORD_GPU_ALLTOALL_SELF=copy`.
+    pub gpu_alltoall_self_copy: bool,
+    /// `ACCORD_NCCL_INIT=blocking`.
+    pub nccl_init_blocking: bool,
+    /// `ACCORD_NCCL_LIBRARY`, when set and not empty.
+    pub nccl_library: Option<String>,
+    /// `ACCORD_CUDA_LIBRARY`.
+    pub cuda_library: String,
+    /// `ACCORD_SOAK`.
+    pub soak: usize,
+}
+
+/// Whether a switch that is on by default is turned off (`0`, `off`, `no`).
+fn switched_off(v: Option<&str>) -> bool {
+    matches!(v.map(str::trim), Some("0" | "off" | "no"))
+}
+
+impl Config {
+    /// Parse the variables as `lookup` returns them (`None`: unset).
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Config {
+        let raw = |k: &str| lookup(k);
+        let trimmed = |k: &str| -> Option<usize> { raw(k).and_then(|v| v.trim().parse().ok()) };
+        let micros = |k: &str| trimmed(k).map(|v| Duration::from_micros(v as u64));
+        let not_blank = |k: &str| raw(k).filter(|v| !v.trim().is_empty());
+        Config {
+            timeout: raw("ACCORD_TIMEOUT")
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .map(Duration::from_secs_f64)
+                .unwrap_or(DEFAULT_TIMEOUT),
+            explain: raw("ACCORD_EXPLAIN").is_some_and(|v| v.trim() == "1"),
+            algo: OpKind::ALL
+                .iter()
+                .filter_map(|&k| raw(&algo_var(k)).map(|v| (k, v)))
+                .collect(),
+            chunk_bytes: raw("ACCORD_CHUNK_BYTES")
+                .and_then(|v| v.parse::<usize>().ok())
+                .map(|v| (v.clamp(8, MAX_CHUNK_BYTES) / 8) * 8)
+                .unwrap_or(DEFAULT_CHUNK_BYTES),
+            max_unmatched_bytes: trimmed("ACCORD_MAX_UNMATCHED_BYTES")
+                .filter(|&v| v > 0)
+                .unwrap_or(DEFAULT_MAX_UNMATCHED_BYTES),
+            host: not_blank("ACCORD_HOST").unwrap_or_default(),
+            advertise_host: not_blank("ACCORD_ADVERTISE_HOST"),
+            shm: !matches!(
+                raw("ACCORD_TRANSPORT").as_deref().map(str::trim),
+                Some("tcp" | "TCP")
+            ),
+            host_id: raw("ACCORD_HOST_ID").filter(|h| !h.is_empty()),
+            shm_p2p: !switched_off(raw("ACCORD_SHM_P2P").as_deref()),
+            shm_cma: !switched_off(raw("ACCORD_SHM_CMA").as_deref()),
+            shm_half_bytes: trimmed("ACCORD_SHM_CHUNK_BYTES")
+                .map(|v| (v.clamp(4096, 256 << 20) / 64) * 64)
+                .unwrap_or(DEFAULT_SHM_HALF_BYTES),
+            shm_ring_bytes: trimmed("ACCORD_SHM_RING_BYTES")
+                .map(|v| (v.clamp(16 << 10, 256 << 20) / 4096) * 4096)
+                .unwrap_or(DEFAULT_SHM_RING_BYTES),
+            shm_spin: micros("ACCORD_SHM_SPIN_US"),
+            shm_yield: micros("ACCORD_SHM_YIELD_US"),
+            shm_small_bytes: trimmed("ACCORD_SHM_SMALL_BYTES").unwrap_or(16 << 10),
+            shm_cma_bytes: trimmed("ACCORD_SHM_CMA_BYTES").unwrap_or(DEFAULT_SHM_CMA_BYTES),
+            shm_stream_bytes: trimmed("ACCORD_SHM_STREAM_BYTES").unwrap_or(2 << 20),
+            shm_slot_bytes: trimmed("ACCORD_SHM_SLOT_BYTES").unwrap_or(64 << 10),
+            gpu_watchdog: raw("ACCORD_GPU_WATCHDOG").is_none_or(|v| v != "0"),
+            gpu_alltoall_self_copy: raw("ACCORD_GPU_ALLTOALL_SELF")
+                .is_some_and(|v| v.eq_ignore_ascii_case("copy")),
+            nccl_init_blocking: raw("ACCORD_NCCL_INIT").is_some_and(|v| v == "blocking"),
+            nccl_library: raw("ACCORD_NCCL_LIBRARY").filter(|p| !p.is_empty()),
+            cuda_library: raw("ACCORD_CUDA_LIBRARY").unwrap_or_else(|| "libcuda.so.1".into()),
+            soak: trimmed("ACCORD_SOAK").unwrap_or(1).max(1),
+        }
+    }
+
+    /// The `ACCORD_ALGO_<OP>` override for `kind`, as set.
+    pub fn algo(&self, kind: OpKind) -> Option<&str> {
+        self.algo.get(&kind).map(String::as_str)
+    }
+}
+
+impl Default for Config {
+    /// Every default, as if no variable were set.
+    fn default() -> Self {
+        Config::from_lookup(&|_| None)
+    }
+}
+
+/// The variable that overrides the algorithm of `kind`, e.g. `ACCORD_ALGO_ALLREDUCE`.
+pub fn algo_var(kind: OpKind) -> String {
+    format!("ACCORD_ALGO_{}", kind.name().to_ascii_uppercase())
+}
+
+/// The process's configuration, read from its environment on first use.
+pub fn get() -> &'static Config {
+    static CONFIG: OnceLock<Config> = OnceLock::new();
+    CONFIG.get_or_init(|| Config::from_lookup(&|k| std::env::var(k).ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(pairs: &[(&str, &str)]) -> Config {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(&move |k| {
+            pairs
+                .iter()
+                .find(|(name, _)| name == k)
+                .map(|(_, v)| v.clone())
+        })
+    }
+
+    #[test]
+    fn defaults_when_nothing_is_set() {
+        let c = Config::default();
+        assert_eq!(c.timeout, Duration::from_secs(300));
+        assert!(!c.explain && c.algo.is_empty());
+        assert_eq!(c.chunk_bytes, 512 << 10);
+        assert_eq!(c.max_unmatched_bytes, 1 << 30);
+        assert_eq!((c.host.as_str(), c.advertise_host.as_deref()), ("", None));
+        assert!(c.shm && c.shm_p2p && c.shm_cma && c.host_id.is_none());
+        assert_eq!((c.shm_half_bytes, c.shm_ring_bytes), (1 << 20, 512 << 10));
+        assert_eq!((c.shm_spin, c.shm_yield), (None, None));
+        assert_eq!(
+            (
+                c.shm_small_bytes,
+                c.shm_cma_bytes,
+                c.shm_stream_bytes,
+                c.shm_slot_bytes
+            ),
+            (16 << 10, usize::MAX, 2 << 20, 64 << 10)
+        );
+        assert!(c.gpu_watchdog && !c.gpu_alltoall_self_copy && !c.nccl_init_blocking);
+        assert_eq!(c.nccl_library, None);
+        assert_eq!(c.cuda_library, "libcuda.so.1");
+        assert_eq!(c.soak, 1);
+    }
+
+    #[test]
+    fn timeout_is_fractional_seconds_and_falls_back_when_invalid() {
+        assert_eq!(
+            with(&[("ACCORD_TIMEOUT", " 2.5 ")]).timeout,
+            Duration::from_millis(2500)
+        );
+        for bad in ["0", "-1", "inf", "NaN", "soon", ""] {
+            assert_eq!(
+                with(&[("ACCORD_TIMEOUT", bad)]).timeout,
+                DEFAULT_TIMEOUT,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn sizes_are_rounded_and_clamped() {
+        assert_eq!(with(&[("ACCORD_CHUNK_BYTES", "1001")]).chunk_bytes, 1000);
+        assert_eq!(with(&[("ACCORD_CHUNK_BYTES", "1")]).chunk_bytes, 8);
+        assert_eq!(
+            with(&[("ACCORD_CHUNK_BYTES", "999999999999")]).chunk_bytes,
+            MAX_CHUNK_BYTES
+        );
+        // This one has never been trimmed.
+        assert_eq!(
+            with(&[("ACCORD_CHUNK_BYTES", " 1024")]).chunk_bytes,
+            DEFAULT_CHUNK_BYTES
+        );
+        let c = with(&[
+            ("ACCORD_SHM_CHUNK_BYTES", " 10000 "),
+            ("ACCORD_SHM_RING_BYTES", "1"),
+        ]);
+        assert_eq!((c.shm_half_bytes, c.shm_ring_bytes), (9984, 16 << 10));
+        assert_eq!(
+            with(&[("ACCORD_SHM_RING_BYTES", "70000")]).shm_ring_bytes,
+            17 * 4096
+        );
+    }
+
+    #[test]
+    fn limits_reject_zero_and_garbage() {
+        let cap = |v| with(&[("ACCORD_MAX_UNMATCHED_BYTES", v)]).max_unmatched_bytes;
+        assert_eq!(cap(" 4096\n"), 4096);
+        assert_eq!(cap("0"), DEFAULT_MAX_UNMATCHED_BYTES);
+        assert_eq!(cap("lots"), DEFAULT_MAX_UNMATCHED_BYTES);
+        assert_eq!(with(&[("ACCORD_SOAK", "0")]).soak, 1);
+        assert_eq!(with(&[("ACCORD_SOAK", " 7")]).soak, 7);
+        assert_eq!(
+            with(&[("ACCORD_SHM_SMALL_BYTES", "x")]).shm_small_bytes,
+            16 << 10
+        );
+        assert_eq!(with(&[("ACCORD_SHM_CMA_BYTES", " 0 ")]).shm_cma_bytes, 0);
+    }
+
+    #[test]
+    fn switches() {
+        for off in ["0", " off", "no "] {
+            let c = with(&[("ACCORD_SHM_P2P", off), ("ACCORD_SHM_CMA", off)]);
+            assert!(!c.shm_p2p && !c.shm_cma, "{off:?}");
+        }
+        let c = with(&[("ACCORD_SHM_P2P", "1"), ("ACCORD_SHM_CMA", "OFF")]);
+        assert!(c.shm_p2p && c.shm_cma);
+        assert!(!with(&[("ACCORD_TRANSPORT", " tcp ")]).shm);
+        assert!(!with(&[("ACCORD_TRANSPORT", "TCP")]).shm);
+        assert!(with(&[("ACCORD_TRANSPORT", "Tcp")]).shm);
+        assert!(with(&[("ACCORD_EXPLAIN", " 1 ")]).explain);
+        assert!(!with(&[("ACCORD_EXPLAIN", "yes")]).explain);
+        assert!(!with(&[("ACCORD_GPU_WATCHDOG", "0")]).gpu_watchdog);
+        assert!(with(&[("ACCORD_GPU_WATCHDOG", "off")]).gpu_watchdog);
+        assert!(with(&[("ACCORD_GPU_ALLTOALL_SELF", "COPY")]).gpu_alltoall_self_copy);
+        assert!(with(&[("ACCORD_NCCL_INIT", "blocking")]).nccl_init_blocking);
+        assert!(!with(&[("ACCORD_NCCL_INIT", " blocking")]).nccl_init_blocking);
+    }
+
+    #[test]
+    fn hosts_libraries_and_spin_times() {
+        let c = with(&[
+            ("ACCORD_HOST", " "),
+            ("ACCORD_ADVERTISE_HOST", "10.0.0.5"),
+            ("ACCORD_HOST_ID", ""),
+            ("ACCORD_NCCL_LIBRARY", ""),
+            ("ACCORD_CUDA_LIBRARY", "/opt/libcuda.so"),
+            ("ACCORD_SHM_SPIN_US", " 0"),
+            ("ACCORD_SHM_YIELD_US", "250"),
+        ]);
+        assert_eq!(c.host, "");
+        assert_eq!(c.advertise_host.as_deref(), Some("10.0.0.5"));
+        assert_eq!(
+            (c.host_id.as_deref(), c.nccl_library.as_deref()),
+            (None, None)
+        );
+        assert_eq!(c.cuda_library, "/opt/libcuda.so");
+        assert_eq!(c.shm_spin, Some(Duration::ZERO));
+        assert_eq!(c.shm_yield, Some(Duration::from_micros(250)));
+        let c = with(&[("ACCORD_HOST_ID", "node7"), ("ACCORD_HOST", "eth0")]);
+        assert_eq!(
+            (c.host_id.as_deref(), c.host.as_str()),
+            (Some("node7"), "eth0")
+        );
+    }
+
+    #[test]
+    fn algorithm_overrides_by_operation() {
+        let c = with(&[
+            ("ACCORD_ALGO_ALLREDUCE", "ring"),
+            ("ACCORD_ALGO_REDUCE_SCATTER", "rabenseifner"),
+        ]);
+        assert_eq!(c.algo(OpKind::AllReduce), Some("ring"));
+        assert_eq!(c.algo(OpKind::ReduceScatter), Some("rabenseifner"));
+        assert_eq!(c.algo(OpKind::Broadcast), None);
+        assert_eq!(
+            algo_var(OpKind::ReduceScatter),
+            "ACCORD_ALGO_REDUCE_SCATTER"
+        );
+    }
+}
