@@ -1,7 +1,7 @@
 //! From "I am one of N processes" to a working [`Communicator`]: rendezvous through the store,
 //! then connect the transport.
 
-use crate::comm::{timeout_from_env, Communicator};
+use crate::comm::{timeout_from_env, Communicator, Resources};
 use crate::error::Result;
 use crate::rendezvous::{self, InitMethod, Rendezvous};
 use crate::shm_coll::ShmWorld;
@@ -67,7 +67,7 @@ pub fn from_rendezvous(rdv: Rendezvous, timeout: Duration) -> Result<Communicato
         }
     };
     let mut transport: Arc<dyn Transport> = tcp.clone();
-    let mut keep: Vec<Arc<dyn std::any::Any + Send + Sync>> = Vec::new();
+    let mut resources = Resources::default();
     if let Some(w) = shm_world(&rdv, &transport, timeout)? {
         // Point-to-point traffic (and every collective that runs a message schedule) between
         // ranks of this host goes through shared-memory rings; TCP stays for the other hosts,
@@ -76,10 +76,10 @@ pub fn from_rendezvous(rdv: Rendezvous, timeout: Duration) -> Result<Communicato
         if let Some(g) = w.group.as_ref().filter(|_| p2p) {
             transport = HybridTransport::new(tcp, g.ring_area(), timeout)?;
         }
-        keep.push(Arc::new(w));
+        resources.shm = Some(Arc::new(w));
     }
-    keep.push(Arc::new(rdv));
-    let comm = Communicator::with_resources(transport, keep);
+    resources.rendezvous = Some(rdv);
+    let comm = Communicator::with_resources(transport, resources);
     comm.set_timeout(timeout);
     Ok(comm)
 }

@@ -95,7 +95,7 @@ pub mod transport;
 
 pub use bootstrap::{from_rendezvous, init, init_with, init_with_timeout};
 pub use buffer::{AsInOut, AsRecv, AsSend, Memory, Parts, RecvBuf, SendBuf};
-pub use comm::{Communicator, Completion, Request};
+pub use comm::{Communicator, Completion, Request, Resources};
 pub use config::Config;
 pub use dtype::{DataType, Element, ReduceOp};
 pub use error::{Error, Result};

@@ -21,11 +21,7 @@ use std::time::Duration;
 /// Repetition multiplier of randomized and fault tests: `ACCORD_SOAK=<n>` (at least 1; 1 when
 /// unset), for a longer run than CI's.
 pub fn soak() -> usize {
-    std::env::var("ACCORD_SOAK")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(1)
-        .max(1)
+    crate::config::get().soak
 }
 
 /// Run `f` on `n` ranks (threads) over the in-process transport and collect the results in rank

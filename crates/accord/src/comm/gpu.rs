@@ -51,6 +51,7 @@ impl Communicator {
         stream: Stream,
     ) -> Result<Completion> {
         let g = self.device_engine()?;
+        self.explain_engine(op, "the GPU (NCCL)");
         let send_or_recv = send.unwrap_or(recv);
         let counts = |c: &Collective| match c {
             Collective::AllGather { counts }

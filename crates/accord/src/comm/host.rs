@@ -52,12 +52,19 @@ impl Communicator {
                 self.check_poison()?;
                 let call = op.call(self.inner.id, &self.inner.name, seq, self.timeout());
                 let r = match w.single_host() {
-                    true => w.run(&call, &op.coll, input, output),
-                    false => self.hierarchical(w, leaders.as_ref(), &call, op, input, output),
+                    true => {
+                        self.explain_engine(op, "shared memory");
+                        w.run(&call, &op.coll, input, output)
+                    }
+                    false => {
+                        self.explain_engine(op, "shared memory within hosts, TCP between leaders");
+                        self.hierarchical(w, leaders.as_ref(), &call, op, input, output)
+                    }
                 };
                 return r.map_err(|e| self.fail(e));
             }
         }
+        self.explain_engine(op, "a schedule over the transport");
         self.run_schedule(seq, op, input, output)
     }
 

@@ -22,7 +22,6 @@ use crate::op::Op;
 use crate::p2p_order::{Side, Turn, Turns};
 use crate::schedule::{algorithms, tuner, Algorithm, Collective, Schedule};
 use crate::transport::{Envelope, Frame, Transport, P2P_LANE};
-use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -40,16 +39,13 @@ mod request;
 pub use request::{Completion, Request};
 
 /// Default deadline of every blocking call.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+pub const DEFAULT_TIMEOUT: Duration = crate::config::DEFAULT_TIMEOUT;
 
-/// The deadline from `ACCORD_TIMEOUT` (seconds, may be fractional), else [`DEFAULT_TIMEOUT`].
+/// The deadline from `ACCORD_TIMEOUT` (see [`crate::config`]), else [`DEFAULT_TIMEOUT`]. Read
+/// at every init rather than once: a process may set it just before it joins (Ray actors do).
 pub fn timeout_from_env() -> Duration {
-    std::env::var("ACCORD_TIMEOUT")
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map(Duration::from_secs_f64)
-        .unwrap_or(DEFAULT_TIMEOUT)
+    let only_timeout = |k: &str| (k == "ACCORD_TIMEOUT").then(|| std::env::var(k).ok())?;
+    crate::config::Config::from_lookup(&only_timeout).timeout
 }
 
 /// A group of ranks that communicate. Cheap to clone (clones share state and sequence numbers).
@@ -62,6 +58,16 @@ pub struct Communicator {
     inner: Arc<Inner>,
     /// A sequence number taken ahead for this handle's next operation.
     reserved: Option<Arc<ReservedSeq>>,
+}
+
+/// What a world communicator was bootstrapped with.
+#[derive(Debug, Default)]
+pub struct Resources {
+    /// The rendezvous: the store client (and the store itself on the rank that hosts it), kept
+    /// alive as long as the communicator.
+    pub rendezvous: Option<crate::rendezvous::Rendezvous>,
+    /// Placement over hosts and this host's shared-memory group.
+    pub shm: Option<Arc<crate::shm_coll::ShmWorld>>,
 }
 
 /// A place in the communicator's order, taken ahead by [`Communicator::reserve`].
@@ -94,6 +100,8 @@ struct Inner {
     poison: Mutex<Option<Error>>,
     /// Plans by (collective, element size): the algorithm choice depends on both.
     cache: Mutex<HashMap<(Collective, usize), Arc<Schedule>>>,
+    /// The (operation, engine) pairs `ACCORD_EXPLAIN` has reported.
+    explained: Mutex<std::collections::HashSet<(OpKind, &'static str)>>,
     /// Per-communicator algorithm choices that override the tuner (tests, tuning).
     forced: Mutex<HashMap<OpKind, Algorithm>>,
     model: tuner::CostModel,
@@ -101,8 +109,8 @@ struct Inner {
     /// [`crate::shm_coll::ShmWorld`]), and the communicator of the host leaders for
     /// hierarchical collectives when the world spans hosts.
     shm: Option<(Arc<crate::shm_coll::ShmWorld>, Option<Communicator>)>,
-    /// Things that must live as long as the communicator (store client and server...).
-    _keep: Vec<Arc<dyn Any + Send + Sync>>,
+    /// What the world was bootstrapped with; children share it.
+    resources: Arc<Resources>,
     /// The order of point-to-point messages per (peer, tag).
     turns: Arc<Turns>,
     /// The device engine for device buffers, once attached ([`Communicator::attach_device`]).
@@ -112,25 +120,17 @@ struct Inner {
 impl Communicator {
     /// A communicator over all ranks of `transport`.
     pub fn new(transport: Arc<dyn Transport>) -> Self {
-        Self::with_resources(transport, Vec::new())
+        Self::with_resources(transport, Resources::default())
     }
 
-    /// Like [`Communicator::new`], keeping `keep` alive as long as the communicator.
-    pub fn with_resources(
-        transport: Arc<dyn Transport>,
-        keep: Vec<Arc<dyn Any + Send + Sync>>,
-    ) -> Self {
+    /// Like [`Communicator::new`], with what the world was bootstrapped with: the rendezvous
+    /// (kept alive as long as the communicator) and the shared-memory placement, which gives
+    /// collectives their shared-memory path.
+    pub fn with_resources(transport: Arc<dyn Transport>, resources: Resources) -> Self {
         let ranks = (0..transport.size()).collect();
         let rank = transport.rank();
-        let model = match transport.name() {
-            "inproc" => tuner::CostModel::inproc(),
-            "shm" => tuner::CostModel::shm(),
-            // "tcp", and "tcp+shm" (several hosts: the slowest links are TCP).
-            _ => tuner::CostModel::tcp(),
-        };
-        let shm_world = keep
-            .iter()
-            .find_map(|k| k.clone().downcast::<crate::shm_coll::ShmWorld>().ok());
+        let model = tuner::CostModel::for_link(transport.link());
+        let shm_world = resources.shm.clone();
         let mut comm = Communicator {
             inner: Arc::new(Inner {
                 transport,
@@ -144,9 +144,10 @@ impl Communicator {
                 poison: Mutex::new(None),
                 cache: Mutex::new(HashMap::new()),
                 forced: Mutex::new(HashMap::new()),
+                explained: Default::default(),
                 model,
                 shm: None,
-                _keep: keep,
+                resources: Arc::new(resources),
                 turns: Arc::default(),
                 device: Default::default(),
             }),
@@ -180,13 +181,8 @@ impl Communicator {
     /// The rendezvous store this communicator was bootstrapped through, if any (communicators
     /// built directly on a transport have none).
     pub fn store(&self) -> Option<Arc<crate::rendezvous::StoreClient>> {
-        self.inner._keep.iter().find_map(|k| {
-            if let Some(r) = k.downcast_ref::<crate::rendezvous::Rendezvous>() {
-                return Some(r.store.clone());
-            }
-            k.downcast_ref::<crate::rendezvous::StoreClient>()
-                .map(|c| Arc::new(c.clone()))
-        })
+        let r = self.inner.resources.rendezvous.as_ref()?;
+        Some(r.store.clone())
     }
 
     /// The transport's name (`inproc`, `tcp`, `shm`, `tcp+shm`).
@@ -349,7 +345,7 @@ impl Communicator {
             (None, Collective::AllToAll { .. }) if kind == OpKind::AllToAllV => Algorithm::Pairwise,
             (None, _) => tuner::select(coll, self.size(), dtype.size(), &self.inner.model),
         };
-        if self.rank() == 0 && std::env::var("ACCORD_EXPLAIN").is_ok_and(|v| v.trim() == "1") {
+        if self.rank() == 0 && crate::config::get().explain {
             eprintln!(
                 "accord: {} on {} ({} ranks) uses {algo}\n{}",
                 kind,
@@ -365,6 +361,28 @@ impl Communicator {
         }
         cache.insert(key, s.clone());
         Ok(s)
+    }
+
+    /// With `ACCORD_EXPLAIN=1`, rank 0 says once per operation kind which engine runs it
+    /// (schedules also print the algorithm and its cost table, see `schedule`).
+    fn explain_engine(&self, op: &Op, engine: &'static str) {
+        if self.rank() != 0 || !crate::config::get().explain {
+            return;
+        }
+        if self
+            .inner
+            .explained
+            .lock()
+            .unwrap()
+            .insert((op.kind(), engine))
+        {
+            eprintln!(
+                "accord: {} on {} ({} ranks) runs on {engine}",
+                op.kind(),
+                self.name(),
+                self.size()
+            );
+        }
     }
 
     /// The sequence number of the operation about to run, and whether it was reserved ahead
