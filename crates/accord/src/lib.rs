@@ -81,6 +81,7 @@ pub mod buffer;
 pub mod comm;
 pub mod config;
 pub mod dtype;
+mod engine;
 pub mod error;
 mod exec;
 pub mod fingerprint;

@@ -90,7 +90,7 @@ impl Communicator {
                 forced: Mutex::new(HashMap::new()),
                 explained: Default::default(),
                 model: p.model,
-                shm: None,
+                engines: Vec::new(),
                 resources: p.resources.clone(),
                 turns: Arc::default(),
                 device: Default::default(),

@@ -2,22 +2,31 @@
 //! ([`ShmWorld`]'s host steps), the host leaders' communicator (TCP) between them.
 
 use super::*;
+use crate::engine::HostEngine;
 use crate::op::Call;
 use crate::shm_coll::ShmWorld;
 
-impl Communicator {
-    /// Run `op` (allreduce or broadcast) over hosts: `world` places the ranks, `leaders` is the
-    /// communicator of the lowest rank of each host (present on leaders only).
-    pub(super) fn hierarchical(
-        &self,
-        world: &ShmWorld,
-        leaders: Option<&Communicator>,
-        call: &Call<'_>,
-        op: &Op,
-        input: Option<&[u8]>,
-        output: &mut [u8],
-    ) -> Result<()> {
-        let me = self.rank();
+/// Allreduce and broadcast over hosts: `world` places the ranks, `leaders` is the communicator
+/// of the lowest rank of each host (present on leaders only).
+pub(super) struct Hierarchy {
+    pub world: Arc<ShmWorld>,
+    pub leaders: Option<Communicator>,
+    /// This rank and the world size.
+    pub me: usize,
+    pub size: usize,
+}
+
+impl HostEngine for Hierarchy {
+    fn name(&self) -> &'static str {
+        "shared memory within hosts, TCP between leaders"
+    }
+
+    fn supports(&self, op: &Op) -> bool {
+        self.world.supports(&op.coll, &op.fp)
+    }
+
+    fn run(&self, call: &Call<'_>, op: &Op, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
+        let (world, leaders, me) = (&*self.world, self.leaders.as_ref(), self.me);
         let host = world.host_of[me];
         let leader = world.leaders[host];
         let deadline = Instant::now() + call.timeout;
@@ -43,7 +52,7 @@ impl Communicator {
                         .run_as(&step, None, output)?;
                 }
                 world.host_broadcast(call, deadline, output.as_mut_ptr(), count, 0)?;
-                dtype::finalize(call.dtype, call.op, output, self.size());
+                dtype::finalize(call.dtype, call.op, output, self.size);
                 Ok(())
             }
             Collective::Broadcast { count, root } => {

@@ -45,24 +45,16 @@ impl Communicator {
             return self.run_wide(op, input, output);
         }
         let (seq, reserved) = self.next_seq()?;
-        if let Some((w, leaders)) = &self.inner.shm {
-            // Reserved calls may run concurrently and in any order on each rank: they take the
-            // message path, which matches by sequence number. Others run in program order.
-            if !reserved && w.supports(&op.coll, &op.fp) {
-                self.check_poison()?;
-                let call = op.call(self.inner.id, &self.inner.name, seq, self.timeout());
-                let r = match w.single_host() {
-                    true => {
-                        self.explain_engine(op, "shared memory");
-                        w.run(&call, &op.coll, input, output)
-                    }
-                    false => {
-                        self.explain_engine(op, "shared memory within hosts, TCP between leaders");
-                        self.hierarchical(w, leaders.as_ref(), &call, op, input, output)
-                    }
-                };
-                return r.map_err(|e| self.fail(e));
-            }
+        // Reserved calls may run concurrently and in any order on each rank: they take the
+        // message path, which matches by sequence number. Others run in program order.
+        let engine = (!reserved)
+            .then(|| self.inner.engines.iter().find(|e| e.supports(op)))
+            .flatten();
+        if let Some(e) = engine {
+            self.check_poison()?;
+            self.explain_engine(op, e.name());
+            let call = op.call(self.inner.id, &self.inner.name, seq, self.timeout());
+            return e.run(&call, op, input, output).map_err(|e| self.fail(e));
         }
         self.explain_engine(op, "a schedule over the transport");
         self.run_schedule(seq, op, input, output)

@@ -15,6 +15,7 @@
 use crate::atomic_duration::AtomicDuration;
 use crate::buffer::{AsInOut, AsRecv, AsSend, RecvBuf, RecvData, SendBuf, SendData};
 use crate::dtype::{self, DataType, ReduceOp};
+use crate::engine::HostEngine;
 use crate::error::{Error, Result};
 use crate::exec::{self, Buffers, Routed};
 use crate::fingerprint::{Fingerprint, OpKind};
@@ -105,10 +106,10 @@ struct Inner {
     /// Per-communicator algorithm choices that override the tuner (tests, tuning).
     forced: Mutex<HashMap<OpKind, Algorithm>>,
     model: tuner::CostModel,
-    /// The shared-memory fast path (world communicators bootstrapped with a
-    /// [`crate::shm_coll::ShmWorld`]), and the communicator of the host leaders for
-    /// hierarchical collectives when the world spans hosts.
-    shm: Option<(Arc<crate::shm_coll::ShmWorld>, Option<Communicator>)>,
+    /// Engines tried in order before the schedule over the transport (see [`crate::engine`]):
+    /// shared memory on one host, or the hierarchy across hosts, for world communicators
+    /// bootstrapped with a [`crate::shm_coll::ShmWorld`].
+    engines: Vec<Arc<dyn HostEngine>>,
     /// What the world was bootstrapped with; children share it.
     resources: Arc<Resources>,
     /// The order of point-to-point messages per (peer, tag).
@@ -146,7 +147,7 @@ impl Communicator {
                 forced: Mutex::new(HashMap::new()),
                 explained: Default::default(),
                 model,
-                shm: None,
+                engines: Vec::new(),
                 resources: Arc::new(resources),
                 turns: Arc::default(),
                 device: Default::default(),
@@ -154,10 +155,24 @@ impl Communicator {
             reserved: None,
         };
         if let Some(w) = shm_world.filter(|w| w.host_of.len() == comm.size()) {
-            let leaders = (!w.single_host() && w.leaders.contains(&rank))
-                .then(|| comm.child(&w.leaders.clone(), u64::MAX, "leaders", 0x5348_4d4c));
-            if let Some(inner) = Arc::get_mut(&mut comm.inner) {
-                inner.shm = Some((w, leaders));
+            let engine = match w.single_host() {
+                true => w.single_host_engine(),
+                false => {
+                    let leaders = w
+                        .leaders
+                        .contains(&rank)
+                        .then(|| comm.child(&w.leaders.clone(), u64::MAX, "leaders", 0x5348_4d4c));
+                    let size = comm.size();
+                    Some(Arc::new(hierarchy::Hierarchy {
+                        world: w,
+                        leaders,
+                        me: rank,
+                        size,
+                    }) as Arc<dyn HostEngine>)
+                }
+            };
+            if let (Some(e), Some(inner)) = (engine, Arc::get_mut(&mut comm.inner)) {
+                inner.engines.push(e);
             }
         }
         comm
@@ -250,10 +265,7 @@ impl Communicator {
 
     /// Whether collectives of this communicator can take the shared-memory path.
     pub fn uses_shm(&self) -> bool {
-        self.inner
-            .shm
-            .as_ref()
-            .is_some_and(|(w, _)| !w.single_host() || w.group.is_some())
+        !self.inner.engines.is_empty()
     }
 
     /// The algorithm the tuner picks for `coll` with elements of `dtype`, and its cost table.

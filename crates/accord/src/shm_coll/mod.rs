@@ -48,12 +48,14 @@
 
 use crate::blame;
 use crate::dtype::{self, ReduceOp};
+use crate::engine::HostEngine;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
-use crate::op::Call;
+use crate::op::{Call, Op};
 use crate::schedule::Collective;
 use crate::transport::shm::{ShmGroup, ShmWaitError};
 use crate::transport::waits::{Blocked, WaitGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod host_steps;
@@ -170,6 +172,11 @@ impl ShmWorld {
                 call.fp
             ))),
         }
+    }
+
+    /// The engine of a world on one host, if this rank shares it with others.
+    pub(crate) fn single_host_engine(self: &Arc<Self>) -> Option<Arc<dyn HostEngine>> {
+        (self.single_host() && self.group.is_some()).then(|| self.clone() as Arc<dyn HostEngine>)
     }
 
     /// The state of one call on `g` with this world's thresholds.
@@ -953,5 +960,20 @@ mod tests {
                 assert!(dst[d_off + len..].iter().all(|&b| b == 0xAA), "after {len}");
             }
         }
+    }
+}
+
+/// Collectives of a world on one host, over its shared-memory group.
+impl HostEngine for ShmWorld {
+    fn name(&self) -> &'static str {
+        "shared memory"
+    }
+
+    fn supports(&self, op: &Op) -> bool {
+        self.supports(&op.coll, &op.fp)
+    }
+
+    fn run(&self, call: &Call<'_>, op: &Op, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
+        ShmWorld::run(self, call, &op.coll, input, output)
     }
 }
