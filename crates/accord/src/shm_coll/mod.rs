@@ -48,7 +48,6 @@
 
 use crate::blame;
 use crate::dtype::{self, ReduceOp};
-use crate::engine::HostEngine;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::op::{Call, Op};
@@ -58,6 +57,7 @@ use crate::transport::waits::{Blocked, WaitGuard};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod engine;
 mod host_steps;
 
 /// The placement of a world over hosts, and this host's shared-memory group.
@@ -175,8 +175,11 @@ impl ShmWorld {
     }
 
     /// The engine of a world on one host, if this rank shares it with others.
-    pub(crate) fn single_host_engine(self: &Arc<Self>) -> Option<Arc<dyn HostEngine>> {
-        (self.single_host() && self.group.is_some()).then(|| self.clone() as Arc<dyn HostEngine>)
+    pub(crate) fn single_host_engine(
+        self: &Arc<Self>,
+    ) -> Option<Arc<dyn crate::engine::HostEngine>> {
+        (self.single_host() && self.group.is_some())
+            .then(|| self.clone() as Arc<dyn crate::engine::HostEngine>)
     }
 
     /// The state of one call on `g` with this world's thresholds.
@@ -960,20 +963,5 @@ mod tests {
                 assert!(dst[d_off + len..].iter().all(|&b| b == 0xAA), "after {len}");
             }
         }
-    }
-}
-
-/// Collectives of a world on one host, over its shared-memory group.
-impl HostEngine for ShmWorld {
-    fn name(&self) -> &'static str {
-        "shared memory"
-    }
-
-    fn supports(&self, op: &Op) -> bool {
-        self.supports(&op.coll, &op.fp)
-    }
-
-    fn run(&self, call: &Call<'_>, op: &Op, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
-        ShmWorld::run(self, call, &op.coll, input, output)
     }
 }
