@@ -168,7 +168,7 @@ fn run_once<T: Num>(comm: &Communicator, op: &str, c: &mut Case<T>) -> Result<()
         // No communication: every rank copies its own buffer at once with the collectives'
         // streaming copy. Its bandwidth is the memory floor of the large rows.
         "copy" => {
-            accord::shm_coll::copy_streaming(
+            accord::copy_streaming(
                 accord::dtype::as_bytes_mut(&mut c.recv),
                 accord::dtype::as_bytes(&c.send),
             );

@@ -31,7 +31,7 @@ pub enum Error {
         comm: String,
         /// Ranks (in the communicator) to blame: those the call was still waiting for or, when
         /// those were themselves waiting, the ranks at the end of the chain (a stopped or hung
-        /// rank, or one in no call; see [`crate::blame`]).
+        /// rank, or one in no call; see the crate docs on timeouts).
         waiting_for: Vec<usize>,
         /// How long the call waited.
         after: Duration,

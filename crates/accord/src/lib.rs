@@ -75,7 +75,7 @@
 
 mod atomic_duration;
 pub mod auth;
-pub mod blame;
+mod blame;
 mod bootstrap;
 pub mod buffer;
 pub mod comm;
@@ -90,14 +90,15 @@ pub mod op;
 mod p2p_order;
 pub mod rendezvous;
 pub mod schedule;
-pub mod shm_coll;
+mod shm_coll;
 pub mod testing;
 pub mod transport;
 
 pub use bootstrap::{from_rendezvous, init, init_with, init_with_timeout};
 pub use buffer::{AsInOut, AsRecv, AsSend, Memory, Parts, RecvBuf, SendBuf};
-pub use comm::{Communicator, Completion, Request, Resources};
+pub use comm::{Communicator, Completion, Request};
 pub use config::Config;
 pub use dtype::{DataType, Element, ReduceOp};
 pub use error::{Error, Result};
 pub use p2p_order::Turn;
+pub use shm_coll::copy_streaming;

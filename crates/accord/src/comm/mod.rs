@@ -63,7 +63,7 @@ pub struct Communicator {
 
 /// What a world communicator was bootstrapped with.
 #[derive(Debug, Default)]
-pub struct Resources {
+pub(crate) struct Resources {
     /// The rendezvous: the store client (and the store itself on the rank that hosts it), kept
     /// alive as long as the communicator.
     pub rendezvous: Option<crate::rendezvous::Rendezvous>,
@@ -127,7 +127,7 @@ impl Communicator {
     /// Like [`Communicator::new`], with what the world was bootstrapped with: the rendezvous
     /// (kept alive as long as the communicator) and the shared-memory placement, which gives
     /// collectives their shared-memory path.
-    pub fn with_resources(transport: Arc<dyn Transport>, resources: Resources) -> Self {
+    pub(crate) fn with_resources(transport: Arc<dyn Transport>, resources: Resources) -> Self {
         let ranks = (0..transport.size()).collect();
         let rank = transport.rank();
         let model = tuner::CostModel::for_link(transport.link());

@@ -78,11 +78,6 @@ pub struct ShmWorld {
     slot_bytes: usize,
 }
 
-/// Default of `ACCORD_SHM_CMA_BYTES`: off. On the 2-core VM these numbers come from,
-/// `process_vm_readv` moved about 6 GB/s against 20 GB/s for memcpy, so the pipelined
-/// two-copy path wins at every size; set the variable where single copy is faster.
-pub const DEFAULT_CMA_BYTES: usize = usize::MAX;
-
 impl ShmWorld {
     /// Placement from every rank's host id.
     pub fn new(group: Option<ShmGroup>, hosts: &[String]) -> ShmWorld {

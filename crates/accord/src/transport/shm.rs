@@ -11,7 +11,7 @@
 //! A segment is a header page (this rank's arrival counter, its waiter count, and per staging
 //! half the fingerprint of the call that last wrote it) followed by two staging halves of
 //! [`ShmGroup::half_bytes`] each. Collectives alternate halves chunk by chunk; see
-//! [`crate::shm_coll`] for why two halves make one barrier per chunk enough to reuse them safely.
+//! the shared-memory collectives (`shm_coll`) for why two halves make one barrier per chunk enough to reuse them safely.
 //!
 //! # Waiting
 //!

@@ -4,7 +4,7 @@
 //! the first would name a healthy rank. Every rank therefore records its blocked waits here
 //! (communicator, sequence number, the ranks it waits for), where the transport's own threads
 //! can read them while the application thread is blocked: a peer's *status query* is answered
-//! from this record by those threads, and [`crate::blame`] follows the answers to the rank that
+//! from this record by those threads, and the blame chain (`blame`) follows the answers to the rank that
 //! makes no progress. A rank that gave up after such a diagnosis keeps saying whom it blamed, so
 //! that a peer diagnosing later follows it there rather than to the rank that just gave up.
 //!

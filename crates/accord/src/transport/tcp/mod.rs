@@ -44,8 +44,8 @@
 //!
 //! # Status queries
 //!
-//! A rank whose call timed out asks the rank it waited for what *that* rank is blocked on (see
-//! [`crate::blame`]): it sends a `Query` frame, and the peer answers with a `Status` frame
+//! A rank whose call timed out asks the rank it waited for what *that* rank is blocked on (the
+//! blame chain, module `blame`): it sends a `Query` frame, and the peer answers with a `Status` frame
 //! listing its recorded waits ([`super::waits`]). The answer comes from the peer's transport
 //! threads (its reader hands the query to a responder thread, so that no reader ever blocks on
 //! a write), not from its application thread, which may be blocked; a process that does not
