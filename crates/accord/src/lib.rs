@@ -2,8 +2,12 @@
 //!
 //! Collective communication for distributed CPUs and GPUs: point-to-point messages and every
 //! collective (broadcast, reduce, allreduce, allgather(v), gather(v), scatter(v),
-//! reduce_scatter(v), alltoall(v), barrier) behind one [`Communicator`], with deadlines on every
-//! wait and errors that name the rank that is missing and why.
+//! reduce_scatter(v), alltoall(v), barrier) on host and device memory, behind one
+//! [`Communicator`], with a deadline on every wait and errors that name the rank that is missing
+//! and why.
+//!
+//! This page is the manual: it follows one call through every layer, then lists the
+//! transports, the engines, the GPU path, the bootstraps and the environment.
 //!
 //! ## Quick example
 //!
@@ -12,57 +16,98 @@
 //! threads of one process:
 //!
 //! ```
-//! use accord::{testing::run_world, ReduceOp};
+//! use accord::{testing::run_world, Parts, ReduceOp};
 //!
 //! let results = run_world(3, |comm| {
-//!     // Every rank contributes its rank number; everyone gets the sum.
+//!     // Every rank contributes its rank number; everyone gets the sum (in place).
 //!     let mut grad = vec![comm.rank() as f32; 4];
 //!     comm.all_reduce(&mut grad, ReduceOp::Sum).unwrap();
 //!
-//!     // Rank 0 gathers one value from everyone.
+//!     // Out of place: a (send, recv) pair.
+//!     let mut max = vec![0.0f32; 4];
+//!     comm.all_reduce((&grad, &mut max), ReduceOp::Max).unwrap();
+//!
+//!     // Rank 0 gathers one value from everyone; rank i sends i + 1 values in the v variant.
 //!     let mut all = vec![0u32; if comm.rank() == 0 { 3 } else { 0 }];
 //!     comm.gather(&[comm.rank() as u32 * 10], &mut all, 0).unwrap();
-//!     (grad[0], all)
+//!     let mine = vec![comm.rank() as u8; comm.rank() + 1];
+//!     let mut blocks = vec![0u8; 6];
+//!     comm.all_gather(&mine, Parts::new(&mut blocks, &[1, 2, 3])).unwrap();
+//!     (grad[0], all, blocks)
 //! });
-//! assert_eq!(results[0], (3.0, vec![0, 10, 20]));
-//! assert_eq!(results[2], (3.0, vec![]));
+//! assert_eq!(results[0], (3.0, vec![0, 10, 20], vec![0, 1, 1, 2, 2, 2]));
+//! assert_eq!(results[2].1, vec![]);
 //! ```
 //!
-//! ## Design
+//! ## One call, through every layer
 //!
-//! One collective call on host memory travels through these layers:
+//! Follow `comm.all_reduce(&mut grad, ReduceOp::Sum)`:
 //!
-//! 1. **[`Communicator`]** validates the buffers and stamps the call with its
-//!    [`fingerprint::Fingerprint`] (operation, dtype, count, root, reduce op) and a sequence number.
-//! 2. Ranks of one host run the common collectives on **shared staging memory**
-//!    ([`shm_coll`]: every rank reduces its slice reading its peers' data directly, barriers on
-//!    shared counters, fingerprints compared in shared memory); across hosts allreduce and
-//!    broadcast are hierarchical (shared memory inside a host, the host leaders over TCP).
-//! 3. Everything else follows a **schedule**: [`schedule::tuner`] picks an algorithm from a
-//!    latency/bandwidth cost model (`ACCORD_ALGO_<OP>=name` overrides it; `accord bench
-//!    --explain` prints the table), and [`schedule`] turns (collective, world, rank, algorithm)
-//!    into a [`schedule::Schedule`]: plain data — rounds of send / receive / receive-and-reduce /
-//!    copy steps over element ranges. Schedules are cached, and [`schedule::check`] proves each
+//! 1. **Buffers** ([`buffer`]). `&mut grad` becomes a [`RecvBuf`]: bytes, an element type and
+//!    where the memory is ([`Memory::Host`] here; a [`gpu::DeviceSlice`] would be
+//!    [`Memory::Device`] with its stream). A receive buffer alone means in place; a
+//!    `(send, recv)` pair, out of place; [`Parts`] adds per-rank counts. Every operation takes
+//!    its buffers this way, so there is one method per operation for typed slices, erased bytes
+//!    ([`SendBuf::bytes`]) and device memory alike.
+//! 2. **The op** ([`op`]). [`op::Op::new`] checks the call once against the communicator's rank
+//!    and size (reduce operator and dtype, root, count vectors, every buffer's length) and gives
+//!    the [`schedule::Collective`] to compute and the call's [`fingerprint::Fingerprint`]:
+//!    operation, dtype, count, root and reduce operator, which every frame carries so that ranks
+//!    that disagree get [`Error::Desync`] naming both calls instead of wrong data. Rooted
+//!    operations begin with a zero-byte agreement, so a rank that wrongly believes it is the
+//!    root hears it too. Each call takes the next sequence number of its communicator.
+//! 3. **The engine** ([`comm`]). Device buffers go to the device engine attached to the
+//!    communicator (below). Host buffers go to the first host engine that supports the op —
+//!    shared memory for the ranks of one host, or the hierarchy (shared memory inside each
+//!    host, the host leaders over TCP) when a world spans hosts — and otherwise to a schedule
+//!    over the transport, which every communicator has. `ACCORD_EXPLAIN=1` prints the choice.
+//! 4. **The schedule** ([`schedule`]). [`schedule::tuner`] picks an algorithm (ring, recursive
+//!    doubling, Rabenseifner, trees, Bruck, pairwise...) from a latency/bandwidth model of the
+//!    transport's link kind (`ACCORD_ALGO_<OP>=name` overrides it; `accord bench --explain`
+//!    prints the table), and turns (collective, world, rank, algorithm) into a
+//!    [`schedule::Schedule`]: plain data, rounds of send / receive / receive-and-reduce / copy
+//!    steps over element ranges. Schedules are cached, and [`schedule::check`] proves every
 //!    algorithm correct symbolically for every world size up to 16 and uneven counts.
-//! 4. **The executor** runs a schedule on a transport, reducing chunks as they arrive.
-//! 5. **[`transport`]** moves bytes: [`transport::inproc`] (threads of one process, used by most
-//!    tests), [`transport::tcp`] (a full mesh of authenticated connections), and
+//! 5. **The executor** runs the schedule: sends hand bytes to the transport; receives take
+//!    frames from the [`transport::Mailbox`] chunk by chunk, reducing each as it arrives.
+//! 6. **The transport** ([`transport`]) moves bytes: [`transport::inproc`] (threads of one
+//!    process), [`transport::tcp`] (a full mesh of authenticated connections),
 //!    [`transport::hybrid`] (shared-memory rings, [`transport::shm`], to ranks of the same host;
-//!    TCP to the others, also for abort notices and liveness). Frames land in a
-//!    [`transport::Mailbox`], which bounds what a peer may leave there untaken.
+//!    TCP to the others, also for abort notices and liveness).
+//! 7. **Failures.** Every wait has a deadline (300 s by default, `ACCORD_TIMEOUT` or
+//!    [`Communicator::set_timeout`]); a timeout names the rank that stalls the call, following
+//!    what the ranks it waited for are blocked on in turn. A lost connection fails the calls
+//!    waiting on it at once, and any failure poisons the communicator and is broadcast to the
+//!    peers (naming the rank that gave up), so nobody waits for a rank that has given up.
 //!
-//! Device memory goes through [`gpu::GpuCommunicator`]: NCCL, loaded at run time, bootstrapped
-//! over a host communicator, with a watchdog that aborts NCCL on a timeout, an asynchronous
-//! error, a desync between ranks' calls or a peer the host communicator saw die.
+//! ## Transports and engines
 //!
-//! Every frame carries the call's fingerprint, so ranks that disagree about what they are doing
-//! get an [`Error::Desync`] naming both calls instead of wrong data; rooted operations begin
-//! with a zero-byte agreement so that a rank that wrongly believes it is the root hears it too.
-//! Point-to-point messages with one (peer, tag) keep their order ([`Turn`]). Every wait has a deadline
-//! (300 s by default, `ACCORD_TIMEOUT` or [`Communicator::set_timeout`]); a timeout names the
-//! rank that stalls the call, following what the ranks it waited for are blocked on in turn
-//! ([`blame`]). A lost connection fails the calls waiting on it at once, and any failure
-//! is broadcast to the peers so that nobody waits for a rank that has given up.
+//! | layer | what | where it runs |
+//! |---|---|---|
+//! | transport | in-process | threads of one process (tests) |
+//! | transport | TCP | any ranks; authenticated with the job's token |
+//! | transport | shared-memory rings + TCP | ranks of one host (memfd segments, futex waits) + other hosts |
+//! | host engine | shared-memory collectives | allreduce, reduce, broadcast, allgather, reduce_scatter, alltoall, barrier on one host |
+//! | host engine | hierarchy | allreduce, broadcast across hosts |
+//! | host engine | schedules | everything, over any transport |
+//! | device engine | NCCL | every collective and message on GPU memory |
+//!
+//! Point-to-point messages with one (peer, tag) keep their order ([`Turn`]), also between
+//! threads and nonblocking calls. [`Communicator::spawn`] runs any operation in the background
+//! in the place in the communicator's order it took when spawned; [`Communicator::split`] and
+//! [`Communicator::subgroup`] make sub-communicators.
+//!
+//! ## The GPU path
+//!
+//! [`Communicator::attach_device`] attaches a GPU to a communicator; it is collective (the
+//! device engine's ranks meet over the communicator). From then on every operation accepts
+//! device buffers ([`gpu::DeviceSlice`], on the communicator's stream or [`SendBuf::device`] /
+//! [`RecvBuf::device`] on yours), enqueues the work and returns a [`Completion`] that completes
+//! on the stream, as NCCL's calls do. CUDA and NCCL are loaded at run time, so Accord builds
+//! and runs without them; the optional driver symbols (VMM, IPC) make only the features that
+//! need them unsupported when missing. A watchdog per device engine aborts it on a timeout, an
+//! asynchronous engine error, a desync between ranks' calls (found by comparing fingerprint
+//! hashes the ranks publish) or a peer the host communicator saw die. See [`gpu`].
 //!
 //! ## Bootstrapping
 //!
@@ -71,6 +116,11 @@
 //! `OMPI_COMM_WORLD_*`, PMI and Slurm. [`init_with`] takes `tcp://host:port` or `file:///path`.
 //! Ranks meet through a small key-value store ([`rendezvous`]) and prove knowledge of a shared
 //! token ([`auth`]) on every connection.
+//!
+//! ## Environment
+//!
+//! Every tunable is read once into a typed [`Config`]; the table of variables, types and
+//! defaults is the [`config`] module's documentation.
 #![warn(missing_docs)]
 
 mod atomic_duration;
