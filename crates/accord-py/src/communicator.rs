@@ -1,0 +1,582 @@
+//! `Communicator`: the Python face of [`accord::Communicator`].
+//!
+//! Each method extracts its arrays ([`crate::buffers`]), checks what Python reports as its own
+//! exceptions, and hands [`Communicator::run`] one job that builds the core's buffers and calls
+//! the one core method; host and CUDA arrays take the same path. Arrays in CUDA memory make the
+//! first such call attach the device to the communicator, a collective step (see
+//! [`crate::run`]).
+
+use crate::buffers::{buf, no_gpu_tag, obj, pair, same_dtype, Call};
+use crate::errors::to_py as err;
+use crate::scalar::Arg;
+use accord::{Communicator as CoreComm, Completion, Parts, ReduceOp};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A group of ranks that communicate. Every member must call the same operations in the same
+/// order; disagreements raise `accord.DesyncError`.
+#[pyclass(module = "accord._native", subclass)]
+pub(crate) struct Communicator {
+    pub(crate) inner: CoreComm,
+    /// The last operation on CUDA arrays issued through this communicator: `synchronize()`
+    /// waits for it (operations complete in the order they were issued).
+    last_device: Mutex<Option<Arc<Completion>>>,
+}
+
+impl Communicator {
+    pub(crate) fn wrap(inner: CoreComm) -> Communicator {
+        Communicator {
+            inner,
+            last_device: Mutex::default(),
+        }
+    }
+
+    /// Record `c` as the latest operation on CUDA arrays.
+    pub(crate) fn issued_on_device(&self, c: Arc<Completion>) {
+        *self.last_device.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+    }
+}
+
+pub(crate) fn reduce_op(op: Option<&Bound<'_, PyAny>>) -> PyResult<ReduceOp> {
+    let Some(op) = op else {
+        return Ok(ReduceOp::Sum);
+    };
+    let name: String = match op.extract::<String>() {
+        Ok(s) => s,
+        Err(_) => op
+            .getattr("value")
+            .and_then(|v| v.extract())
+            .map_err(|_| {
+                PyTypeError::new_err(
+                    "op must be a string (sum, prod, min, max, avg, band, bor, bxor) or accord.ReduceOp",
+                )
+            })?,
+    };
+    ReduceOp::parse(&name).map_err(|_| {
+        PyValueError::new_err(format!(
+            "unknown reduce op {name:?}; use one of sum, prod, min, max, avg, band, bor, bxor"
+        ))
+    })
+}
+
+#[pymethods]
+impl Communicator {
+    /// This process's rank in the communicator.
+    #[getter]
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+
+    /// Number of ranks.
+    #[getter]
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+
+    /// The communicator's name (`world`, or a group's name).
+    #[getter]
+    fn name(&self) -> String {
+        self.inner.name().to_string()
+    }
+
+    /// Deadline of every blocking call, in seconds. The GPU engine takes the deadline in force
+    /// when the device is attached (the first call with CUDA arrays).
+    #[getter]
+    fn get_timeout(&self) -> f64 {
+        self.inner.timeout().as_secs_f64()
+    }
+
+    #[setter]
+    fn set_timeout(&self, seconds: f64) -> PyResult<()> {
+        if !(seconds.is_finite() && seconds > 0.0) {
+            return Err(PyValueError::new_err(
+                "timeout must be a positive number of seconds",
+            ));
+        }
+        self.inner.set_timeout(Duration::from_secs_f64(seconds));
+        Ok(())
+    }
+
+    /// Fail every pending and later call, here and (as they notice) on the peers. The GPU
+    /// engine's watchdog sees the abort and stops its operations too.
+    fn abort(&self, reason: &str) {
+        self.inner.abort(reason)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<accord.Communicator {} rank {} of {} over {}>",
+            self.inner.name(),
+            self.inner.rank(),
+            self.inner.size(),
+            self.inner.transport_name()
+        )
+    }
+
+    // ----- point to point
+
+    /// Send `arr` to rank `dst`. For CUDA arrays, NCCL matches sends and receives in call
+    /// order: `tag` must be 0.
+    #[pyo3(signature = (arr, dst, tag=0, async_op=false))]
+    fn send(
+        &self,
+        py: Python<'_>,
+        arr: &Bound<'_, PyAny>,
+        dst: usize,
+        tag: u32,
+        async_op: bool,
+    ) -> PyResult<PyObject> {
+        let arr = &Arg::new(arr, "arr")?.obj;
+        let a = buf(arr, "arr", false)?;
+        no_gpu_tag(&[&a], tag, "send")?;
+        // The message's place among those to `dst` with `tag` is taken now, on this thread,
+        // even when the data moves later on another (async_op).
+        let turn = self.inner.post_send(dst, tag).map_err(err)?;
+        let call = Call {
+            op: "send",
+            async_op,
+            ordered: false,
+            bufs: vec![("arr", a)],
+            output: None,
+            keep: vec![obj(arr)],
+        };
+        self.run(
+            py,
+            call,
+            Box::new(move |c, b| match b[0].is_host() {
+                true => unsafe { c.send_posted(turn, b[0].send()) }.map(|()| None),
+                false => unsafe { c.send(b[0].send(), dst, tag) }.map(Some),
+            }),
+        )
+    }
+
+    /// Receive into `arr` from rank `src`; returns `arr` (a new scalar when `arr` is a numpy
+    /// scalar or a Python number, which cannot be written).
+    #[pyo3(signature = (arr, src, tag=0, async_op=false))]
+    fn recv(
+        &self,
+        py: Python<'_>,
+        arr: &Bound<'_, PyAny>,
+        src: usize,
+        tag: u32,
+        async_op: bool,
+    ) -> PyResult<PyObject> {
+        let arr = Arg::new(arr, "arr")?;
+        let a = buf(&arr.obj, "arr", true)?;
+        no_gpu_tag(&[&a], tag, "recv")?;
+        // As for send: receives from `src` with `tag` match messages in the order posted.
+        let turn = self.inner.post_recv(src, tag).map_err(err)?;
+        let call = Call {
+            op: "recv",
+            async_op,
+            ordered: false,
+            bufs: vec![("arr", a)],
+            output: Some(arr.output()),
+            keep: vec![obj(&arr.obj)],
+        };
+        self.run(
+            py,
+            call,
+            Box::new(move |c, b| match b[0].is_host() {
+                true => unsafe { c.recv_posted(turn, b[0].recv()) }.map(|()| None),
+                false => unsafe { c.recv(b[0].recv(), src, tag) }.map(Some),
+            }),
+        )
+    }
+
+    /// Send `send` to `dst` and receive `recv` from `src` (no deadlock between pairs); returns
+    /// `recv`.
+    #[pyo3(signature = (send, dst, recv, src, tag=0))]
+    fn sendrecv(
+        &self,
+        py: Python<'_>,
+        send: &Bound<'_, PyAny>,
+        dst: usize,
+        recv: &Bound<'_, PyAny>,
+        src: usize,
+        tag: u32,
+    ) -> PyResult<PyObject> {
+        let send = &Arg::new(send, "send")?.obj;
+        let recv = Arg::new(recv, "recv")?;
+        let s = buf(send, "send", false)?;
+        let r = buf(&recv.obj, "recv", true)?;
+        same_dtype(&s, &r, "sendrecv")?;
+        no_gpu_tag(&[&s, &r], tag, "sendrecv")?;
+        let call = Call {
+            op: "sendrecv",
+            async_op: false,
+            ordered: false,
+            bufs: vec![("send", s), ("recv", r)],
+            output: Some(recv.output()),
+            keep: vec![],
+        };
+        self.run(
+            py,
+            call,
+            Box::new(move |c, b| {
+                unsafe { c.sendrecv(b[0].send(), dst, b[1].recv(), src, tag) }.map(Some)
+            }),
+        )
+    }
+
+    // ----- collectives
+
+    /// Wait until every rank has entered the barrier (a host barrier: it synchronises the
+    /// processes, not GPU streams).
+    #[pyo3(signature = (async_op=false))]
+    fn barrier(&self, py: Python<'_>, async_op: bool) -> PyResult<PyObject> {
+        let call = Call {
+            op: "barrier",
+            async_op,
+            ordered: true,
+            bufs: vec![],
+            output: None,
+            keep: vec![],
+        };
+        self.run(py, call, Box::new(|c, _| c.barrier().map(|()| None)))
+    }
+
+    /// Copy `arr` from `root` to every rank, in place; returns `arr` (a new scalar when `arr` is
+    /// a numpy scalar or a Python number, which cannot be written).
+    #[pyo3(signature = (arr, root=0, async_op=false))]
+    fn broadcast(
+        &self,
+        py: Python<'_>,
+        arr: &Bound<'_, PyAny>,
+        root: usize,
+        async_op: bool,
+    ) -> PyResult<PyObject> {
+        let arr = Arg::new(arr, "arr")?;
+        let a = buf(&arr.obj, "arr", true)?;
+        self.run(
+            py,
+            Call::one("broadcast", async_op, a, &arr),
+            Box::new(move |c, b| unsafe { c.broadcast(b[0].recv(), root) }.map(Some)),
+        )
+    }
+
+    /// Reduce `arr` over all ranks with `op`; the result goes to `out`, or into `arr` in place
+    /// when `out` is None. Returns the array holding the result: a new scalar when that is a
+    /// numpy scalar or a Python number, which cannot be written.
+    #[pyo3(signature = (arr, op=None, out=None, async_op=false))]
+    fn allreduce(
+        &self,
+        py: Python<'_>,
+        arr: &Bound<'_, PyAny>,
+        op: Option<&Bound<'_, PyAny>>,
+        out: Option<&Bound<'_, PyAny>>,
+        async_op: bool,
+    ) -> PyResult<PyObject> {
+        let op = reduce_op(op)?;
+        let Some(out) = out.filter(|o| !o.is(arr)) else {
+            let arr = Arg::new(arr, "arr")?;
+            let a = buf(&arr.obj, "arr", true)?;
+            return self.run(
+                py,
+                Call::one("allreduce", async_op, a, &arr),
+                Box::new(move |c, b| unsafe { c.all_reduce(b[0].recv(), op) }.map(Some)),
+            );
+        };
+        let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
+        let bufs = pair(&arr, &out, "allreduce")?;
+        self.run(
+            py,
+            Call::two("allreduce", async_op, bufs, [&arr, &out]),
+            Box::new(move |c, b| unsafe { c.all_reduce((b[0].send(), b[1].recv()), op) }.map(Some)),
+        )
+    }
+
+    /// Reduce `arr` over all ranks into `out` on `root` (into `arr` on root when `out` is None;
+    /// other ranks' arrays are left unchanged). Returns the array holding the result (a new
+    /// scalar for a numpy scalar or a Python number).
+    #[pyo3(signature = (arr, op=None, root=0, out=None, async_op=false))]
+    fn reduce(
+        &self,
+        py: Python<'_>,
+        arr: &Bound<'_, PyAny>,
+        op: Option<&Bound<'_, PyAny>>,
+        root: usize,
+        out: Option<&Bound<'_, PyAny>>,
+        async_op: bool,
+    ) -> PyResult<PyObject> {
+        let op = reduce_op(op)?;
+        let me = self.inner.rank();
+        let out = out
+            .filter(|o| !o.is(arr))
+            .map(|o| Arg::new(o, "out"))
+            .transpose()?;
+        let arr = Arg::new(arr, "arr")?;
+        if me == root && out.is_none() {
+            let a = buf(&arr.obj, "arr", true)?;
+            return self.run(
+                py,
+                Call::one("reduce", async_op, a, &arr),
+                Box::new(move |c, b| unsafe { c.reduce(b[0].recv(), op, root) }.map(Some)),
+            );
+        }
+        let a = buf(&arr.obj, "arr", false)?;
+        let mut bufs = vec![];
+        let mut keep = vec![obj(&arr.obj)];
+        if let Some(out) = &out {
+            let o = buf(&out.obj, "out", me == root)?;
+            same_dtype(&a, &o, "reduce")?;
+            bufs.push(("out", o));
+            keep.push(obj(&out.obj));
+        }
+        bufs.insert(0, ("arr", a));
+        let call = Call {
+            op: "reduce",
+            async_op,
+            ordered: true,
+            bufs,
+            output: Some(out.as_ref().unwrap_or(&arr).output()),
+            keep,
+        };
+        self.run(
+            py,
+            call,
+            // Off the root nothing is written: `out` (read-only there) is not passed.
+            Box::new(move |c, b| unsafe {
+                let recv = match b.get(1) {
+                    Some(o) if c.rank() == root => o.recv(),
+                    _ => b[0].empty_recv(),
+                };
+                c.reduce((b[0].send(), recv), op, root).map(Some)
+            }),
+        )
+    }
+
+    /// Every rank's `arr`, concatenated in rank order, into `out` on every rank.
+    #[pyo3(signature = (arr, out, async_op=false))]
+    fn allgather(
+        &self,
+        py: Python<'_>,
+        arr: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+        async_op: bool,
+    ) -> PyResult<PyObject> {
+        let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
+        let bufs = pair(&arr, &out, "allgather")?;
+        self.run(
+            py,
+            Call::two("allgather", async_op, bufs, [&arr, &out]),
+            Box::new(move |c, b| unsafe { c.all_gather(b[0].send(), b[1].recv()) }.map(Some)),
+        )
+    }
+
+    /// Like allgather with `counts[r]` elements from rank r.
+    #[pyo3(signature = (arr, out, counts, async_op=false))]
+    fn allgatherv(
+        &self,
+        py: Python<'_>,
+        arr: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+        counts: Vec<usize>,
+        async_op: bool,
+    ) -> PyResult<PyObject> {
+        let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
+        let bufs = pair(&arr, &out, "allgatherv")?;
+        self.run(
+            py,
+            Call::two("allgatherv", async_op, bufs, [&arr, &out]),
+            Box::new(move |c, b| {
+                let recv = Parts::new(unsafe { b[1].recv() }, &counts);
+                c.all_gather(unsafe { b[0].send() }, recv).map(Some)
+            }),
+        )
+    }
+
+    /// Every rank's `arr`, concatenated in rank order, into `out` on `root` (`out` may be None
+    /// elsewhere).
+    #[pyo3(signature = (arr, out=None, root=0, async_op=false))]
+    fn gather(
+        &self,
+        py: Python<'_>,
+        arr: &Bound<'_, PyAny>,
+        out: Option<&Bound<'_, PyAny>>,
+        root: usize,
+        async_op: bool,
+    ) -> PyResult<PyObject> {
+        self.rooted_in(py, arr, out, root, async_op, "gather", None)
+    }
+
+    /// Like gather with `counts[r]` elements from rank r.
+    #[pyo3(signature = (arr, out=None, counts=None, root=0, async_op=false))]
+    fn gatherv(
+        &self,
+        py: Python<'_>,
+        arr: &Bound<'_, PyAny>,
+        out: Option<&Bound<'_, PyAny>>,
+        counts: Option<Vec<usize>>,
+        root: usize,
+        async_op: bool,
+    ) -> PyResult<PyObject> {
+        let counts = counts.ok_or_else(|| PyValueError::new_err("gatherv needs counts"))?;
+        self.rooted_in(py, arr, out, root, async_op, "gatherv", Some(counts))
+    }
+
+    /// Slice r of `arr` on `root` (`arr` may be None elsewhere) into `out` on rank r.
+    #[pyo3(signature = (arr, out, root=0, async_op=false))]
+    fn scatter(
+        &self,
+        py: Python<'_>,
+        arr: Option<&Bound<'_, PyAny>>,
+        out: &Bound<'_, PyAny>,
+        root: usize,
+        async_op: bool,
+    ) -> PyResult<PyObject> {
+        self.rooted_out(py, arr, out, root, async_op, "scatter", None)
+    }
+
+    /// Like scatter with `counts[r]` elements to rank r.
+    #[pyo3(signature = (arr, out, counts, root=0, async_op=false))]
+    fn scatterv(
+        &self,
+        py: Python<'_>,
+        arr: Option<&Bound<'_, PyAny>>,
+        out: &Bound<'_, PyAny>,
+        counts: Vec<usize>,
+        root: usize,
+        async_op: bool,
+    ) -> PyResult<PyObject> {
+        self.rooted_out(py, arr, out, root, async_op, "scatterv", Some(counts))
+    }
+
+    /// Reduce `arr` (size x len(out)) over all ranks; rank r gets slice r in `out`.
+    #[pyo3(signature = (arr, out, op=None, async_op=false))]
+    fn reduce_scatter(
+        &self,
+        py: Python<'_>,
+        arr: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+        op: Option<&Bound<'_, PyAny>>,
+        async_op: bool,
+    ) -> PyResult<PyObject> {
+        let op = reduce_op(op)?;
+        let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
+        let bufs = pair(&arr, &out, "reduce_scatter")?;
+        self.run(
+            py,
+            Call::two("reduce_scatter", async_op, bufs, [&arr, &out]),
+            Box::new(move |c, b| {
+                unsafe { c.reduce_scatter(b[0].send(), b[1].recv(), op) }.map(Some)
+            }),
+        )
+    }
+
+    /// Like reduce_scatter with `counts[r]` elements to rank r.
+    #[pyo3(signature = (arr, out, counts, op=None, async_op=false))]
+    fn reduce_scatterv(
+        &self,
+        py: Python<'_>,
+        arr: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+        counts: Vec<usize>,
+        op: Option<&Bound<'_, PyAny>>,
+        async_op: bool,
+    ) -> PyResult<PyObject> {
+        let op = reduce_op(op)?;
+        let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
+        let bufs = pair(&arr, &out, "reduce_scatterv")?;
+        self.run(
+            py,
+            Call::two("reduce_scatterv", async_op, bufs, [&arr, &out]),
+            Box::new(move |c, b| {
+                let send = Parts::new(unsafe { b[0].send() }, &counts);
+                c.reduce_scatter(send, unsafe { b[1].recv() }, op).map(Some)
+            }),
+        )
+    }
+
+    /// Slice j of `arr` goes to rank j; slice i of `out` comes from rank i.
+    #[pyo3(signature = (arr, out, async_op=false))]
+    fn alltoall(
+        &self,
+        py: Python<'_>,
+        arr: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+        async_op: bool,
+    ) -> PyResult<PyObject> {
+        let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
+        let bufs = pair(&arr, &out, "alltoall")?;
+        self.run(
+            py,
+            Call::two("alltoall", async_op, bufs, [&arr, &out]),
+            Box::new(move |c, b| unsafe { c.all_to_all(b[0].send(), b[1].recv()) }.map(Some)),
+        )
+    }
+
+    /// Like alltoall with per-rank counts: `send_counts[j]` elements to rank j,
+    /// `recv_counts[i]` from rank i.
+    #[pyo3(signature = (arr, send_counts, out, recv_counts, async_op=false))]
+    fn alltoallv(
+        &self,
+        py: Python<'_>,
+        arr: &Bound<'_, PyAny>,
+        send_counts: Vec<usize>,
+        out: &Bound<'_, PyAny>,
+        recv_counts: Vec<usize>,
+        async_op: bool,
+    ) -> PyResult<PyObject> {
+        let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
+        let bufs = pair(&arr, &out, "alltoallv")?;
+        self.run(
+            py,
+            Call::two("alltoallv", async_op, bufs, [&arr, &out]),
+            Box::new(move |c, b| {
+                let send = Parts::new(unsafe { b[0].send() }, &send_counts);
+                let recv = Parts::new(unsafe { b[1].recv() }, &recv_counts);
+                c.all_to_all(send, recv).map(Some)
+            }),
+        )
+    }
+
+    // ----- GPU
+
+    /// The CUDA device attached to this communicator (by its first call with CUDA arrays), as a
+    /// list: `[]` before that, else `[ordinal]`.
+    #[getter]
+    fn gpu_devices(&self) -> Vec<usize> {
+        self.inner.attached_device().into_iter().collect()
+    }
+
+    /// Block the host until every GPU operation issued so far on this communicator has
+    /// completed (raises the first GPU failure, e.g. a desync or a timeout).
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        let last = self
+            .last_device
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        match last {
+            Some(c) => py.allow_threads(move || c.wait()).map_err(err),
+            None => Ok(()),
+        }
+    }
+
+    // ----- groups
+
+    /// Split into communicators of the ranks passing the same `color`, ordered by (`key`, rank).
+    /// Ranks passing `color=None` get None. Collective.
+    #[pyo3(signature = (color, key=0))]
+    fn split(
+        &self,
+        py: Python<'_>,
+        color: Option<u32>,
+        key: i64,
+    ) -> PyResult<Option<Communicator>> {
+        let c = self.inner.clone();
+        let r = py.allow_threads(move || c.split(color, key)).map_err(err)?;
+        Ok(r.map(Communicator::wrap))
+    }
+
+    /// A communicator of the listed ranks, in that order; None on ranks not listed. Every rank
+    /// calls it with the same list.
+    fn subgroup(&self, py: Python<'_>, ranks: Vec<usize>) -> PyResult<Option<Communicator>> {
+        let c = self.inner.clone();
+        let r = py.allow_threads(move || c.subgroup(&ranks)).map_err(err)?;
+        Ok(r.map(Communicator::wrap))
+    }
+}
