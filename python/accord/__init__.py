@@ -14,9 +14,9 @@ C-contiguous, and outputs writable. A numpy scalar or a Python float/int counts 
 where a call writes it, the result comes back as a new scalar (``total = comm.allreduce(x.sum())``).
 Every call releases the GIL; ``async_op=True`` returns a :class:`Request`.
 
-CUDA arrays run on NCCL: the first call with arrays on a device creates the group's NCCL
-communicator for it (a collective: every rank makes that call together, each with its own
-device), and every call is enqueued on the framework's current stream and returns without
+CUDA arrays run on NCCL: the first call with CUDA arrays attaches their device to the group (a
+collective: every rank makes that call together, each with its own device; one device per
+group), and every call is enqueued on the framework's current stream and returns without
 waiting for the GPU, like torch.distributed's NCCL backend (``comm.synchronize()`` or
 ``Request.wait()`` wait for completion). Host and CUDA arrays cannot be mixed in one call.
 See python/README.md.

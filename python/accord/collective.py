@@ -28,8 +28,8 @@ Importing this module also registers accord as a backend of Ray's own API when R
 process that uses it, after ``import accord.collective``.
 
 Tensors may be numpy arrays, torch tensors or CuPy arrays, on the host or on a CUDA device: CUDA
-tensors run on NCCL, on the framework's current stream (the group creates its NCCL communicator
-for a device on its first call with tensors there, on every rank together), and the staging
+tensors run on NCCL, on the framework's current stream (the group attaches the tensors' device
+on its first call with CUDA tensors, on every rank together; one device per group), and the staging
 arrays of the list-based calls are made on the tensors' device.
 """
 
