@@ -131,9 +131,11 @@ impl Communicator {
         let arr = &Arg::new(arr, "arr")?.obj;
         let a = buf(arr, "arr", false)?;
         no_gpu_tag(&[&a], tag, "send")?;
-        // The message's place among those to `dst` with `tag` is taken now, on this thread,
-        // even when the data moves later on another (async_op).
-        let turn = self.inner.post_send(dst, tag).map_err(err)?;
+        // A host message's place among those to `dst` with `tag` is taken now, on this
+        // thread, even when the data moves later on another (async_op). CUDA messages are
+        // ordered by their stream.
+        let turn = a.is_host().then(|| self.inner.post_send(dst, tag));
+        let turn = turn.transpose().map_err(err)?;
         let call = Call {
             op: "send",
             async_op,
@@ -145,9 +147,9 @@ impl Communicator {
         self.run(
             py,
             call,
-            Box::new(move |c, b| match b[0].is_host() {
-                true => unsafe { c.send_posted(turn, b[0].send()) }.map(|()| None),
-                false => unsafe { c.send(b[0].send(), dst, tag) }.map(Some),
+            Box::new(move |c, b| match turn {
+                Some(t) => unsafe { c.send_posted(t, b[0].send()) }.map(|()| None),
+                None => unsafe { c.send(b[0].send(), dst, tag) }.map(Some),
             }),
         )
     }
@@ -167,7 +169,8 @@ impl Communicator {
         let a = buf(&arr.obj, "arr", true)?;
         no_gpu_tag(&[&a], tag, "recv")?;
         // As for send: receives from `src` with `tag` match messages in the order posted.
-        let turn = self.inner.post_recv(src, tag).map_err(err)?;
+        let turn = a.is_host().then(|| self.inner.post_recv(src, tag));
+        let turn = turn.transpose().map_err(err)?;
         let call = Call {
             op: "recv",
             async_op,
@@ -179,9 +182,9 @@ impl Communicator {
         self.run(
             py,
             call,
-            Box::new(move |c, b| match b[0].is_host() {
-                true => unsafe { c.recv_posted(turn, b[0].recv()) }.map(|()| None),
-                false => unsafe { c.recv(b[0].recv(), src, tag) }.map(Some),
+            Box::new(move |c, b| match turn {
+                Some(t) => unsafe { c.recv_posted(t, b[0].recv()) }.map(|()| None),
+                None => unsafe { c.recv(b[0].recv(), src, tag) }.map(Some),
             }),
         )
     }

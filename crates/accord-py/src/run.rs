@@ -82,9 +82,12 @@ impl Communicator {
     ) -> PyResult<PyObject> {
         let bufs = arrays(call.bufs);
         let comm = &self.inner;
-        // Collective the first time (every rank's first call with CUDA arrays), a no-op after.
-        py.allow_threads(|| comm.attach_device(device))
-            .map_err(err)?;
+        // Collective the first time (every rank's first call with CUDA arrays); after that
+        // only another device reaches the core, which refuses it.
+        if comm.attached_device() != Some(device) {
+            py.allow_threads(|| comm.attach_device(device))
+                .map_err(err)?;
+        }
         // The addresses stay valid for the operation: a Request keeps the arrays; after a
         // blocking call the caller's references do, and stream-ordered allocators reuse the
         // memory only after the operation, which is enqueued on the same stream.
