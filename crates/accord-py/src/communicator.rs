@@ -9,10 +9,9 @@
 use crate::buffers::{buf, no_gpu_tag, obj, pair, same_dtype, Call};
 use crate::errors::to_py as err;
 use crate::scalar::Arg;
-use accord::{Communicator as CoreComm, Completion, Parts, ReduceOp};
+use accord::{Communicator as CoreComm, Parts, ReduceOp};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A group of ranks that communicate. Every member must call the same operations in the same
@@ -20,22 +19,11 @@ use std::time::Duration;
 #[pyclass(module = "accord._native", subclass)]
 pub(crate) struct Communicator {
     pub(crate) inner: CoreComm,
-    /// The last operation on CUDA arrays issued through this communicator: `synchronize()`
-    /// waits for it (operations complete in the order they were issued).
-    last_device: Mutex<Option<Arc<Completion>>>,
 }
 
 impl Communicator {
     pub(crate) fn wrap(inner: CoreComm) -> Communicator {
-        Communicator {
-            inner,
-            last_device: Mutex::default(),
-        }
-    }
-
-    /// Record `c` as the latest operation on CUDA arrays.
-    pub(crate) fn issued_on_device(&self, c: Arc<Completion>) {
-        *self.last_device.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+        Communicator { inner }
     }
 }
 
@@ -548,15 +536,8 @@ impl Communicator {
     /// Block the host until every GPU operation issued so far on this communicator has
     /// completed (raises the first GPU failure, e.g. a desync or a timeout).
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        let last = self
-            .last_device
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        match last {
-            Some(c) => py.allow_threads(move || c.wait()).map_err(err),
-            None => Ok(()),
-        }
+        let comm = self.inner.clone();
+        py.allow_threads(move || comm.synchronize()).map_err(err)
     }
 
     // ----- groups

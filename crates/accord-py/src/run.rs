@@ -94,11 +94,7 @@ impl Communicator {
         let completion = py.allow_threads(|| job(comm, &bufs)).map_err(err)?;
         drop(bufs);
         let pending = match completion {
-            Some(c) => {
-                let c = Arc::new(c);
-                self.issued_on_device(c.clone());
-                Pending::Device(c)
-            }
+            Some(c) => Pending::Device(Arc::new(c)),
             None => {
                 let done = Done::default();
                 done.finish(Ok(()));

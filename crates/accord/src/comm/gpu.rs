@@ -13,6 +13,12 @@ impl Communicator {
     /// Collective: every rank calls it (each with its own device). Attaching twice to the same
     /// device is a no-op; another device is an error (one device per rank and communicator).
     pub fn attach_device(&self, ordinal: usize) -> Result<()> {
+        // Two threads' first device calls must not both create an engine.
+        let _one_at_a_time = self
+            .inner
+            .attaching
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if let Some(g) = self.inner.device.get() {
             return match g.device() == ordinal {
                 true => Ok(()),
@@ -30,6 +36,15 @@ impl Communicator {
     /// The GPU attached to this communicator, if any.
     pub fn attached_device(&self) -> Option<usize> {
         self.inner.device.get().map(GpuCommunicator::device)
+    }
+
+    /// Wait until every device operation issued so far has finished; the first error of one
+    /// that failed. Nothing to wait for without an attached device.
+    pub fn synchronize(&self) -> Result<()> {
+        match self.inner.device.get() {
+            Some(g) => g.synchronize(),
+            None => Ok(()),
+        }
     }
 
     /// The device engine, or an error saying how to attach one.

@@ -94,6 +94,7 @@ impl Communicator {
                 resources: p.resources.clone(),
                 turns: Arc::default(),
                 device: Default::default(),
+                attaching: Default::default(),
             }),
             reserved: None,
         }

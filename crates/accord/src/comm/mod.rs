@@ -116,6 +116,8 @@ struct Inner {
     turns: Arc<Turns>,
     /// The device engine for device buffers, once attached ([`Communicator::attach_device`]).
     device: std::sync::OnceLock<crate::gpu::GpuCommunicator>,
+    /// Held while a device engine is being attached.
+    attaching: Mutex<()>,
 }
 
 impl Communicator {
@@ -151,6 +153,7 @@ impl Communicator {
                 resources: Arc::new(resources),
                 turns: Arc::default(),
                 device: Default::default(),
+                attaching: Default::default(),
             }),
             reserved: None,
         };
@@ -215,9 +218,12 @@ impl Communicator {
         self.inner.timeout.get()
     }
 
-    /// Change the deadline of later calls on this communicator.
+    /// Change the deadline of later calls on this communicator (device operations too).
     pub fn set_timeout(&self, t: Duration) {
         self.inner.timeout.set(t);
+        if let Some(g) = self.inner.device.get() {
+            g.set_timeout(t);
+        }
     }
 
     /// The first error this communicator hit, if any.
@@ -248,6 +254,9 @@ impl Communicator {
         });
         let me = self.inner.transport.rank();
         self.inner.transport.abort(me, reason);
+        if let Some(g) = self.inner.device.get() {
+            g.abort(reason);
+        }
     }
 
     /// Use `algo` for every later `kind` operation on this communicator (`None`: let the tuner
