@@ -1,4 +1,5 @@
-//! Helpers for tests and examples: run a world of ranks as threads of this process.
+//! Helpers for tests and examples: run a world of ranks as threads of this process, and
+//! [`conformance`], the suite every engine's tests run against a sequential reference.
 //!
 //! ```
 //! use accord::{testing::run_world, ReduceOp};
@@ -9,6 +10,8 @@
 //! });
 //! assert_eq!(sums, vec![6.0; 4]);
 //! ```
+
+pub mod conformance;
 
 use crate::auth::Token;
 use crate::transport::inproc::InProcess;

@@ -1,0 +1,158 @@
+//! The conformance suite ([`accord::testing::conformance`]) on every host engine: the same
+//! calls, checked against the same sequential reference, over each transport and engine.
+//!
+//! The matrix is trimmed per engine to keep this file fast on a small machine:
+//! - in-process schedules: world sizes 1 to 9, the tuner's choice and every algorithm that
+//!   applies, counts 0, 1, 7 and 1031;
+//! - TCP: the same for world sizes 1, 2, 3 and 5 only;
+//! - shared memory between processes (this binary re-executed as the ranks, see [`rank_main`]):
+//!   2, 3 and 4 ranks on one host, and 4 and 5 ranks over two simulated hosts (the
+//!   hierarchical path); the engines' own algorithms, and a count of 40009 besides (many
+//!   staging chunks, and copies between processes).
+//!
+//! Every type and reduce operator runs everywhere.
+
+use accord::testing::conformance::{self, Algorithms, HostMemory, Options};
+use accord::testing::{run_tcp_world, run_world};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Run the suite on every rank and fail with every rank's failures.
+fn assert_conforms(results: Vec<Result<conformance::Summary, conformance::Failures>>) {
+    let mut report = String::new();
+    for r in &results {
+        match r {
+            Ok(s) => assert!(s.cases > 0, "the suite ran no call"),
+            Err(f) => report.push_str(&f.to_string()),
+        }
+    }
+    assert!(report.is_empty(), "{report}");
+}
+
+#[test]
+fn in_process_schedules_with_every_algorithm() {
+    let opts = Options {
+        algorithms: Algorithms::EachApplicable,
+        ..Options::new("in-process")
+    };
+    for n in 1..=9 {
+        assert_conforms(run_world(n, |comm| {
+            conformance::check(&comm, &HostMemory, &opts)
+        }));
+    }
+}
+
+#[test]
+fn tcp_with_every_algorithm() {
+    let opts = Options {
+        algorithms: Algorithms::EachApplicable,
+        ..Options::new("tcp")
+    };
+    for n in [1, 2, 3, 5] {
+        assert_conforms(run_tcp_world(n, Duration::from_secs(60), |comm| {
+            conformance::check(&comm, &HostMemory, &opts)
+        }));
+    }
+}
+
+/// Options of the shared-memory runs.
+fn shm_options(engine: &str) -> Options {
+    Options {
+        counts: vec![0, 1, 7, 1031, 40_009],
+        ..Options::new(engine)
+    }
+}
+
+#[test]
+fn shared_memory_between_processes_on_one_host() {
+    for n in [2, 3, 4] {
+        // Small staging chunks: the 1031-element calls are pipelined over several chunks.
+        run_ranks(
+            n,
+            |_| "conformance-host".into(),
+            &[("ACCORD_SHM_CHUNK_BYTES", "4096")],
+        );
+    }
+}
+
+#[test]
+fn shared_memory_across_two_simulated_hosts() {
+    // Alternating hosts: every host's ranks are not contiguous, and host leaders are not rank 0
+    // and 1 only.
+    for n in [4, 5] {
+        run_ranks(n, |r| ["a", "b"][r % 2].into(), &[]);
+    }
+}
+
+/// Start `n` ranks of this binary ([`rank_main`]) with `host(r)` as rank `r`'s host id and
+/// `extra` in their environment, and require every one to pass.
+fn run_ranks(n: usize, host: impl Fn(usize) -> String, extra: &[(&str, &str)]) {
+    const TOKEN: &str = "conformance-token";
+    let server =
+        accord::rendezvous::StoreServer::bind("127.0.0.1:0", accord::auth::Token::new(TOKEN))
+            .unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<Child> = (0..n)
+        .map(|r| {
+            let mut c = Command::new(&exe);
+            c.args(["rank_main", "--exact", "--nocapture", "--test-threads=1"])
+                .env("CONFORMANCE_RANK", "1")
+                .env("ACCORD_RANK", r.to_string())
+                .env("ACCORD_WORLD_SIZE", n.to_string())
+                .env("ACCORD_STORE", server.addr().to_string())
+                .env("ACCORD_STORE_EXTERNAL", "1")
+                .env("ACCORD_TOKEN", TOKEN)
+                .env("ACCORD_TIMEOUT", "30")
+                .env("ACCORD_HOST_ID", host(r))
+                .env_remove("ACCORD_TRANSPORT")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, v) in extra {
+                c.env(k, v);
+            }
+            c.spawn().unwrap()
+        })
+        .collect();
+    let end = Instant::now() + Duration::from_secs(120);
+    let mut report = String::new();
+    for (r, mut c) in children.into_iter().enumerate() {
+        while c.try_wait().unwrap().is_none() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let o = c.wait_with_output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        print!("rank {r} of {n}: {out}");
+        if o.status.code() != Some(0) || !out.contains("RANK-OK") {
+            let err = String::from_utf8_lossy(&o.stderr);
+            report.push_str(&format!(
+                "rank {r} of {n} ({:?}):\n{out}\n{err}\n",
+                o.status
+            ));
+        }
+    }
+    assert!(report.is_empty(), "{report}");
+}
+
+/// The rank side of the shared-memory tests: does nothing unless started by [`run_ranks`].
+#[test]
+fn rank_main() {
+    if std::env::var("CONFORMANCE_RANK").is_err() {
+        return;
+    }
+    let comm = accord::init().expect("init");
+    assert!(comm.uses_shm(), "expected the shared-memory engine");
+    let hosts = if comm.transport_name() == "shm" {
+        "one host"
+    } else {
+        "two hosts"
+    };
+    let opts = shm_options(&format!("shared memory, {hosts}"));
+    match conformance::check(&comm, &HostMemory, &opts) {
+        Ok(s) => println!("RANK-OK ({} calls)", s.cases),
+        Err(f) => {
+            println!("{f}");
+            std::process::exit(1);
+        }
+    }
+}
