@@ -7,13 +7,14 @@
 //! - TCP: the same for world sizes 1, 2, 3 and 5 only;
 //! - shared memory between processes (this binary re-executed as the ranks, see [`rank_main`]):
 //!   2, 3 and 4 ranks on one host, and 4 and 5 ranks over two simulated hosts (the
-//!   hierarchical path); the engines' own algorithms, and a count of 40009 besides (many
-//!   staging chunks, and copies between processes).
+//!   hierarchical path); the engines' own algorithms, counts 0, 1, 7 and 1031, then a count of
+//!   40009 (many staging chunks, and copies between processes) on bf16, f64 and u8 only.
 //!
-//! Every type and reduce operator runs everywhere.
+//! Every type and reduce operator runs on every engine.
 
 use accord::testing::conformance::{self, Algorithms, HostMemory, Options};
 use accord::testing::{run_tcp_world, run_world};
+use accord::DataType;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -55,12 +56,19 @@ fn tcp_with_every_algorithm() {
     }
 }
 
-/// Options of the shared-memory runs.
-fn shm_options(engine: &str) -> Options {
-    Options {
-        counts: vec![0, 1, 7, 1031, 40_009],
+/// The host id of the ranks of the one-host runs.
+const ONE_HOST: &str = "conformance-host";
+
+/// The shared-memory runs: the full matrix, then a large count (many staging chunks, and
+/// copies between processes) on a few types.
+fn shm_runs(engine: &str) -> [Options; 2] {
+    let large = Options {
+        engine: format!("{engine}, large"),
+        counts: vec![40_009],
+        dtypes: vec![DataType::BF16, DataType::F64, DataType::U8],
         ..Options::new(engine)
-    }
+    };
+    [Options::new(engine), large]
 }
 
 #[test]
@@ -142,17 +150,23 @@ fn rank_main() {
     }
     let comm = accord::init().expect("init");
     assert!(comm.uses_shm(), "expected the shared-memory engine");
-    let hosts = if comm.transport_name() == "shm" {
-        "one host"
-    } else {
-        "two hosts"
+    // Shared-memory rings alone on one host; with TCP between hosts (the hierarchy) on two.
+    let one_host = std::env::var("ACCORD_HOST_ID").unwrap() == ONE_HOST;
+    let (hosts, transport) = match one_host {
+        true => ("one host", "shm"),
+        false => ("two hosts", "tcp+shm"),
     };
-    let opts = shm_options(&format!("shared memory, {hosts}"));
-    match conformance::check(&comm, &HostMemory, &opts) {
-        Ok(s) => println!("RANK-OK ({} calls)", s.cases),
-        Err(f) => {
-            println!("{f}");
-            std::process::exit(1);
+    assert_eq!(comm.transport_name(), transport);
+    let engine = format!("shared memory, {hosts}");
+    let mut calls = 0;
+    for opts in shm_runs(&engine) {
+        match conformance::check(&comm, &HostMemory, &opts) {
+            Ok(s) => calls += s.cases,
+            Err(f) => {
+                println!("{f}");
+                std::process::exit(1);
+            }
         }
     }
+    println!("RANK-OK ({calls} calls)");
 }

@@ -16,13 +16,18 @@
 //! | broadcast, reduce | every root pattern (first, last, middle); in place and out of place; a non-root's in-place reduce buffer is left unchanged |
 //! | allreduce | in place and out of place |
 //! | allgather, gather, scatter, reduce_scatter, alltoall | equal blocks of every count |
-//! | their `v` variants | uneven count vectors with zeros (one rank holding everything, counts rotating over [`Options::counts`]) |
+//! | their `v` variants | uneven count vectors with zeros (one rank holding everything, counts rotating over [`Options::counts`]); for alltoallv, counts that differ by sender and receiver |
 //! | sendrecv | a ring: rank `r` sends to `r + 1` and receives from `r - 1` (itself in a world of one) |
 //!
 //! Out of place, the send buffer must come back unchanged. Reductions run every
 //! (type, operator) pair the library defines, averages included: integers must match exactly
 //! (they wrap), float minima and maxima too; float sums, products and averages within a bound
 //! on the rounding of any summation order.
+//!
+//! A failure names the engine and memory, the world size and rank, the operation, type, reduce
+//! operator, count or counts, root and algorithm, and the first wrong element with what it held
+//! and what it should have held. A call that returns an error ends the run (the communicator is
+//! poisoned); wrong results do not, so every rank still makes every call.
 //!
 //! Where buffers live is a [`Memory`]: [`HostMemory`] here; a GPU implementation uploads to
 //! device memory and hands out [`SendBuf::device`] / [`RecvBuf::device`] (see [`Memory`]).
@@ -51,14 +56,40 @@ use std::fmt;
 
 /// Where the suite's buffers live.
 ///
-/// The suite only ever needs four things from a memory: put bytes into a new buffer
+/// The suite needs four things from a memory: put bytes into a new buffer
 /// ([`Memory::upload`]), lend that buffer to an operation as its input ([`Buffer::send`]) or
-/// output ([`Buffer::recv`]), and read it back ([`Buffer::download`]). A device implementation
-/// allocates device memory in `upload` and copies the bytes in, returns
-/// [`SendBuf::device`] / [`RecvBuf::device`] over that allocation, copies back in `download`
-/// (after synchronizing the stream the operations ran on: the suite waits on each operation's
-/// [`Completion`] before downloading, which for device work only orders the host after the
-/// enqueue), and frees the allocation when the buffer is dropped. Buffers may be empty.
+/// output ([`Buffer::recv`]), and read it back ([`Buffer::download`]). It waits on every
+/// operation's [`Completion`] (which, for device work, blocks until the work has finished on
+/// its stream) before downloading, and drops buffers when it is done with them. Buffers may be
+/// empty.
+///
+/// [`HostMemory`] keeps a `Vec<u8>`. A device implementation allocates and copies in
+/// `upload`, lends [`SendBuf::device`] / [`RecvBuf::device`] over its allocation, copies back
+/// in `download` and frees the allocation on drop; with [`crate::gpu::DeviceBuffer`]:
+///
+/// ```ignore
+/// struct Gpu<'g>(&'g GpuCommunicator);
+/// struct GpuBuf(DeviceBuffer<u8>, DeviceSlice);
+///
+/// impl Memory for Gpu<'_> {
+///     fn name(&self) -> String { format!("cuda:{}", self.0.device()) }
+///     fn upload(&self, dtype: DataType, bytes: &[u8]) -> Box<dyn Buffer + '_> {
+///         let b = DeviceBuffer::from_host(self.0, bytes).unwrap();
+///         // SAFETY: the allocation outlives the slice (both live in GpuBuf).
+///         let s = unsafe { DeviceSlice::from_raw(b.slice().ptr(), bytes.len() / dtype.size(), dtype) };
+///         Box::new(GpuBuf(b, s))
+///     }
+/// }
+///
+/// impl Buffer for GpuBuf {
+///     fn send(&self) -> SendBuf<'_> { SendBuf::device(self.1, Stream::Comm) }
+///     fn recv(&mut self) -> RecvBuf<'_> { RecvBuf::device(self.1, Stream::Comm) }
+///     fn download(&self) -> Vec<u8> { self.0.to_host().unwrap() }
+/// }
+/// ```
+///
+/// Device engines usually define fewer reduce operators than the host (NCCL has no bitwise
+/// ones): restrict [`Options::reduce_ops`] and [`Options::kinds`] to what the engine offers.
 pub trait Memory {
     /// What failure messages call this memory (`host`, `cuda:0`).
     fn name(&self) -> String;
