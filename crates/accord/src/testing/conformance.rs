@@ -88,6 +88,11 @@ use std::fmt;
 /// }
 /// ```
 ///
+/// Every rank calls `upload`, `send` and `recv` the same number of times in the same order
+/// (`recv` once per call, just before it), so an implementation may meet the other ranks there:
+/// where threads of one process drive several GPUs, no allocation or free may run while a peer's
+/// kernel waits for this rank, and a host barrier in `recv` keeps them apart.
+///
 /// Device engines usually define fewer reduce operators than the host (NCCL has no bitwise
 /// ones): restrict [`Options::reduce_ops`] and [`Options::kinds`] to what the engine offers.
 pub trait Memory {
