@@ -30,29 +30,37 @@ fn assert_conforms(results: Vec<Result<conformance::Summary, conformance::Failur
     assert!(report.is_empty(), "{report}");
 }
 
+/// Every algorithm on `engine`, with one seed per round (`ACCORD_SOAK=<n>` runs n rounds).
+fn every_algorithm(engine: &str, round: usize) -> Options {
+    let opts = Options::new(engine);
+    Options {
+        algorithms: Algorithms::EachApplicable,
+        seed: opts.seed + round as u64,
+        ..opts
+    }
+}
+
 #[test]
 fn in_process_schedules_with_every_algorithm() {
-    let opts = Options {
-        algorithms: Algorithms::EachApplicable,
-        ..Options::new("in-process")
-    };
-    for n in 1..=9 {
-        assert_conforms(run_world(n, |comm| {
-            conformance::check(&comm, &HostMemory, &opts)
-        }));
+    for round in 0..accord::testing::soak() {
+        let opts = every_algorithm("in-process", round);
+        for n in 1..=9 {
+            assert_conforms(run_world(n, |comm| {
+                conformance::check(&comm, &HostMemory, &opts)
+            }));
+        }
     }
 }
 
 #[test]
 fn tcp_with_every_algorithm() {
-    let opts = Options {
-        algorithms: Algorithms::EachApplicable,
-        ..Options::new("tcp")
-    };
-    for n in [1, 2, 3, 5] {
-        assert_conforms(run_tcp_world(n, Duration::from_secs(60), |comm| {
-            conformance::check(&comm, &HostMemory, &opts)
-        }));
+    for round in 0..accord::testing::soak() {
+        let opts = every_algorithm("tcp", round);
+        for n in [1, 2, 3, 5] {
+            assert_conforms(run_tcp_world(n, Duration::from_secs(60), |comm| {
+                conformance::check(&comm, &HostMemory, &opts)
+            }));
+        }
     }
 }
 

@@ -281,6 +281,8 @@ pub struct Failures {
     pub first: Vec<Failure>,
     /// How many calls failed in all.
     pub total: usize,
+    /// The run's seed ([`Options::seed`]): the same seed makes the same inputs.
+    pub seed: u64,
 }
 
 /// Failures reported in full; later ones are only counted.
@@ -288,7 +290,11 @@ pub const MAX_REPORTED: usize = 10;
 
 impl fmt::Display for Failures {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{} conformance failure(s):", self.total)?;
+        writeln!(
+            f,
+            "{} conformance failure(s) (seed {:#x}):",
+            self.total, self.seed
+        )?;
         for x in &self.first {
             writeln!(f, "  {x}")?;
         }
@@ -321,6 +327,7 @@ pub fn check(comm: &Communicator, mem: &dyn Memory, opts: &Options) -> Result<Su
         failures: Failures {
             first: Vec::new(),
             total: 0,
+            seed: opts.seed,
         },
     };
     // An error poisons the communicator: later calls would only repeat it.
@@ -596,7 +603,11 @@ mod tests {
                  root 0 engine's algorithm: element 0: got "
             );
             assert!(first.starts_with(&want), "{first}");
-            assert!(f.to_string().contains("more"), "{f}");
+            let all = f.to_string();
+            assert!(
+                all.contains("(seed 0xc0ffee)") && all.contains("more"),
+                "{all}"
+            );
         }
     }
 
