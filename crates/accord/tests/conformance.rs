@@ -18,7 +18,7 @@ use accord::DataType;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Run the suite on every rank and fail with every rank's failures.
+/// Fail with every rank's failures, if any rank had one.
 fn assert_conforms(results: Vec<Result<conformance::Summary, conformance::Failures>>) {
     let mut report = String::new();
     for r in &results {
