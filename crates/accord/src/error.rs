@@ -15,6 +15,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Errors are `Clone` because a failed communicator is *poisoned*: the first error is stored and
 /// returned again by every later call on it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A blocking call passed its deadline.
     #[error(
@@ -96,6 +97,22 @@ pub enum Error {
     /// The rendezvous store refused or failed a request.
     #[error("store: {0}")]
     Store(String),
+    /// A GPU library call failed: the library, the call, its result code and the library's own
+    /// description of it.
+    #[error("{call} failed{}: {text} ({library} error {code})", OnRank(*rank))]
+    Gpu {
+        /// `nccl` or `cuda`.
+        library: &'static str,
+        /// The call, e.g. `ncclAllReduce` or `cuMemAlloc`.
+        call: String,
+        /// The library's result code (`ncclResult_t`, `CUresult`).
+        code: i32,
+        /// The library's description of the code, with its last detailed message where it has
+        /// one.
+        text: String,
+        /// The rank (of the GPU communicator) the call failed on, where known.
+        rank: Option<usize>,
+    },
 }
 
 impl Error {
@@ -118,6 +135,18 @@ impl Error {
     /// Shorthand for [`Error::InvalidArgument`].
     pub fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())
+    }
+}
+
+/// ` on rank 3`, or nothing.
+struct OnRank(Option<usize>);
+
+impl fmt::Display for OnRank {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(r) => write!(f, " on rank {r}"),
+            None => Ok(()),
+        }
     }
 }
 
