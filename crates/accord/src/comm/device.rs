@@ -4,7 +4,7 @@
 use super::Communicator;
 use crate::error::{Error, Result};
 use crate::gpu::nccl::NcclUniqueId;
-use crate::gpu::{GpuCommunicator, HostLink};
+use crate::gpu::{Bootstrap, GpuCommunicator, HostLink};
 use crate::rendezvous::StoreClient;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,7 +45,7 @@ impl GpuCommunicator {
     /// A communicator over device `device` (ordinal in this process's visible devices) for
     /// every rank of `host`. Collective over `host`.
     pub fn new(host: &Communicator, device: usize) -> Result<GpuCommunicator> {
-        let mut v = Self::create(Arc::new(host.clone()), &[device], None)?;
+        let mut v = Self::create(Arc::new(host.clone()), &[device], Bootstrap::OverHost)?;
         Ok(v.remove(0))
     }
 
@@ -56,7 +56,7 @@ impl GpuCommunicator {
         if devices.is_empty() {
             return Err(Error::invalid("new_multi needs at least one device"));
         }
-        Self::create(Arc::new(host.clone()), devices, None)
+        Self::create(Arc::new(host.clone()), devices, Bootstrap::OverHost)
     }
 
     /// Join the NCCL communicator of an id this process got some other way (see
@@ -71,6 +71,6 @@ impl GpuCommunicator {
         if devices.is_empty() {
             return Err(Error::invalid("with_unique_id needs at least one device"));
         }
-        Self::create(Arc::new(host.clone()), devices, Some(uid))
+        Self::create(Arc::new(host.clone()), devices, Bootstrap::NcclId(uid))
     }
 }

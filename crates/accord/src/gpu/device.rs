@@ -99,7 +99,7 @@ pub enum Stream {
 pub(crate) struct Event {
     pub(crate) handle: usize,
     pool: Arc<EventPool>,
-    /// Recorded behind its operation. Inside [`group`] that happens only when the group ends,
+    /// Recorded behind its operation. Inside [`super::group()`] that happens only when the group ends,
     /// and CUDA reports an event never recorded (or last recorded for an earlier operation) as
     /// complete.
     pub(crate) armed: AtomicBool,

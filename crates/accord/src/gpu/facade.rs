@@ -11,7 +11,7 @@ use super::device::{DeviceSlice, Stream};
 use super::engine::P2p;
 use super::link::HostLink;
 use super::request::GpuRequest;
-use super::select;
+use super::select::{self, Bootstrap};
 use crate::dtype::ReduceOp;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
@@ -45,14 +45,14 @@ fn used(have: usize, want: usize) -> usize {
 }
 
 impl GpuCommunicator {
-    /// Communicators over `devices` for every rank of `host` (see `GpuCommunicator::new`);
-    /// `uid` joins an id the caller distributed instead of creating one over the host.
+    /// Communicators over `devices` for every rank of `host` (see `GpuCommunicator::new`),
+    /// bootstrapped as `how` says.
     pub(crate) fn create(
         host: Arc<dyn HostLink>,
         devices: &[usize],
-        uid: Option<&super::nccl::NcclUniqueId>,
+        how: Bootstrap<'_>,
     ) -> Result<Vec<GpuCommunicator>> {
-        let joined = select::open(host.as_ref(), devices, uid)?;
+        let joined = select::open(host.as_ref(), devices, how)?;
         let mut out = Vec::with_capacity(joined.len());
         // Engines not wrapped yet are aborted when dropped.
         for j in joined {

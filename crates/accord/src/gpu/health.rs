@@ -18,8 +18,9 @@
 //!
 //! A desync explains everything else: a peer that found one gives up (its abort notice, its
 //! process ending, the engine's error all follow), and mismatched calls hang until the timeout.
-//! So whenever the verdict would fail the communicator, the peers' progress records are read
-//! first, and a desync they show is the verdict instead.
+//! So before a lost peer or an engine error fails the communicator, the peers' progress records
+//! are read, and a desync they show is the verdict instead; otherwise the records are compared
+//! on their cadence ([`with_records`]), where a desync outranks a healthy look and a timeout.
 
 use crate::error::Error;
 use std::time::{Duration, Instant};
@@ -47,11 +48,8 @@ pub(super) struct Look<'a> {
     /// When the oldest unfinished operation was issued.
     pub oldest: Option<Instant>,
     pub timeout: Duration,
-    /// A desync the peers' progress records showed when this look compared them (it does so
-    /// on the publishing cadence, not every look).
-    pub desync: Option<Error>,
-    /// Compare the progress records now (store reads): asked only when the verdict would fail
-    /// the communicator and `desync` is empty.
+    /// Compare the progress records now (store reads): asked only when a lost peer or an
+    /// engine error is about to fail the communicator.
     pub probe: &'a dyn Fn() -> Option<Error>,
 }
 
@@ -86,17 +84,12 @@ pub(super) fn decide(memory: &mut Memory, look: Look<'_>) -> Verdict {
         host,
         oldest,
         timeout,
-        desync,
         probe,
     } = look;
     // Failing: a desync, if the records show one, is the cause.
-    let failing = |v: Verdict| match desync.clone().or_else(probe) {
+    let failing = |v: Verdict| match probe() {
         Some(d) => Verdict::Desync(d),
         None => v,
-    };
-    let quiet = || match &desync {
-        Some(d) => Verdict::Desync(d.clone()),
-        None => Verdict::Healthy,
     };
     let age = oldest.map(|t| now.saturating_duration_since(t));
     let overdue = age.filter(|a| *a > timeout);
@@ -114,7 +107,7 @@ pub(super) fn decide(memory: &mut Memory, look: Look<'_>) -> Verdict {
         return if settled {
             failing(Verdict::PeerGone { notice, engine })
         } else {
-            quiet()
+            Verdict::Healthy
         };
     }
     if let Some(e) = engine {
@@ -122,12 +115,20 @@ pub(super) fn decide(memory: &mut Memory, look: Look<'_>) -> Verdict {
         if overdue.is_some() || now.saturating_duration_since(since) >= NAMING_WAIT {
             return failing(Verdict::Engine(e));
         }
-        return quiet();
+        return Verdict::Healthy;
     }
-    // A timeout reports the ranks that never entered the operation; the records were compared
-    // on the cadence already (faster while an operation is overdue).
-    match (quiet(), overdue) {
-        (Verdict::Healthy, Some(age)) => Verdict::Overdue(age),
+    match overdue {
+        Some(age) => Verdict::Overdue(age),
+        None => Verdict::Healthy,
+    }
+}
+
+/// The verdict once the progress records were compared on their cadence (the watchdog does so
+/// only while the communicator is not failing already: the store may have gone with the peer):
+/// a desync they show explains a hang better than the timeout does.
+pub(super) fn with_records(verdict: Verdict, desync: Option<Error>) -> Verdict {
+    match (verdict, desync) {
+        (Verdict::Healthy | Verdict::Overdue(_), Some(d)) => Verdict::Desync(d),
         (v, _) => v,
     }
 }
@@ -159,7 +160,6 @@ mod tests {
             host,
             oldest: issued.map(|i| t0 + ms(i)),
             timeout: Duration::from_secs(300),
-            desync: None,
             probe: &no_desync,
         }
     }
@@ -393,17 +393,22 @@ mod tests {
     }
 
     #[test]
-    fn a_desync_found_on_the_cadence_fails_a_healthy_communicator() {
-        let t0 = Instant::now();
-        let mut m = Memory::default();
-        let mut l = look(t0, 5, None, Some(0));
-        l.desync = Some(desync());
-        assert_eq!(decide(&mut m, l), Verdict::Desync(desync()));
-        // Also while a lost peer's operation still has its grace.
-        let mut m = Memory::default();
-        let mut l = look(t0, 5, Some(lost(2)), Some(0));
-        l.desync = Some(desync());
-        assert_eq!(decide(&mut m, l), Verdict::Desync(desync()));
+    fn a_desync_found_on_the_cadence_outranks_health_and_the_timeout() {
+        assert_eq!(
+            with_records(Verdict::Healthy, Some(desync())),
+            Verdict::Desync(desync())
+        );
+        assert_eq!(
+            with_records(Verdict::Overdue(ms(5)), Some(desync())),
+            Verdict::Desync(desync())
+        );
+        assert_eq!(
+            with_records(Verdict::Overdue(ms(5)), None),
+            Verdict::Overdue(ms(5))
+        );
+        assert_eq!(with_records(Verdict::Healthy, None), Verdict::Healthy);
+        // A failure already decided keeps its cause (it read the records itself).
+        assert_eq!(with_records(gone(1), Some(desync())), gone(1));
     }
 
     #[test]

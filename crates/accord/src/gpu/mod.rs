@@ -55,7 +55,7 @@
 //! Everything is expressed in raw terms a binding can produce from any array library:
 //!
 //! - buffers are [`DeviceSlice`]s: a device address (`CUdeviceptr`, e.g. PyTorch's
-//!   `tensor.data_ptr()` or DLPack's `data + byte_offset`), an element count and a [`DataType`];
+//!   `tensor.data_ptr()` or DLPack's `data + byte_offset`), an element count and a [`DataType`](crate::DataType);
 //! - streams are [`Stream::Raw`] with the `CUstream` handle as an integer (PyTorch's
 //!   `torch.cuda.current_stream().cuda_stream`, CuPy's `Stream.ptr`), or [`Stream::Comm`] for the
 //!   communicator's own stream;
@@ -72,14 +72,14 @@
 //! broadcast, reduce, allreduce, allgather, reduce_scatter map to NCCL's own collectives. The
 //! variable-count variants, gather, scatter, alltoall(v) and send/recv use grouped `ncclSend` /
 //! `ncclRecv` (allgatherv as grouped broadcasts, reduce_scatterv as grouped reduces). Barrier is
-//! a one-element allreduce, ordered on the stream. [`ReduceOp::Avg`] uses `ncclAvg`; the bitwise
+//! a one-element allreduce, ordered on the stream. [`ReduceOp::Avg`](crate::ReduceOp::Avg) uses `ncclAvg`; the bitwise
 //! operators do not exist in NCCL and fail with [`Error::Unsupported`](crate::Error::Unsupported). [`GpuCommunicator::split`]
 //! uses `ncclCommSplit`.
 //!
 //! ## Several GPUs per process
 //!
 //! [`GpuCommunicator::new_multi`] creates one communicator per device (NCCL ranks
-//! `host_rank * devices.len() + i`). Issue one operation on each inside [`group`], which wraps
+//! `host_rank * devices.len() + i`). Issue one operation on each inside [`group()`], which wraps
 //! `ncclGroupStart`/`ncclGroupEnd`, so a single thread can drive all of them without deadlock.
 //! [`GpuCommunicator::split_group`] splits them together (each device may pick its own color).
 //!
@@ -139,6 +139,7 @@ pub use group::group;
 pub(crate) use link::HostLink;
 pub use nccl::unique_id;
 pub use request::GpuRequest;
+pub(crate) use select::Bootstrap;
 
 /// Why GPU work cannot run here, or `None` if CUDA, a device and NCCL are all present. Tests and
 /// tools print this and skip.

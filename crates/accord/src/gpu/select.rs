@@ -74,17 +74,25 @@ pub(crate) struct Joined {
     pub host_of: Option<Vec<usize>>,
 }
 
+/// How a communicator's ranks find each other.
+#[derive(Clone, Copy)]
+pub(crate) enum Bootstrap<'a> {
+    /// Over the host communicator (collective over it).
+    OverHost,
+    /// Through an NCCL unique id the caller distributed itself.
+    NcclId(&'a nccl::NcclUniqueId),
+}
+
 /// Create the fallback engine's communicators over `devices` (one per device; every process
-/// passes the same number), collectively over `host`. `uid`: join an id the caller distributed
-/// instead of creating one over the host.
+/// passes the same number) for every rank of `host`.
 pub(crate) fn open(
     host: &dyn HostLink,
     devices: &[usize],
-    uid: Option<&nccl::NcclUniqueId>,
+    how: Bootstrap<'_>,
 ) -> Result<Vec<Joined>> {
-    match uid {
-        None => nccl::create(host, devices),
-        Some(uid) => nccl::join_with_id(host, uid, devices),
+    match how {
+        Bootstrap::OverHost => nccl::create(host, devices),
+        Bootstrap::NcclId(uid) => nccl::join_with_id(host, uid, devices),
     }
 }
 
@@ -93,7 +101,7 @@ pub(crate) fn preferred(_host: &Arc<dyn HostLink>, _joined: &Joined) -> Vec<Box<
     Vec::new()
 }
 
-/// The launch groups of the engines' libraries, for [`super::group`].
+/// The launch groups of the engines' libraries, for [`super::group()`].
 pub(crate) fn launch_groups() -> Result<Vec<&'static dyn LaunchGroup>> {
     Ok(vec![nccl::launch_group()?])
 }

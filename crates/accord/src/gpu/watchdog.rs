@@ -63,7 +63,6 @@ fn tick(comm: &DeviceComm, published: &mut Published, memory: &mut Memory) -> Op
     let host = comm.host.members_failure(&comm.watched);
     let head = comm.oldest();
     let timeout = comm.timeout();
-    let desync = publish_and_compare(comm, published, head, timeout)?;
     let probe = || desync_now(comm);
     let verdict = health::decide(
         memory,
@@ -73,10 +72,17 @@ fn tick(comm: &DeviceComm, published: &mut Published, memory: &mut Memory) -> Op
             host,
             oldest: head.map(|h| h.since),
             timeout,
-            desync,
             probe: &probe,
         },
     );
+    // Progress and desync only while not failing already, as a desync explains a hang better.
+    let verdict = match verdict {
+        v @ (Verdict::Healthy | Verdict::Overdue(_)) => {
+            let desync = publish_and_compare(comm, published, head, timeout)?;
+            health::with_records(v, desync)
+        }
+        v => v,
+    };
     let during = |h: Option<Head>| {
         h.map(|h| format!(" during {} (op #{})", h.fp, h.seq))
             .unwrap_or_else(|| " while idle".into())

@@ -411,9 +411,7 @@ impl DeviceEngine for NcclEngine {
     fn async_error(&self) -> Option<Error> {
         let mut rc = 0;
         // SAFETY: a communicator that no abort can free while the query runs.
-        let call =
-            self.unless_freed(|c| unsafe { (self.nccl.comm_get_async_error)(c, &mut rc) })?;
-        let rc = if call != 0 { call } else { rc };
+        self.unless_freed(|c| unsafe { (self.nccl.comm_get_async_error)(c, &mut rc) })?;
         (rc != 0 && rc != nccl::NCCL_IN_PROGRESS).then(|| self.error("ncclCommGetAsyncError", rc))
     }
 

@@ -4,7 +4,7 @@
 //! - `loader`: finding and loading the library at run time (the search order is documented
 //!   there and on [`nccl`]);
 //! - `init`: creating communicators under a deadline (nonblocking init, then blocking twins);
-//! - `engine`: [`super::engine::DeviceEngine`] for an NCCL communicator: every operation kind,
+//! - `engine`: the device-engine trait for an NCCL communicator: every operation kind,
 //!   the asynchronous error, abort, split, and NCCL's launch group.
 
 mod engine;
