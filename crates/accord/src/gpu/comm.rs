@@ -259,7 +259,7 @@ impl DeviceComm {
             // SAFETY: the communicator's own 8-byte scratch allocation.
             Collective::Barrier => unsafe { DeviceSlice::from_raw(self.scratch, 1, DataType::I32) },
             _ => {
-                self.fits(op, send, recv)?;
+                fits(op, self.rank, send, recv)?;
                 recv
             }
         };
@@ -288,42 +288,6 @@ impl DeviceComm {
         }
         let engine = self.engines.fallback();
         self.launch(fp, false, stream, |s| engine.enqueue_p2p(ops, s))
-    }
-
-    /// Whether the slices match `op` on this rank: its element type, and at least the elements
-    /// it reads or writes here (the engines trust this with raw device pointers).
-    fn fits(&self, op: &Op, send: Option<DeviceSlice>, recv: DeviceSlice) -> Result<()> {
-        let input = send.unwrap_or(recv);
-        for s in [input, recv] {
-            if s.dtype() != op.dtype {
-                return Err(Error::invalid(format!(
-                    "{}: a device buffer is {} but the call is on {}",
-                    op.kind(),
-                    s.dtype(),
-                    op.dtype
-                )));
-            }
-        }
-        let reads = match op.coll {
-            // The root's send buffer, read by the engine though the schedule calls it unused.
-            Collective::Broadcast { count, root } if root == self.rank => count,
-            _ => op.send_len(self.rank),
-        };
-        let writes = match op.coll {
-            // NCCL-style reduce leaves non-roots' receive buffers alone (the schedule's scratch).
-            Collective::Reduce { root, .. } if root != self.rank => 0,
-            _ => op.recv_len(self.rank),
-        };
-        if input.count() < reads || recv.count() < writes {
-            return Err(Error::invalid(format!(
-                "{}: device buffers of {} and {} elements, but this rank reads {reads} and \
-                 writes {writes}",
-                op.kind(),
-                input.count(),
-                recv.count()
-            )));
-        }
-        Ok(())
     }
 
     /// Give the operation its place and event, and enqueue it with `f`.
@@ -510,6 +474,42 @@ impl Drop for DeviceComm {
     }
 }
 
+/// Whether the slices match `op` on rank `rank`: its element type, and at least the elements it
+/// reads or writes there (the engines trust this with raw device pointers).
+fn fits(op: &Op, rank: usize, send: Option<DeviceSlice>, recv: DeviceSlice) -> Result<()> {
+    let input = send.unwrap_or(recv);
+    for s in [input, recv] {
+        if s.dtype() != op.dtype {
+            return Err(Error::invalid(format!(
+                "{}: a device buffer is {} but the call is on {}",
+                op.kind(),
+                s.dtype(),
+                op.dtype
+            )));
+        }
+    }
+    let reads = match op.coll {
+        // The root's send buffer, read by the engine though the schedule calls it unused.
+        Collective::Broadcast { count, root } if root == rank => count,
+        _ => op.send_len(rank),
+    };
+    let writes = match op.coll {
+        // Device reduces leave non-roots' receive buffers alone (the schedule's scratch).
+        Collective::Reduce { root, .. } if root != rank => 0,
+        _ => op.recv_len(rank),
+    };
+    if input.count() < reads || recv.count() < writes {
+        return Err(Error::invalid(format!(
+            "{}: device buffers of {} and {} elements, but this rank reads {reads} and writes \
+             {writes}",
+            op.kind(),
+            input.count(),
+            recv.count()
+        )));
+    }
+    Ok(())
+}
+
 /// Fold one fingerprint into the rolling hash (order-sensitive).
 pub(crate) fn mix(h: u64, fp: &Fingerprint) -> u64 {
     h.rotate_left(5) ^ fp_hash(fp)
@@ -529,6 +529,55 @@ mod tests {
     use super::*;
     use crate::dtype::ReduceOp;
     use crate::fingerprint::OpKind;
+
+    fn slice(count: usize, dtype: DataType) -> DeviceSlice {
+        // SAFETY: never dereferenced.
+        unsafe { DeviceSlice::from_raw(0x1000, count, dtype) }
+    }
+
+    fn op(kind: OpKind, root: Option<usize>, send: usize, recv: usize, rank: usize) -> Op {
+        let reduce = matches!(kind, OpKind::AllReduce | OpKind::Reduce).then_some(ReduceOp::Sum);
+        let req = crate::op::Request {
+            kind,
+            dtype: DataType::F32,
+            reduce,
+            root,
+            send: Some(crate::op::Extent::len(send)),
+            recv: crate::op::Extent::len(recv),
+        };
+        Op::new(req, rank, 2).unwrap()
+    }
+
+    #[test]
+    fn slices_must_hold_what_the_op_reads_and_writes_here() {
+        let f32s = |n| slice(n, DataType::F32);
+        let ar = op(OpKind::AllReduce, None, 8, 8, 0);
+        assert!(fits(&ar, 0, Some(f32s(8)), f32s(8)).is_ok());
+        assert!(
+            fits(&ar, 0, Some(f32s(16)), f32s(9)).is_ok(),
+            "longer is fine"
+        );
+        assert!(fits(&ar, 0, Some(f32s(7)), f32s(8)).is_err());
+        assert!(fits(&ar, 0, Some(f32s(8)), f32s(7)).is_err());
+        assert!(fits(&ar, 0, None, f32s(8)).is_ok(), "in place");
+        assert!(fits(&ar, 0, None, f32s(7)).is_err());
+        let wrong = slice(8, DataType::I32);
+        assert!(fits(&ar, 0, Some(wrong), f32s(8)).is_err());
+        assert!(fits(&ar, 0, Some(f32s(8)), wrong).is_err());
+        // A reduce's non-root receives nothing; its root receives the whole.
+        let red = op(OpKind::Reduce, Some(1), 8, 0, 0);
+        assert!(fits(&red, 0, Some(f32s(8)), f32s(0)).is_ok());
+        let red = op(OpKind::Reduce, Some(1), 8, 8, 1);
+        assert!(fits(&red, 1, Some(f32s(8)), f32s(4)).is_err());
+        // The broadcast root's send buffer is read.
+        let bc = op(OpKind::Broadcast, Some(0), 8, 8, 0);
+        assert!(fits(&bc, 0, Some(f32s(4)), f32s(8)).is_err());
+        assert!(fits(&bc, 1, Some(f32s(0)), f32s(8)).is_ok());
+        // An allgather writes every rank's block.
+        let ag = op(OpKind::AllGather, None, 3, 6, 0);
+        assert!(fits(&ag, 0, Some(f32s(3)), f32s(6)).is_ok());
+        assert!(fits(&ag, 0, Some(f32s(3)), f32s(5)).is_err());
+    }
 
     #[test]
     fn hash_is_order_sensitive() {

@@ -1,9 +1,7 @@
 //! [`GpuCommunicator`]: the public API over one device communicator, as callers knew it before
 //! the communicator took device buffers itself. Each method states its call as an [`Op`]
 //! ([`Op::new`] checks it) and hands it to the engine-neutral layer ([`DeviceComm`]).
-//!
-//! The methods accept buffers longer than the call needs, as they always have: the [`Op`] is
-//! stated with the lengths the call uses (a buffer too short still fails [`Op::new`]).
+//! How each method states its call is in `calls`.
 
 use super::comm::DeviceComm;
 use super::cuda::Driver;
@@ -15,9 +13,12 @@ use super::select::{self, Bootstrap};
 use crate::dtype::ReduceOp;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
-use crate::op::{Extent, Op, Request};
+use crate::op::{Op, Request};
+use calls::Place;
 use std::sync::Arc;
 use std::time::Duration;
+
+mod calls;
 
 /// A communicator over GPU buffers, one device per rank (see the [module docs](super)).
 ///
@@ -36,12 +37,6 @@ impl std::fmt::Debug for GpuCommunicator {
             .field("device", &self.comm.device())
             .finish()
     }
-}
-
-/// Elements of a buffer of `have` that a call needing `want` uses: all it needs when it is long
-/// enough, else all it has (and [`Op::new`] says it is too short).
-fn used(have: usize, want: usize) -> usize {
-    have.min(want)
 }
 
 impl GpuCommunicator {
@@ -164,24 +159,11 @@ impl GpuCommunicator {
         self.run_op(&op, Some(send), recv, stream)
     }
 
-    fn request<'a>(
-        kind: OpKind,
-        send: &DeviceSlice,
-        send_extent: Extent<'a>,
-        recv_extent: Extent<'a>,
-    ) -> Request<'a> {
-        Request {
-            kind,
-            dtype: send.dtype(),
-            reduce: None,
-            root: None,
-            send: Some(send_extent),
-            recv: recv_extent,
+    fn at(&self) -> Place {
+        Place {
+            rank: self.rank(),
+            size: self.size(),
         }
-    }
-
-    fn is_root(&self, root: usize) -> bool {
-        self.rank() == root
     }
 
     /// allreduce: `recv[i] = op over ranks of send[i]`; `send` and `recv` may be the same.
@@ -192,17 +174,7 @@ impl GpuCommunicator {
         op: ReduceOp,
         stream: Stream,
     ) -> Result<GpuRequest> {
-        let n = send.count();
-        let req = Request {
-            reduce: Some(op),
-            ..Self::request(
-                OpKind::AllReduce,
-                &send,
-                Extent::len(n),
-                Extent::len(used(recv.count(), n)),
-            )
-        };
-        self.run(req, send, recv, stream)
+        self.run(calls::all_reduce(&send, &recv, op), send, recv, stream)
     }
 
     /// broadcast `send` of `root` into every rank's `recv` (`send` is read on the root only;
@@ -214,17 +186,7 @@ impl GpuCommunicator {
         root: usize,
         stream: Stream,
     ) -> Result<GpuRequest> {
-        let n = recv.count();
-        let req = Request {
-            root: Some(root),
-            ..Self::request(
-                OpKind::Broadcast,
-                &send,
-                Extent::len(used(send.count(), n)),
-                Extent::len(n),
-            )
-        };
-        self.run(req, send, recv, stream)
+        self.run(calls::broadcast(&send, &recv, root), send, recv, stream)
     }
 
     /// reduce into `recv` on `root` (`recv` is ignored elsewhere).
@@ -236,18 +198,7 @@ impl GpuCommunicator {
         root: usize,
         stream: Stream,
     ) -> Result<GpuRequest> {
-        let n = send.count();
-        let req = Request {
-            reduce: Some(op),
-            root: Some(root),
-            ..Self::request(
-                OpKind::Reduce,
-                &send,
-                Extent::len(n),
-                Extent::len(used(recv.count(), n)),
-            )
-        };
-        self.run(req, send, recv, stream)
+        self.run(calls::reduce(&send, &recv, op, root), send, recv, stream)
     }
 
     /// allgather: `recv` (size x `send.count`) holds every rank's `send` in rank order.
@@ -257,15 +208,12 @@ impl GpuCommunicator {
         recv: DeviceSlice,
         stream: Stream,
     ) -> Result<GpuRequest> {
-        let n = send.count();
-        let total = n.saturating_mul(self.size());
-        let req = Self::request(
-            OpKind::AllGather,
-            &send,
-            Extent::len(n),
-            Extent::len(used(recv.count(), total)),
-        );
-        self.run(req, send, recv, stream)
+        self.run(
+            calls::all_gather(self.at(), &send, &recv),
+            send,
+            recv,
+            stream,
+        )
     }
 
     /// allgatherv: rank r contributes `counts[r]` elements; `recv` holds them back to back.
@@ -276,13 +224,7 @@ impl GpuCommunicator {
         counts: &[usize],
         stream: Stream,
     ) -> Result<GpuRequest> {
-        let mine = counts.get(self.rank()).copied().unwrap_or(send.count());
-        let req = Self::request(
-            OpKind::AllGather,
-            &send,
-            Extent::len(used(send.count(), mine)),
-            Extent::parts(used(recv.count(), counts.iter().sum()), counts),
-        );
+        let req = calls::all_gather_v(self.at(), &send, &recv, counts);
         self.run(req, send, recv, stream)
     }
 
@@ -294,17 +236,7 @@ impl GpuCommunicator {
         root: usize,
         stream: Stream,
     ) -> Result<GpuRequest> {
-        let n = send.count();
-        let total = n.saturating_mul(self.size());
-        let req = Request {
-            root: Some(root),
-            ..Self::request(
-                OpKind::Gather,
-                &send,
-                Extent::len(n),
-                Extent::len(used(recv.count(), total)),
-            )
-        };
+        let req = calls::gather(self.at(), &send, &recv, root);
         self.run(req, send, recv, stream)
     }
 
@@ -317,20 +249,7 @@ impl GpuCommunicator {
         root: usize,
         stream: Stream,
     ) -> Result<GpuRequest> {
-        let mine = counts.get(self.rank()).copied().unwrap_or(send.count());
-        let whole = match self.is_root(root) {
-            true => used(recv.count(), counts.iter().sum()),
-            false => recv.count(),
-        };
-        let req = Request {
-            root: Some(root),
-            ..Self::request(
-                OpKind::Gather,
-                &send,
-                Extent::len(used(send.count(), mine)),
-                Extent::parts(whole, counts),
-            )
-        };
+        let req = calls::gather_v(self.at(), &send, &recv, counts, root);
         self.run(req, send, recv, stream)
     }
 
@@ -342,15 +261,7 @@ impl GpuCommunicator {
         root: usize,
         stream: Stream,
     ) -> Result<GpuRequest> {
-        let n = recv.count();
-        let whole = match self.is_root(root) {
-            true => used(send.count(), n.saturating_mul(self.size())),
-            false => send.count(),
-        };
-        let req = Request {
-            root: Some(root),
-            ..Self::request(OpKind::Scatter, &send, Extent::len(whole), Extent::len(n))
-        };
+        let req = calls::scatter(self.at(), &send, &recv, root);
         self.run(req, send, recv, stream)
     }
 
@@ -363,20 +274,7 @@ impl GpuCommunicator {
         root: usize,
         stream: Stream,
     ) -> Result<GpuRequest> {
-        let mine = counts.get(self.rank()).copied().unwrap_or(recv.count());
-        let whole = match self.is_root(root) {
-            true => used(send.count(), counts.iter().sum()),
-            false => send.count(),
-        };
-        let req = Request {
-            root: Some(root),
-            ..Self::request(
-                OpKind::Scatter,
-                &send,
-                Extent::parts(whole, counts),
-                Extent::len(used(recv.count(), mine)),
-            )
-        };
+        let req = calls::scatter_v(self.at(), &send, &recv, counts, root);
         self.run(req, send, recv, stream)
     }
 
@@ -389,17 +287,7 @@ impl GpuCommunicator {
         op: ReduceOp,
         stream: Stream,
     ) -> Result<GpuRequest> {
-        let n = recv.count();
-        let total = n.saturating_mul(self.size());
-        let req = Request {
-            reduce: Some(op),
-            ..Self::request(
-                OpKind::ReduceScatter,
-                &send,
-                Extent::len(used(send.count(), total)),
-                Extent::len(n),
-            )
-        };
+        let req = calls::reduce_scatter(self.at(), &send, &recv, op);
         self.run(req, send, recv, stream)
     }
 
@@ -413,16 +301,7 @@ impl GpuCommunicator {
         op: ReduceOp,
         stream: Stream,
     ) -> Result<GpuRequest> {
-        let mine = counts.get(self.rank()).copied().unwrap_or(recv.count());
-        let req = Request {
-            reduce: Some(op),
-            ..Self::request(
-                OpKind::ReduceScatter,
-                &send,
-                Extent::parts(used(send.count(), counts.iter().sum()), counts),
-                Extent::len(used(recv.count(), mine)),
-            )
-        };
+        let req = calls::reduce_scatter_v(self.at(), &send, &recv, counts, op);
         self.run(req, send, recv, stream)
     }
 
@@ -434,14 +313,7 @@ impl GpuCommunicator {
         recv: DeviceSlice,
         stream: Stream,
     ) -> Result<GpuRequest> {
-        let n = send.count();
-        let req = Self::request(
-            OpKind::AllToAll,
-            &send,
-            Extent::len(n),
-            Extent::len(used(recv.count(), n)),
-        );
-        self.run(req, send, recv, stream)
+        self.run(calls::all_to_all(&send, &recv), send, recv, stream)
     }
 
     /// alltoallv: `send_counts[r]` elements go to rank r (blocks back to back in `send`);
@@ -454,12 +326,7 @@ impl GpuCommunicator {
         recv_counts: &[usize],
         stream: Stream,
     ) -> Result<GpuRequest> {
-        let req = Self::request(
-            OpKind::AllToAll,
-            &send,
-            Extent::parts(used(send.count(), send_counts.iter().sum()), send_counts),
-            Extent::parts(used(recv.count(), recv_counts.iter().sum()), recv_counts),
-        );
+        let req = calls::all_to_all_v(&send, send_counts, &recv, recv_counts);
         self.run(req, send, recv, stream)
     }
 
