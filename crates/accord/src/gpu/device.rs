@@ -99,9 +99,9 @@ pub enum Stream {
 pub(crate) struct Event {
     pub(crate) handle: usize,
     pool: Arc<EventPool>,
-    /// Recorded behind its operation. Inside [`super::group()`] that happens only when the group ends,
-    /// and CUDA reports an event never recorded (or last recorded for an earlier operation) as
-    /// complete.
+    /// Recorded behind its operation. Inside [`super::group()`] that happens only when the group
+    /// ends, and CUDA reports an event never recorded (or last recorded for an earlier
+    /// operation) as complete.
     pub(crate) armed: AtomicBool,
     /// Seen complete while the communicator was not aborted: the result is the operation's,
     /// not what an abort left behind.

@@ -4,7 +4,8 @@
 //!
 //! CUDA (the driver, `libcuda.so.1`) and NCCL are opened at run time, so this module builds and
 //! its tests run on machines without either; every entry point then returns
-//! [`Error::Unsupported`](crate::Error::Unsupported) saying what is missing. See [`nccl::nccl`] for where NCCL is looked for.
+//! [`Error::Unsupported`](crate::Error::Unsupported) saying what is missing. See
+//! [`nccl::nccl`] for where NCCL is looked for.
 //!
 //! ## Creating a communicator
 //!
@@ -38,11 +39,12 @@
 //! ## Layers
 //!
 //! - [`GpuCommunicator`] (`facade`): the public API; each method states its call as an
-//!   [`Op`](crate::op::Op) and hands it on;
+//!   [`Op`](crate::op::Op) (`facade::calls`) and hands it on;
 //! - `comm`: the engine-neutral device communicator: ordering, sequence numbers and the
-//!   fingerprint hash, outstanding operations and their events, poison, abort, timeout;
-//!   `split` (the meeting in the store before a split), `watchdog` and `health` (the failure
-//!   policy, a pure function) belong to it;
+//!   fingerprint hash, outstanding operations and their events ([`GpuRequest`], `request`),
+//!   poison, abort, timeout; `split` (the meeting in the store before a split), [`group()`]
+//!   (several GPUs driven from one thread), `watchdog` and `health` (the failure policy, a pure
+//!   function) belong to it;
 //! - `engine`: the `DeviceEngine` trait, all the neutral layer knows of an engine; `select`
 //!   picks the engine per operation from an ordered list that ends with NCCL;
 //! - [`nccl`]: the NCCL engine, its loader and its deadline-bound initialisation;
@@ -55,7 +57,8 @@
 //! Everything is expressed in raw terms a binding can produce from any array library:
 //!
 //! - buffers are [`DeviceSlice`]s: a device address (`CUdeviceptr`, e.g. PyTorch's
-//!   `tensor.data_ptr()` or DLPack's `data + byte_offset`), an element count and a [`DataType`](crate::DataType);
+//!   `tensor.data_ptr()` or DLPack's `data + byte_offset`), an element count and a
+//!   [`DataType`](crate::DataType);
 //! - streams are [`Stream::Raw`] with the `CUstream` handle as an integer (PyTorch's
 //!   `torch.cuda.current_stream().cuda_stream`, CuPy's `Stream.ptr`), or [`Stream::Comm`] for the
 //!   communicator's own stream;
@@ -72,9 +75,11 @@
 //! broadcast, reduce, allreduce, allgather, reduce_scatter map to NCCL's own collectives. The
 //! variable-count variants, gather, scatter, alltoall(v) and send/recv use grouped `ncclSend` /
 //! `ncclRecv` (allgatherv as grouped broadcasts, reduce_scatterv as grouped reduces). Barrier is
-//! a one-element allreduce, ordered on the stream. [`ReduceOp::Avg`](crate::ReduceOp::Avg) uses `ncclAvg`; the bitwise
-//! operators do not exist in NCCL and fail with [`Error::Unsupported`](crate::Error::Unsupported). [`GpuCommunicator::split`]
-//! uses `ncclCommSplit`.
+//! a one-element allreduce, ordered on the stream. [`ReduceOp::Avg`](crate::ReduceOp::Avg) uses
+//! `ncclAvg`; the bitwise operators do not exist in NCCL and fail with
+//! [`Error::Unsupported`](crate::Error::Unsupported). [`GpuCommunicator::split`] uses
+//! `ncclCommSplit`. Another engine may run an operation before NCCL (module `select`); NCCL
+//! runs whatever the others do not.
 //!
 //! ## Several GPUs per process
 //!
@@ -95,16 +100,18 @@
 //!
 //! - the host communicator that bootstrapped it, which sees a member's process end (its
 //!   connection closes) or a rank abort the world within milliseconds, also while no operation
-//!   runs: the failure is [`Error::PeerLost`](crate::Error::PeerLost) naming that rank (or the abort), shown within 2 s
-//!   whatever the timeout. An operation issued before the notice gets a quarter second to
-//!   finish first (a peer that finished its part and exited leaves this rank's part to finish);
-//!   an idle communicator fails at once, so its next call fails naming the rank;
-//! - `ncclCommGetAsyncError`, which reports a peer's lost connection where NCCL notices one;
+//!   runs: the failure is [`Error::PeerLost`](crate::Error::PeerLost) naming that rank (or the
+//!   abort), shown within 2 s whatever the timeout. An operation issued before the notice gets
+//!   a quarter second to finish first (a peer that finished its part and exited leaves this
+//!   rank's part to finish); an idle communicator fails at once, so its next call fails naming
+//!   the rank;
+//! - the engine's asynchronous error (`ncclCommGetAsyncError`), which reports a peer's lost
+//!   connection where NCCL notices one;
 //! - the oldest unfinished operation against the timeout (the host communicator's, from
 //!   `ACCORD_TIMEOUT`, or [`GpuCommunicator::set_timeout`]).
 //!
 //! The decision is a pure function of these observations and the clock (module `health`). On a
-//! failure the watchdog aborts the NCCL communicator (`ncclCommAbort`, which also stops its
+//! failure the watchdog aborts the engines (`ncclCommAbort`, which also stops NCCL's
 //! kernels) and poisons the communicator: waits of unfinished operations and later calls return
 //! the error, never before the abort has finished (a process that exits on the error must not
 //! tear CUDA down under it). Operations seen finished before the failure keep their results,
@@ -115,8 +122,9 @@
 //! operation's fingerprint — to the rendezvous store under `gpu/{id}/progress/{rank}`, from the
 //! watchdog thread about once a second when it changed (never on the operation path). The same
 //! values detect desynchronisation: when two ranks have entered the same number of operations
-//! but their fingerprint hashes differ, both get [`Error::Desync`](crate::Error::Desync) naming each side's last call,
-//! and the communicator is aborted instead of hanging or reducing mismatched buffers.
+//! but their fingerprint hashes differ, both get [`Error::Desync`](crate::Error::Desync) naming
+//! each side's last call, and the communicator is aborted instead of hanging or reducing
+//! mismatched buffers.
 
 pub mod cuda;
 pub mod nccl;

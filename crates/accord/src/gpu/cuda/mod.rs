@@ -1,8 +1,8 @@
 //! The CUDA driver API entry points Accord needs, loaded from `libcuda.so.1` at run time.
 //!
 //! Nothing here links against CUDA: the library is opened on first use, so the crate builds and
-//! its tests run on machines without a driver (they get [`Error::Unsupported`](crate::Error::Unsupported) naming what is
-//! missing). We use the driver API rather than the runtime because the driver is the one library
+//! its tests run on machines without a driver (they get
+//! [`Error::Unsupported`](crate::Error::Unsupported) naming what is missing). We use the driver API rather than the runtime because the driver is the one library
 //! every CUDA machine has, and the primary context it hands out is the same one PyTorch, CuPy and
 //! JAX use, so device pointers and streams from those frameworks are valid here unchanged.
 //!

@@ -1,4 +1,5 @@
-//! Each [`super::GpuCommunicator`] method's call as a [`Request`] for [`Op::new`](crate::op::Op::new).
+//! Each [`super::GpuCommunicator`] method's call as a [`Request`] for
+//! [`Op::new`](crate::op::Op::new).
 //!
 //! The methods accept buffers longer than the call needs, as they always have: the request
 //! states the lengths the call uses (all it needs when a buffer is long enough, else all the
