@@ -164,3 +164,34 @@ impl fmt::Display for RankList<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpu_failure_names_the_call_the_code_and_the_librarys_words() {
+        let e = Error::Gpu {
+            library: "nccl",
+            call: "ncclAllReduce".into(),
+            code: 2,
+            text: "unhandled system error: socket closed".into(),
+            rank: Some(3),
+        };
+        assert_eq!(
+            e.to_string(),
+            "ncclAllReduce failed on rank 3: unhandled system error: socket closed (nccl error 2)"
+        );
+        let e = Error::Gpu {
+            library: "cuda",
+            call: "cuMemAlloc".into(),
+            code: 2,
+            text: "out of memory".into(),
+            rank: None,
+        };
+        assert_eq!(
+            e.to_string(),
+            "cuMemAlloc failed: out of memory (cuda error 2)"
+        );
+    }
+}

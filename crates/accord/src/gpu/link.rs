@@ -2,7 +2,7 @@
 //!
 //! The GPU layer does not know the host communicator's type: it meets the other processes,
 //! reaches the rendezvous store and learns that a process is gone through this trait, which the
-//! host communicator implements (`comm/device.rs`). Tests implement it with fakes.
+//! host communicator implements (`comm/device.rs`).
 
 use crate::error::{Error, Result};
 use crate::rendezvous::StoreClient;
