@@ -112,6 +112,14 @@ fn convert(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
             ],
         )?,
         Error::Store(m) => make(py, "StoreError", msg, vec![("detail", m.into_py(py))])?,
+        // A failed GPU library call fails its communicator, as an abort does.
+        Error::Gpu { .. } => make(
+            py,
+            "AbortedError",
+            msg.clone(),
+            vec![("reason", msg.into_py(py))],
+        )?,
+        _ => make(py, "AccordError", msg, Vec::new())?,
     };
     Ok(PyErr::from_value_bound(exc))
 }

@@ -15,6 +15,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Errors are `Clone` because a failed communicator is *poisoned*: the first error is stored and
 /// returned again by every later call on it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A blocking call passed its deadline.
     #[error(
@@ -96,6 +97,22 @@ pub enum Error {
     /// The rendezvous store refused or failed a request.
     #[error("store: {0}")]
     Store(String),
+    /// A GPU library call failed: the library, the call, its result code and the library's own
+    /// description of it.
+    #[error("{call} failed{}: {text} ({library} error {code})", OnRank(*rank))]
+    Gpu {
+        /// `nccl` or `cuda`.
+        library: &'static str,
+        /// The call, e.g. `ncclAllReduce` or `cuMemAlloc`.
+        call: String,
+        /// The library's result code (`ncclResult_t`, `CUresult`).
+        code: i32,
+        /// The library's description of the code, with its last detailed message where it has
+        /// one.
+        text: String,
+        /// The rank (of the GPU communicator) the call failed on, where known.
+        rank: Option<usize>,
+    },
 }
 
 impl Error {
@@ -121,6 +138,18 @@ impl Error {
     }
 }
 
+/// ` on rank 3`, or nothing.
+struct OnRank(Option<usize>);
+
+impl fmt::Display for OnRank {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(r) => write!(f, " on rank {r}"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Formats `[1, 3]` as `1, 3`.
 struct RankList<'a>(&'a [usize]);
 
@@ -133,5 +162,36 @@ impl fmt::Display for RankList<'_> {
             write!(f, "{r}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpu_failure_names_the_call_the_code_and_the_librarys_words() {
+        let e = Error::Gpu {
+            library: "nccl",
+            call: "ncclAllReduce".into(),
+            code: 2,
+            text: "unhandled system error: socket closed".into(),
+            rank: Some(3),
+        };
+        assert_eq!(
+            e.to_string(),
+            "ncclAllReduce failed on rank 3: unhandled system error: socket closed (nccl error 2)"
+        );
+        let e = Error::Gpu {
+            library: "cuda",
+            call: "cuMemAlloc".into(),
+            code: 2,
+            text: "out of memory".into(),
+            rank: None,
+        };
+        assert_eq!(
+            e.to_string(),
+            "cuMemAlloc failed: out of memory (cuda error 2)"
+        );
     }
 }

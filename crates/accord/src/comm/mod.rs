@@ -30,6 +30,7 @@ use std::thread::{Scope, ScopedJoinHandle};
 use std::time::{Duration, Instant};
 
 mod api;
+mod device;
 mod gpu;
 mod group;
 mod hierarchy;

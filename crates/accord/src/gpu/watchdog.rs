@@ -1,12 +1,11 @@
 //! The per-communicator watchdog thread: retires finished operations, asks the host
-//! communicator whether a member is gone, polls NCCL's asynchronous error, enforces the timeout,
-//! publishes progress and compares fingerprint hashes. What to do about what it sees is decided
-//! in [`super::health`].
+//! communicator whether a member is gone, polls the engines' asynchronous errors, enforces the
+//! timeout, publishes progress and compares fingerprint hashes. What to do about what it sees is
+//! decided in [`super::health`]; the engines are reached only through their trait.
 
+use super::comm::{DeviceComm, Head};
 use super::health::{self, Look, Memory, Verdict};
-use super::Inner;
 use crate::error::Error;
-use crate::fingerprint::Fingerprint;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -14,9 +13,9 @@ use std::time::{Duration, Instant};
 /// How often progress is published and compared when it changed.
 const PUBLISH_EVERY: Duration = Duration::from_millis(1000);
 
-pub(super) fn start(inner: &Arc<Inner>) {
-    let weak = Arc::downgrade(inner);
-    let name = format!("accord-gpu-watchdog-{}", inner.rank);
+pub(super) fn start(comm: &Arc<DeviceComm>) {
+    let weak = Arc::downgrade(comm);
+    let name = format!("accord-gpu-watchdog-{}", comm.rank);
     let _ = std::thread::Builder::new()
         .name(name)
         .spawn(move || run(weak));
@@ -30,25 +29,26 @@ struct Published {
     checked: Option<Instant>,
 }
 
-fn run(weak: Weak<Inner>) {
+fn run(weak: Weak<DeviceComm>) {
     let mut published = Published::default();
     let mut memory = Memory::default();
     let mut ctx_set = false;
     loop {
         let period = {
-            let Some(inner) = weak.upgrade() else { return };
-            if inner.stop.load(Ordering::Acquire) || inner.aborted.load(Ordering::Acquire) {
+            let Some(comm) = weak.upgrade() else { return };
+            if comm.stop.load(Ordering::Acquire) || comm.aborted.load(Ordering::Acquire) {
                 return;
             }
             if !ctx_set {
-                ctx_set = inner.cu.make_current(inner.ctx as _).is_ok();
+                let (cu, ctx) = comm.context();
+                ctx_set = cu.make_current(ctx as _).is_ok();
             }
-            if let Some(e) = tick(&inner, &mut published, &mut memory) {
-                inner.fail(e);
+            if let Some(e) = tick(&comm, &mut published, &mut memory) {
+                comm.fail(e);
                 return;
             }
             // At most 50 ms: a lost peer is acted on well within 2 s whatever the timeout.
-            let t = inner.timeout.get();
+            let t = comm.timeout();
             (t / 20).clamp(Duration::from_millis(2), Duration::from_millis(50))
         };
         std::thread::sleep(period);
@@ -56,17 +56,14 @@ fn run(weak: Weak<Inner>) {
 }
 
 /// One check; `Some(error)` if the communicator must fail.
-fn tick(inner: &Inner, published: &mut Published, memory: &mut Memory) -> Option<Error> {
-    // What NCCL, the host and the operations say; `None` once the communicator is aborted.
-    let mut async_rc = 0;
-    // SAFETY: a communicator that no abort can free while the query runs.
-    let queried =
-        inner.unless_aborted(|c| unsafe { (inner.nccl.comm_get_async_error)(c, &mut async_rc) });
-    queried?;
-    let engine = (async_rc != 0 && async_rc != super::nccl::NCCL_IN_PROGRESS).then_some(async_rc);
-    let host = inner.host.members_failure(&inner.watched);
-    let head = inner.oldest();
-    let timeout = inner.timeout.get();
+fn tick(comm: &DeviceComm, published: &mut Published, memory: &mut Memory) -> Option<Error> {
+    // What the engines, the host and the operations say; nothing once the communicator is
+    // aborted (the engines' state is gone).
+    let engine = comm.unless_aborted(|| comm.engines.async_error())?;
+    let host = comm.host.members_failure(&comm.watched);
+    let head = comm.oldest();
+    let timeout = comm.timeout();
+    let probe = || desync_now(comm);
     let verdict = health::decide(
         memory,
         Look {
@@ -75,31 +72,36 @@ fn tick(inner: &Inner, published: &mut Published, memory: &mut Memory) -> Option
             host,
             oldest: head.map(|h| h.since),
             timeout,
+            probe: &probe,
         },
     );
+    // Progress and desync only while not failing already, as a desync explains a hang better.
+    let verdict = match verdict {
+        v @ (Verdict::Healthy | Verdict::Overdue(_)) => {
+            let desync = publish_and_compare(comm, published, head, timeout)?;
+            health::with_records(v, desync)
+        }
+        v => v,
+    };
     let during = |h: Option<Head>| {
         h.map(|h| format!(" during {} (op #{})", h.fp, h.seq))
             .unwrap_or_else(|| " while idle".into())
     };
-    let overdue = match verdict {
+    let name = comm.fallback().name();
+    match verdict {
         Verdict::Healthy => None,
-        Verdict::Overdue(age) => Some(age),
+        Verdict::Desync(e) => Some(e),
         Verdict::PeerGone { notice, engine } => {
-            // A peer that found a desync fails and often exits at once; its departure is not
-            // the cause. The progress records name the desync when there is one.
-            if let Some(e) = desync_now(inner) {
-                return Some(e);
-            }
-            let nccl = engine
-                .map(|rc| format!("; NCCL reported {}", inner.describe(rc)))
+            let reported = engine
+                .map(|e| format!("; {name} reported {}", words(&e)))
                 .unwrap_or_default();
             let what = format!(
-                "; NCCL communicator gpu/{} aborted on rank {}{}{nccl}",
-                inner.id,
-                inner.rank,
+                "; {name} communicator gpu/{} aborted on rank {}{}{reported}",
+                comm.id,
+                comm.rank,
                 during(head)
             );
-            return Some(match notice {
+            Some(match notice {
                 Error::PeerLost { rank, cause } => Error::PeerLost {
                     rank,
                     cause: format!("{cause}{what}"),
@@ -110,69 +112,37 @@ fn tick(inner: &Inner, published: &mut Published, memory: &mut Memory) -> Option
                 other => Error::Aborted {
                     reason: format!("{other}{what}"),
                 },
-            });
+            })
         }
-        Verdict::Engine(rc) => {
-            // A peer that detected a desync aborts, which shows up here as a remote error:
-            // prefer the desync, which names the culprit, when the progress records show one.
-            if let Some(e) = desync_now(inner) {
-                return Some(e);
-            }
-            return Some(Error::Aborted {
-                reason: format!(
-                    "NCCL reported an error on rank {}{}: {}; a peer probably failed or exited",
-                    inner.rank,
-                    head.map(|h| format!(" during {} (op #{})", h.fp, h.seq))
-                        .unwrap_or_default(),
-                    inner.describe(rc)
-                ),
-            });
-        }
-    };
-
-    // Progress and desync, before the timeout: a desync explains a hang better.
-    let (seq_now, hash_now, last_fp) = {
-        let st = inner.state.lock().ok()?;
-        (st.cseq, st.hash, st.last)
-    };
-    let age = head.map(|h| h.since.elapsed());
-    let suspicious = age.is_some_and(|age| age > timeout / 2 || age > PUBLISH_EVERY);
-    let due = published.at.is_none_or(|t| t.elapsed() >= PUBLISH_EVERY);
-    if let Some(store) = &inner.store {
-        let last = || last_fp.map(|f| f.to_string()).unwrap_or_default();
-        let mut check = false;
-        if seq_now != published.seq && (due || suspicious) {
-            let value = format!("{seq_now} {hash_now:016x} {}", last());
-            if store
-                .set(&format!("progress/{}", inner.rank), value)
-                .is_ok()
-            {
-                published.seq = seq_now;
-                published.at = Some(Instant::now());
-                check = true;
-            }
-        }
-        // Peers publish on their own cadence: compare again every period (faster while an
-        // operation is overdue), so whichever side publishes last is still caught.
-        let every = if suspicious {
-            PUBLISH_EVERY / 4
-        } else {
-            PUBLISH_EVERY
-        };
-        if published.checked.is_none_or(|t| t.elapsed() >= every) {
-            check = true;
-        }
-        if check {
-            published.checked = Some(Instant::now());
-            if let Some(e) = compare(inner, seq_now, hash_now, &last()) {
-                return Some(e);
-            }
-        }
+        Verdict::Engine(e) => Some(Error::Aborted {
+            reason: format!(
+                "{name} reported an error on rank {}{}: {}; a peer probably failed or exited",
+                comm.rank,
+                head.map(|h| format!(" during {} (op #{})", h.fp, h.seq))
+                    .unwrap_or_default(),
+                words(&e)
+            ),
+        }),
+        Verdict::Overdue(age) => Some(overdue(comm, head?, age, name)),
     }
+}
 
-    // The timeout of the oldest operation.
-    let (age, h) = (overdue?, head?);
-    let missing = h.cseq.map(|c| never_entered(inner, c)).unwrap_or_default();
+/// An engine's error in its library's words.
+fn words(e: &Error) -> String {
+    match e {
+        Error::Gpu {
+            library,
+            code,
+            text,
+            ..
+        } => format!("{text} ({library} error {code})"),
+        e => e.to_string(),
+    }
+}
+
+/// The timeout of the oldest operation, naming the ranks that never entered it.
+fn overdue(comm: &DeviceComm, h: Head, age: Duration, name: &str) -> Error {
+    let missing = h.cseq.map(|c| never_entered(comm, c)).unwrap_or_default();
     let peers = if h.cseq.is_none() {
         "a point-to-point operation whose peer never matched it".to_string()
     } else if missing.is_empty() {
@@ -187,37 +157,73 @@ fn tick(inner: &Inner, published: &mut Published, memory: &mut Memory) -> Option
                 .join(", ")
         )
     };
-    Some(Error::Timeout {
+    Error::Timeout {
         op: h.fp.to_string(),
         seq: h.seq,
-        comm: format!("gpu/{}", inner.id),
+        comm: format!("gpu/{}", comm.id),
         waiting_for: missing.iter().map(|(r, _)| *r).collect(),
         after: age,
-        hint: format!("; {peers}; NCCL communicator aborted"),
-    })
+        hint: format!("; {peers}; {name} communicator aborted"),
+    }
+}
+
+/// Publish this rank's progress when it changed and is due (sooner while an operation is
+/// suspiciously old), and compare with the neighbours on the cadence: `Some(desync)` if they
+/// disagree. `None` (the outer option) if the bookkeeping is unreadable.
+fn publish_and_compare(
+    comm: &DeviceComm,
+    published: &mut Published,
+    head: Option<Head>,
+    timeout: Duration,
+) -> Option<Option<Error>> {
+    let (seq_now, hash_now, last_fp) = {
+        let st = comm.state.lock().ok()?;
+        (st.cseq, st.hash, st.last)
+    };
+    let Some(store) = &comm.store else {
+        return Some(None);
+    };
+    let age = head.map(|h| h.since.elapsed());
+    let suspicious = age.is_some_and(|age| age > timeout / 2 || age > PUBLISH_EVERY);
+    let due = published.at.is_none_or(|t| t.elapsed() >= PUBLISH_EVERY);
+    let last = || last_fp.map(|f| f.to_string()).unwrap_or_default();
+    let mut check = false;
+    if seq_now != published.seq && (due || suspicious) {
+        let value = format!("{seq_now} {hash_now:016x} {}", last());
+        if store.set(&format!("progress/{}", comm.rank), value).is_ok() {
+            published.seq = seq_now;
+            published.at = Some(Instant::now());
+            check = true;
+        }
+    }
+    // Peers publish on their own cadence: compare again every period (faster while an
+    // operation is overdue), so whichever side publishes last is still caught.
+    let every = if suspicious {
+        PUBLISH_EVERY / 4
+    } else {
+        PUBLISH_EVERY
+    };
+    if published.checked.is_none_or(|t| t.elapsed() >= every) {
+        check = true;
+    }
+    if check {
+        published.checked = Some(Instant::now());
+        return Some(compare(comm, seq_now, hash_now, &last()));
+    }
+    Some(None)
 }
 
 /// A desync between this rank's calls so far and what the peers published, if there is one.
-fn desync_now(inner: &Inner) -> Option<Error> {
-    let st = inner.state.lock().ok()?;
+fn desync_now(comm: &DeviceComm) -> Option<Error> {
+    let st = comm.state.lock().ok()?;
     let (seq, hash) = (st.cseq, st.hash);
     let last = st.last.map(|f| f.to_string()).unwrap_or_default();
     drop(st);
-    compare(inner, seq, hash, &last)
+    compare(comm, seq, hash, &last)
 }
 
-/// The oldest unfinished operation.
-#[derive(Clone, Copy)]
-pub(super) struct Head {
-    pub seq: u64,
-    /// Its collective count (None for point-to-point).
-    pub cseq: Option<u64>,
-    pub fp: Fingerprint,
-    pub since: Instant,
-}
-
-fn read_progress(inner: &Inner, rank: usize) -> Option<(u64, u64, String)> {
-    let store = inner.store.as_ref()?;
+fn read_progress(comm: &DeviceComm, rank: usize) -> Option<(u64, u64, String)> {
+    let store = comm.store.as_ref()?;
     let v = store.try_get(&format!("progress/{rank}")).ok()??;
     let s = String::from_utf8_lossy(&v).into_owned();
     let mut it = s.splitn(3, ' ');
@@ -227,14 +233,14 @@ fn read_progress(inner: &Inner, rank: usize) -> Option<(u64, u64, String)> {
 }
 
 /// Ranks whose last published sequence number is below `seq` (with that number).
-fn never_entered(inner: &Inner, seq: u64) -> Vec<(usize, u64)> {
-    if inner.store.is_none() {
+fn never_entered(comm: &DeviceComm, seq: u64) -> Vec<(usize, u64)> {
+    if comm.store.is_none() {
         return Vec::new();
     }
-    (0..inner.size)
-        .filter(|&r| r != inner.rank)
+    (0..comm.size)
+        .filter(|&r| r != comm.rank)
         .filter_map(|r| {
-            let s = read_progress(inner, r).map_or(0, |p| p.0);
+            let s = read_progress(comm, r).map_or(0, |p| p.0);
             (s < seq).then_some((r, s))
         })
         .collect()
@@ -242,22 +248,22 @@ fn never_entered(inner: &Inner, seq: u64) -> Vec<(usize, u64)> {
 
 /// Compare with the two ring neighbours only: O(1) store reads per rank however large the
 /// world, and a disagreement anywhere breaks the chain somewhere.
-fn compare(inner: &Inner, seq: u64, hash: u64, last: &str) -> Option<Error> {
-    let n = inner.size;
+fn compare(comm: &DeviceComm, seq: u64, hash: u64, last: &str) -> Option<Error> {
+    let n = comm.size;
     if n < 2 {
         return None;
     }
-    let mut peers = vec![(inner.rank + 1) % n, (inner.rank + n - 1) % n];
+    let mut peers = vec![(comm.rank + 1) % n, (comm.rank + n - 1) % n];
     peers.dedup();
     for r in peers {
-        if let Some((s, h, theirs)) = read_progress(inner, r) {
+        if let Some((s, h, theirs)) = read_progress(comm, r) {
             if s == seq && h != hash {
                 return Some(Error::Desync {
-                    me: inner.rank,
+                    me: comm.rank,
                     mine: last.to_string(),
                     peer: r,
                     theirs,
-                    comm: format!("gpu/{}", inner.id),
+                    comm: format!("gpu/{}", comm.id),
                     seq,
                 });
             }

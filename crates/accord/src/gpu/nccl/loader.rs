@@ -139,8 +139,13 @@ impl Nccl {
         version_string(self.version)
     }
 
-    /// NCCL's text for `rc` plus its last detailed message.
+    /// NCCL's text for `rc` plus its last detailed message, with the code.
     pub(crate) fn describe(&self, rc: NcclResult, comm: NcclComm) -> String {
+        format!("{} (ncclResult {rc})", self.text(rc, comm))
+    }
+
+    /// NCCL's text for `rc` plus its last detailed message on `comm` (null: none).
+    pub(crate) fn text(&self, rc: NcclResult, comm: NcclComm) -> String {
         // SAFETY: both return static or library-owned NUL-terminated strings (or null).
         let (s, last) = unsafe { ((self.get_error_string)(rc), (self.get_last_error)(comm)) };
         let text = |p: *const c_char| {
@@ -153,9 +158,26 @@ impl Nccl {
         };
         let (s, last) = (text(s), text(last));
         if last.is_empty() {
-            format!("{s} (ncclResult {rc})")
+            s
         } else {
-            format!("{s} (ncclResult {rc}): {last}")
+            format!("{s}: {last}")
+        }
+    }
+
+    /// [`Error::Gpu`] for `call` failing with `rc` (on `comm`, if not null; on `rank`).
+    pub(crate) fn error(
+        &self,
+        call: &str,
+        rc: NcclResult,
+        comm: NcclComm,
+        rank: Option<usize>,
+    ) -> Error {
+        Error::Gpu {
+            library: "nccl",
+            call: call.to_string(),
+            code: rc,
+            text: self.text(rc, comm),
+            rank,
         }
     }
 }

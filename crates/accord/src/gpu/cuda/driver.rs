@@ -1,84 +1,102 @@
-//! The few CUDA driver API entry points Accord needs, loaded from `libcuda.so.1` at run time.
-//!
-//! Nothing here links against CUDA: the library is opened on first use, so the crate builds and
-//! its tests run on machines without a driver (they get [`Error::Unsupported`] naming what is
-//! missing). We use the driver API rather than the runtime because the driver is the one library
-//! every CUDA machine has, and the primary context it hands out is the same one PyTorch, CuPy and
-//! JAX use, so device pointers and streams from those frameworks are valid here unchanged.
+//! The required table, the process's driver, and the helpers every GPU path uses.
 
+use super::{CuContext, CuDevicePtr, CuEvent, CuResult, CuStream, Resolve, Vmm};
 use crate::error::{Error, Result};
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 
-/// A CUDA driver result code (`CUresult`); 0 is success.
-pub type CuResult = c_int;
-/// A device pointer (`CUdeviceptr`).
-pub type CuDevicePtr = u64;
-/// A context handle (`CUcontext`).
-pub type CuContext = *mut c_void;
-/// A stream handle (`CUstream`); null is the legacy default stream.
-pub type CuStream = *mut c_void;
-/// An event handle (`CUevent`).
-pub type CuEvent = *mut c_void;
-
 const CUDA_ERROR_NOT_READY: CuResult = 600;
 /// `CU_STREAM_NON_BLOCKING`: the stream does not synchronise with the legacy default stream.
 const CU_STREAM_NON_BLOCKING: c_uint = 1;
-/// `CU_EVENT_DISABLE_TIMING`: the cheapest kind of event.
-pub const CU_EVENT_DISABLE_TIMING: c_uint = 2;
-/// `CU_EVENT_DEFAULT`: an event that can be timed.
-pub const CU_EVENT_DEFAULT: c_uint = 0;
 
-macro_rules! driver_api {
-    ($( $field:ident : $sym:literal => fn($($arg:ty),*) -> $ret:ty; )*) => {
-        /// Function pointers into the CUDA driver library.
-        #[allow(non_snake_case)]
-        pub struct Driver {
-            _lib: Library,
-            $( #[allow(missing_docs)] pub $field: unsafe extern "C" fn($($arg),*) -> $ret, )*
-        }
-
-        impl Driver {
-            fn load(lib: Library) -> std::result::Result<Driver, String> {
-                // SAFETY: each symbol is declared with the signature of the CUDA driver API
-                // (cuda.h); the library stays alive in `_lib` as long as the pointers.
-                unsafe {
-                    $( let $field = *lib
-                        .get::<unsafe extern "C" fn($($arg),*) -> $ret>(concat!($sym, "\0").as_bytes())
-                        .map_err(|e| format!("libcuda.so.1 lacks {}: {e}", $sym))?; )*
-                    Ok(Driver { _lib: lib, $( $field, )* })
-                }
-            }
-        }
-    };
+super::symbol_table! {
+    /// Function pointers into the CUDA driver that every GPU operation needs.
+    Calls {
+        init: "cuInit" => fn(c_uint) -> CuResult;
+        device_get_count: "cuDeviceGetCount" => fn(*mut c_int) -> CuResult;
+        device_get: "cuDeviceGet" => fn(*mut c_int, c_int) -> CuResult;
+        primary_ctx_retain: "cuDevicePrimaryCtxRetain" => fn(*mut CuContext, c_int) -> CuResult;
+        ctx_get_current: "cuCtxGetCurrent" => fn(*mut CuContext) -> CuResult;
+        ctx_set_current: "cuCtxSetCurrent" => fn(CuContext) -> CuResult;
+        stream_create: "cuStreamCreate" => fn(*mut CuStream, c_uint) -> CuResult;
+        stream_destroy: "cuStreamDestroy_v2" => fn(CuStream) -> CuResult;
+        stream_synchronize: "cuStreamSynchronize" => fn(CuStream) -> CuResult;
+        stream_wait_event: "cuStreamWaitEvent" => fn(CuStream, CuEvent, c_uint) -> CuResult;
+        event_create: "cuEventCreate" => fn(*mut CuEvent, c_uint) -> CuResult;
+        event_destroy: "cuEventDestroy_v2" => fn(CuEvent) -> CuResult;
+        event_record: "cuEventRecord" => fn(CuEvent, CuStream) -> CuResult;
+        event_query: "cuEventQuery" => fn(CuEvent) -> CuResult;
+        event_synchronize: "cuEventSynchronize" => fn(CuEvent) -> CuResult;
+        event_elapsed: "cuEventElapsedTime" => fn(*mut f32, CuEvent, CuEvent) -> CuResult;
+        mem_alloc: "cuMemAlloc_v2" => fn(*mut CuDevicePtr, usize) -> CuResult;
+        mem_free: "cuMemFree_v2" => fn(CuDevicePtr) -> CuResult;
+        memcpy_htod: "cuMemcpyHtoD_v2" => fn(CuDevicePtr, *const c_void, usize) -> CuResult;
+        memcpy_dtoh: "cuMemcpyDtoH_v2" => fn(*mut c_void, CuDevicePtr, usize) -> CuResult;
+        memcpy_dtod_async: "cuMemcpyDtoDAsync_v2" => fn(CuDevicePtr, CuDevicePtr, usize, CuStream) -> CuResult;
+        memset_d8: "cuMemsetD8_v2" => fn(CuDevicePtr, u8, usize) -> CuResult;
+        get_error_string: "cuGetErrorString" => fn(CuResult, *mut *const c_char) -> CuResult;
+        pointer_get_attribute: "cuPointerGetAttribute" => fn(*mut c_void, c_int, CuDevicePtr) -> CuResult;
+    }
 }
 
-driver_api! {
-    init: "cuInit" => fn(c_uint) -> CuResult;
-    device_get_count: "cuDeviceGetCount" => fn(*mut c_int) -> CuResult;
-    device_get: "cuDeviceGet" => fn(*mut c_int, c_int) -> CuResult;
-    primary_ctx_retain: "cuDevicePrimaryCtxRetain" => fn(*mut CuContext, c_int) -> CuResult;
-    ctx_get_current: "cuCtxGetCurrent" => fn(*mut CuContext) -> CuResult;
-    ctx_set_current: "cuCtxSetCurrent" => fn(CuContext) -> CuResult;
-    stream_create: "cuStreamCreate" => fn(*mut CuStream, c_uint) -> CuResult;
-    stream_destroy: "cuStreamDestroy_v2" => fn(CuStream) -> CuResult;
-    stream_synchronize: "cuStreamSynchronize" => fn(CuStream) -> CuResult;
-    stream_wait_event: "cuStreamWaitEvent" => fn(CuStream, CuEvent, c_uint) -> CuResult;
-    event_create: "cuEventCreate" => fn(*mut CuEvent, c_uint) -> CuResult;
-    event_destroy: "cuEventDestroy_v2" => fn(CuEvent) -> CuResult;
-    event_record: "cuEventRecord" => fn(CuEvent, CuStream) -> CuResult;
-    event_query: "cuEventQuery" => fn(CuEvent) -> CuResult;
-    event_synchronize: "cuEventSynchronize" => fn(CuEvent) -> CuResult;
-    event_elapsed: "cuEventElapsedTime" => fn(*mut f32, CuEvent, CuEvent) -> CuResult;
-    mem_alloc: "cuMemAlloc_v2" => fn(*mut CuDevicePtr, usize) -> CuResult;
-    mem_free: "cuMemFree_v2" => fn(CuDevicePtr) -> CuResult;
-    memcpy_htod: "cuMemcpyHtoD_v2" => fn(CuDevicePtr, *const c_void, usize) -> CuResult;
-    memcpy_dtoh: "cuMemcpyDtoH_v2" => fn(*mut c_void, CuDevicePtr, usize) -> CuResult;
-    memcpy_dtod_async: "cuMemcpyDtoDAsync_v2" => fn(CuDevicePtr, CuDevicePtr, usize, CuStream) -> CuResult;
-    memset_d8: "cuMemsetD8_v2" => fn(CuDevicePtr, u8, usize) -> CuResult;
-    get_error_string: "cuGetErrorString" => fn(CuResult, *mut *const c_char) -> CuResult;
-    pointer_get_attribute: "cuPointerGetAttribute" => fn(*mut c_void, c_int, CuDevicePtr) -> CuResult;
+/// The loaded CUDA driver: the required table (through `Deref`) and, where the driver has it,
+/// the optional one.
+pub struct Driver {
+    calls: Calls,
+    /// The optional table, or the names of the symbols it lacks.
+    vmm: std::result::Result<Vmm, Vec<&'static str>>,
+    /// Keeps the symbols valid (`None` for tables resolved without a library, in tests).
+    _lib: Option<Library>,
+}
+
+impl std::ops::Deref for Driver {
+    type Target = Calls;
+    fn deref(&self) -> &Calls {
+        &self.calls
+    }
+}
+
+impl Driver {
+    /// Both tables through `resolve`: a load failure only for a required symbol.
+    pub(crate) fn from_resolver(
+        lib: Option<Library>,
+        resolve: Resolve<'_>,
+    ) -> std::result::Result<Driver, String> {
+        let calls = Calls::resolve(resolve)
+            .map_err(|missing| format!("libcuda.so.1 lacks {}", missing.join(", ")))?;
+        Ok(Driver {
+            calls,
+            vmm: Vmm::resolve(resolve),
+            _lib: lib,
+        })
+    }
+
+    fn load(lib: Library) -> std::result::Result<Driver, String> {
+        let resolve = |name: &CStr| {
+            // SAFETY: only the symbol's address is read; `from_resolver` gives it its type.
+            unsafe { lib.get::<*mut c_void>(name.to_bytes_with_nul()) }
+                .ok()
+                .map(|s| *s)
+        };
+        let tables = Self::from_resolver(None, &resolve)?;
+        Ok(Driver {
+            _lib: Some(lib),
+            ..tables
+        })
+    }
+
+    /// The virtual memory management and IPC calls, or [`Error::Unsupported`] naming the ones
+    /// this driver lacks.
+    pub fn vmm(&self) -> Result<&Vmm> {
+        self.vmm.as_ref().map_err(|missing| {
+            Error::Unsupported(format!(
+                "this CUDA driver lacks {}, which virtual memory management and IPC need \
+                 (a newer driver has them)",
+                missing.join(", ")
+            ))
+        })
+    }
 }
 
 static DRIVER: OnceLock<std::result::Result<Driver, String>> = OnceLock::new();
@@ -106,8 +124,13 @@ pub fn driver() -> Result<&'static Driver> {
 }
 
 impl Driver {
-    /// The driver's name for a result code, e.g. `CUDA_ERROR_OUT_OF_MEMORY (2): out of memory`.
+    /// The driver's name for a result code, e.g. `out of memory (CUDA error 2)`.
     pub fn describe(&self, rc: CuResult) -> String {
+        format!("{} (CUDA error {rc})", self.text(rc))
+    }
+
+    /// The driver's own words for a result code, e.g. `out of memory`.
+    pub fn text(&self, rc: CuResult) -> String {
         let mut s: *const c_char = std::ptr::null();
         // SAFETY: cuGetErrorString writes a pointer to a static string or leaves it null.
         unsafe { (self.get_error_string)(rc, &mut s) };
@@ -115,21 +138,27 @@ impl Driver {
             format!("CUDA error {rc}")
         } else {
             // SAFETY: non-null strings from the driver are static and NUL-terminated.
-            format!(
-                "{} (CUDA error {rc})",
-                unsafe { CStr::from_ptr(s) }.to_string_lossy()
-            )
+            unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
         }
     }
 
-    /// `Ok` for success, else an error naming `what`.
+    /// [`Error::Gpu`] for a failed call `what`.
+    pub fn error(&self, rc: CuResult, what: &str) -> Error {
+        Error::Gpu {
+            library: "cuda",
+            call: what.to_string(),
+            code: rc,
+            text: self.text(rc),
+            rank: None,
+        }
+    }
+
+    /// `Ok` for success, else [`Error::Gpu`] naming `what`.
     pub fn check(&self, rc: CuResult, what: &str) -> Result<()> {
         if rc == 0 {
             Ok(())
         } else {
-            Err(Error::Aborted {
-                reason: format!("{what}: {}", self.describe(rc)),
-            })
+            Err(self.error(rc, what))
         }
     }
 

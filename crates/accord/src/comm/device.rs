@@ -1,0 +1,76 @@
+//! The host communicator's side of the GPU seam: it is the [`HostLink`] GPU communicators are
+//! bootstrapped through and watch their peers with, and GPU communicators are created from it.
+
+use super::Communicator;
+use crate::error::{Error, Result};
+use crate::gpu::nccl::NcclUniqueId;
+use crate::gpu::{Bootstrap, GpuCommunicator, HostLink};
+use crate::rendezvous::StoreClient;
+use std::sync::Arc;
+use std::time::Duration;
+
+impl HostLink for Communicator {
+    fn rank(&self) -> usize {
+        Communicator::rank(self)
+    }
+
+    fn size(&self) -> usize {
+        Communicator::size(self)
+    }
+
+    fn timeout(&self) -> Duration {
+        Communicator::timeout(self)
+    }
+
+    fn all_gather_i64(&self, mine: &[i64]) -> Result<Vec<i64>> {
+        let mut all = vec![0i64; mine.len() * Communicator::size(self)];
+        self.all_gather(mine, &mut all)?;
+        Ok(all)
+    }
+
+    fn broadcast_bytes(&self, buf: &mut [u8], root: usize) -> Result<()> {
+        self.broadcast(buf, root)?.wait()
+    }
+
+    fn store(&self, prefix: &str) -> Option<StoreClient> {
+        Communicator::store(self).map(|s| s.with_prefix(prefix))
+    }
+
+    fn members_failure(&self, members: &[usize]) -> Option<Error> {
+        Communicator::members_failure(self, members)
+    }
+}
+
+impl GpuCommunicator {
+    /// A communicator over device `device` (ordinal in this process's visible devices) for
+    /// every rank of `host`. Collective over `host`.
+    pub fn new(host: &Communicator, device: usize) -> Result<GpuCommunicator> {
+        let mut v = Self::create(Arc::new(host.clone()), &[device], Bootstrap::OverHost)?;
+        Ok(v.remove(0))
+    }
+
+    /// One communicator per device in `devices` (every process must pass the same number);
+    /// NCCL rank of device `i` is `host.rank() * devices.len() + i`. Drive them with
+    /// [`crate::gpu::group`].
+    pub fn new_multi(host: &Communicator, devices: &[usize]) -> Result<Vec<GpuCommunicator>> {
+        if devices.is_empty() {
+            return Err(Error::invalid("new_multi needs at least one device"));
+        }
+        Self::create(Arc::new(host.clone()), devices, Bootstrap::OverHost)
+    }
+
+    /// Join the NCCL communicator of an id this process got some other way (see
+    /// [`crate::gpu::unique_id`]): every rank of `host` calls it with the same id. Unlike
+    /// [`GpuCommunicator::new`] it makes no collective call on `host` first, so NCCL versions
+    /// are not compared.
+    pub fn with_unique_id(
+        host: &Communicator,
+        uid: &NcclUniqueId,
+        devices: &[usize],
+    ) -> Result<Vec<GpuCommunicator>> {
+        if devices.is_empty() {
+            return Err(Error::invalid("with_unique_id needs at least one device"));
+        }
+        Self::create(Arc::new(host.clone()), devices, Bootstrap::NcclId(uid))
+    }
+}

@@ -1,0 +1,589 @@
+//! The engine-neutral device communicator: what every engine's operations go through.
+//!
+//! [`DeviceComm`] gives each operation its place in the communicator's order (a sequence number,
+//! and for collectives a count ranks compare and a rolling hash of fingerprints), records a CUDA
+//! event behind it on its stream, and keeps it as outstanding until the event passes. The
+//! watchdog ([`super::watchdog`]) retires finished operations, publishes progress and fails the
+//! communicator when [`super::health`] says so. A failure is recorded once (the poison), aborts
+//! every engine, and from then on fails waits of unfinished operations and every later call.
+//!
+//! The engine that runs an operation is picked per call ([`super::select`]); the neutral layer
+//! reaches it only through [`DeviceEngine`].
+
+use super::cuda::{CuContext, CuStream, Driver};
+use super::device::{DeviceSlice, Event, EventPool, Stream};
+use super::engine::{DeviceEngine, EngineResult, Fault, P2p};
+use super::group;
+use super::link::HostLink;
+use super::request::GpuRequest;
+use super::select::{Engines, Joined};
+use super::watchdog;
+use crate::atomic_duration::AtomicDuration;
+use crate::dtype::DataType;
+use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprint;
+use crate::op::{Collective, Op};
+use crate::rendezvous::StoreClient;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// An operation in flight, as the watchdog sees it.
+pub(crate) struct Outstanding {
+    pub seq: u64,
+    /// For collectives: how many collectives this rank has entered, this one included.
+    pub cseq: Option<u64>,
+    pub fp: Fingerprint,
+    pub event: Arc<Event>,
+    pub since: Instant,
+}
+
+/// The oldest unfinished operation.
+#[derive(Clone, Copy)]
+pub(crate) struct Head {
+    pub seq: u64,
+    /// Its collective count (None for point-to-point).
+    pub cseq: Option<u64>,
+    pub fp: Fingerprint,
+    pub since: Instant,
+}
+
+/// Bookkeeping updated on every operation (under one uncontended lock).
+#[derive(Default)]
+pub(crate) struct OpState {
+    /// Operations issued (collective and point-to-point).
+    pub seq: u64,
+    /// Collectives issued: the number ranks compare.
+    pub cseq: u64,
+    pub hash: u64,
+    pub last: Option<Fingerprint>,
+    pub outstanding: VecDeque<Outstanding>,
+}
+
+impl OpState {
+    /// Retire finished operations in issue order, marking them finished (callers hold the abort
+    /// lock, so no abort runs meanwhile); the oldest unfinished one.
+    fn retire(&mut self) -> Option<Head> {
+        while let Some(front) = self.outstanding.front() {
+            if !front.event.done().unwrap_or(false) {
+                return Some(Head {
+                    seq: front.seq,
+                    cseq: front.cseq,
+                    fp: front.fp,
+                    since: front.since,
+                });
+            }
+            front.event.finished.store(true, Ordering::Release);
+            self.outstanding.pop_front();
+        }
+        None
+    }
+}
+
+/// A communicator over device memory, one device per rank, whatever engines run its
+/// operations. Shared by the facade's handles and the watchdog.
+pub(crate) struct DeviceComm {
+    pub(super) cu: &'static Driver,
+    pub(super) engines: Engines,
+    ctx: usize,
+    stream: usize,
+    device: usize,
+    pub(super) rank: usize,
+    pub(super) size: usize,
+    pub(super) id: String,
+    pub(super) host: Arc<dyn HostLink>,
+    /// Host rank of every rank of this communicator, where known (children of a split without
+    /// a store are not).
+    pub(super) host_of: Option<Vec<usize>>,
+    /// The other processes' host ranks: the host's notice that one is gone fails this
+    /// communicator.
+    pub(super) watched: Vec<usize>,
+    /// The rendezvous store under `gpu/{id}`, if the host has one.
+    pub(super) store: Option<StoreClient>,
+    pub(super) multi: bool,
+    /// Whether the watchdog runs (`ACCORD_GPU_WATCHDOG=0` turns it off, to measure its cost).
+    watch: bool,
+    pub(super) state: Mutex<OpState>,
+    events: Arc<EventPool>,
+    poisoned: AtomicBool,
+    poison: Mutex<Option<Error>>,
+    /// Whether operations seen finished before the failure keep their results: not after a
+    /// desync, which is found after mismatched calls may have finished with garbage.
+    spares_finished: AtomicBool,
+    pub(super) aborted: AtomicBool,
+    /// An abort frees the engines' library state: the watchdog's queries hold this shared while
+    /// they use it, and a failure holds it exclusively while it records itself and aborts, so
+    /// neither runs during the other and nobody sees the failure before the abort is over.
+    /// Operations are not covered: an abort from another thread may end one that blocks.
+    abort_lock: RwLock<()>,
+    timeout: AtomicDuration,
+    pub(super) stop: AtomicBool,
+    pub(super) splits: AtomicU64,
+    /// Scratch device word for the barrier.
+    scratch: u64,
+}
+
+impl DeviceComm {
+    /// Wrap a freshly created engine: the communicator's stream, scratch word and watchdog. The
+    /// engine is aborted (dropped unclosed) if this fails.
+    pub(crate) fn wrap(host: &Arc<dyn HostLink>, j: Joined) -> Result<Arc<DeviceComm>> {
+        let cu = super::cuda::driver()?;
+        cu.make_current(j.ctx as CuContext)?;
+        let me = host.rank();
+        // A map that does not place this rank on this process is not to be trusted.
+        let host_of = j
+            .host_of
+            .clone()
+            .filter(|m| m.len() == j.size && m.get(j.rank) == Some(&me));
+        let mut watched: Vec<usize> = match &host_of {
+            Some(map) => map.iter().copied().filter(|&h| h != me).collect(),
+            None => (0..host.size()).filter(|&h| h != me).collect(),
+        };
+        watched.sort_unstable();
+        watched.dedup();
+        let stream = cu.new_stream()?;
+        let mut scratch = 0u64;
+        // SAFETY: allocates 8 bytes in the current context; zeroed before use.
+        unsafe {
+            cu.check((cu.mem_alloc)(&mut scratch, 8), "cuMemAlloc")?;
+            cu.check((cu.memset_d8)(scratch, 0, 8), "cuMemsetD8")?;
+            cu.check(
+                (cu.stream_synchronize)(std::ptr::null_mut()),
+                "cuStreamSynchronize",
+            )?;
+        }
+        let preferred = super::select::preferred(host, &j);
+        let comm = Arc::new(DeviceComm {
+            cu,
+            ctx: j.ctx,
+            stream: stream as usize,
+            device: j.device,
+            rank: j.rank,
+            size: j.size,
+            store: host.store(&format!("gpu/{}", j.id)),
+            id: j.id,
+            host: host.clone(),
+            host_of,
+            watched,
+            multi: j.multi,
+            engines: Engines::new(preferred, j.engine),
+            watch: std::env::var("ACCORD_GPU_WATCHDOG").map_or(true, |v| v != "0"),
+            state: Mutex::new(OpState::default()),
+            events: EventPool::new(cu),
+            poisoned: AtomicBool::new(false),
+            poison: Mutex::new(None),
+            spares_finished: AtomicBool::new(true),
+            aborted: AtomicBool::new(false),
+            abort_lock: RwLock::new(()),
+            timeout: AtomicDuration::new(host.timeout()),
+            stop: AtomicBool::new(false),
+            splits: AtomicU64::new(0),
+            scratch,
+        });
+        comm.set_timeout(host.timeout());
+        if comm.watch {
+            watchdog::start(&comm);
+        }
+        Ok(comm)
+    }
+
+    /// This rank.
+    pub(crate) fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The device ordinal.
+    pub(crate) fn device(&self) -> usize {
+        self.device
+    }
+
+    /// The id shared by all ranks.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The driver and the device's primary context (as a raw `CUcontext`).
+    pub(crate) fn context(&self) -> (&'static Driver, usize) {
+        (self.cu, self.ctx)
+    }
+
+    /// The communicator's own stream as a raw `CUstream`.
+    pub(crate) fn stream(&self) -> usize {
+        self.stream
+    }
+
+    /// The engine the communicator was created with (splits, version, raw handle).
+    pub(crate) fn fallback(&self) -> &dyn DeviceEngine {
+        self.engines.fallback()
+    }
+
+    /// Deadline for any one operation (enforced by the watchdog).
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout.get()
+    }
+
+    pub(crate) fn set_timeout(&self, t: Duration) {
+        self.timeout.set(t);
+        for e in self.engines.iter() {
+            e.set_timeout(t);
+        }
+    }
+
+    /// Fail with `reason`: stop the engines' kernels and fail every pending and later operation.
+    pub(crate) fn abort(&self, reason: &str) {
+        self.fail(Error::Aborted {
+            reason: reason.to_string(),
+        });
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // The operation path.
+
+    /// Enqueue the checked collective `op` on `stream`. `send` is `None` in place; the barrier
+    /// takes no buffers (pass anything, e.g. [`DeviceSlice::empty`]). The slices must be of
+    /// `op.dtype` and hold what `op` needs on this rank.
+    pub(crate) fn run(
+        self: &Arc<Self>,
+        op: &Op,
+        send: Option<DeviceSlice>,
+        recv: DeviceSlice,
+        stream: Stream,
+    ) -> Result<GpuRequest> {
+        let recv = match op.coll {
+            // SAFETY: the communicator's own 8-byte scratch allocation.
+            Collective::Barrier => unsafe { DeviceSlice::from_raw(self.scratch, 1, DataType::I32) },
+            _ => {
+                fits(op, self.rank, send, recv)?;
+                recv
+            }
+        };
+        let engine = self.engines.pick(op, op.bytes())?;
+        self.launch(op.fp, true, stream, |s| engine.enqueue(op, send, recv, s))
+    }
+
+    /// Enqueue point-to-point sends and receives (one group when several) on `stream`, named
+    /// `fp` in the watchdog's messages. Not collective: their fingerprints do not enter the
+    /// cross-rank hash (ranks issue different sends and receives), but they do count in the
+    /// sequence numbers, which therefore agree between ranks only for collectives-only use.
+    pub(crate) fn run_p2p(
+        self: &Arc<Self>,
+        fp: Fingerprint,
+        ops: &[P2p],
+        stream: Stream,
+    ) -> Result<GpuRequest> {
+        for o in ops {
+            let (P2p::Send { peer, .. } | P2p::Recv { peer, .. }) = *o;
+            if peer >= self.size {
+                return Err(Error::invalid(format!(
+                    "rank {peer} does not exist in a GPU communicator of {} ranks",
+                    self.size
+                )));
+            }
+        }
+        let engine = self.engines.fallback();
+        self.launch(fp, false, stream, |s| engine.enqueue_p2p(ops, s))
+    }
+
+    /// Give the operation its place and event, and enqueue it with `f`.
+    fn launch(
+        self: &Arc<Self>,
+        fp: Fingerprint,
+        collective: bool,
+        stream: Stream,
+        f: impl FnOnce(CuStream) -> EngineResult<()>,
+    ) -> Result<GpuRequest> {
+        if self.poisoned.load(Ordering::Acquire) {
+            if let Some(e) = self.poison() {
+                return Err(e);
+            }
+        }
+        self.cu.make_current(self.ctx as CuContext)?;
+        let s = self.stream_of(stream);
+        let event = Arc::new(self.events.take()?);
+        let (seq, cseq) = {
+            let mut st = self.state.lock().expect("gpu op state");
+            st.seq += 1;
+            if collective {
+                st.cseq += 1;
+                st.hash = mix(st.hash, &fp);
+                st.last = Some(fp);
+            }
+            (st.seq, st.cseq)
+        };
+        f(s).map_err(|fault| self.fault(fault))?;
+        if !group::defer_record(&event, s, self) {
+            event.record(s);
+        }
+        let mut st = self.state.lock().expect("gpu op state");
+        if !self.watch {
+            // Nobody retires finished operations: keep only the newest (for synchronize).
+            st.outstanding.clear();
+        }
+        st.outstanding.push_back(Outstanding {
+            seq,
+            cseq: collective.then_some(cseq),
+            fp,
+            event: event.clone(),
+            since: Instant::now(),
+        });
+        Ok(GpuRequest::new(event, self.clone(), seq))
+    }
+
+    /// The error of an engine's failure, after failing the communicator if the failure is fatal.
+    pub(super) fn fault(&self, fault: Fault) -> Error {
+        if fault.fatal {
+            self.fail((*fault.error).clone());
+        }
+        *fault.error
+    }
+
+    /// After a launch group ended with work still being enqueued: wait for every engine.
+    pub(super) fn finish_enqueue(&self, what: &str) -> Result<()> {
+        for e in self.engines.iter() {
+            e.finish_enqueue(what).map_err(|f| self.fault(f))?;
+        }
+        Ok(())
+    }
+
+    /// Block until every operation issued so far has finished; the communicator's failure if
+    /// one of them did not finish before it (or, after a desync, finished with mismatched
+    /// calls). A failure after they all finished (a peer that exited since) shows at the next
+    /// call instead.
+    pub(crate) fn synchronize(self: &Arc<Self>) -> Result<()> {
+        let last = {
+            let st = self.state.lock().expect("gpu op state");
+            st.outstanding.back().map(|o| (o.event.clone(), o.seq))
+        };
+        match last {
+            Some((event, seq)) => GpuRequest::new(event, self.clone(), seq).wait(),
+            None => match self.poison() {
+                Some(e) if !self.spares_finished.load(Ordering::Acquire) => Err(e),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Failure.
+
+    /// Run `f` unless the communicator has been aborted (`None` then), with no abort able to
+    /// run meanwhile.
+    pub(super) fn unless_aborted<R>(&self, f: impl FnOnce() -> R) -> Option<R> {
+        let _shared = self.abort_lock.read().unwrap_or_else(|p| p.into_inner());
+        (!self.aborted.load(Ordering::Acquire)).then(f)
+    }
+
+    /// The error that failed this communicator, if any.
+    pub(crate) fn poison(&self) -> Option<Error> {
+        if !self.poisoned.load(Ordering::Acquire) {
+            return None;
+        }
+        // Set under the exclusive lock: this waits for the abort to finish.
+        let _shared = self.abort_lock.read().unwrap_or_else(|p| p.into_inner());
+        self.poison.lock().ok().and_then(|p| p.clone())
+    }
+
+    /// Whether `event`'s operation has finished with its own result; the failure if the
+    /// communicator failed first. Completion is only believed when seen with no abort able to
+    /// run meanwhile: aborted kernels return early and complete their events too.
+    pub(super) fn settled(&self, event: &Event) -> Result<bool> {
+        if !event.finished.load(Ordering::Acquire) {
+            match self.unless_aborted(|| event.done()) {
+                Some(Ok(true)) => event.finished.store(true, Ordering::Release),
+                Some(other) => return other,
+                None => {}
+            }
+        }
+        match self.poison() {
+            Some(e) if !event.finished.load(Ordering::Acquire) => Err(e),
+            Some(e) if !self.spares_finished.load(Ordering::Acquire) => Err(e),
+            _ => Ok(true),
+        }
+    }
+
+    /// Retire finished operations; the oldest unfinished one (`None` also once aborted).
+    pub(super) fn oldest(&self) -> Option<Head> {
+        self.unless_aborted(|| self.state.lock().ok()?.retire())
+            .flatten()
+    }
+
+    pub(super) fn stream_of(&self, s: Stream) -> CuStream {
+        match s {
+            Stream::Comm => self.stream as CuStream,
+            Stream::Raw(h) => h as CuStream,
+        }
+    }
+
+    /// Record the first failure, abort the engines once, and log it. The failure shows (through
+    /// [`DeviceComm::poison`]) only once the abort has finished: a caller that returns the error
+    /// and exits would otherwise tear CUDA down under an abort still running in the watchdog's
+    /// thread, which crashed one process in three at exit in the desync test.
+    pub(crate) fn fail(&self, e: Error) {
+        let _exclusive = self.abort_lock.write().unwrap_or_else(|p| p.into_inner());
+        if !self.aborted.load(Ordering::Acquire) {
+            // The last look before the abort: what has finished by now keeps its result.
+            if let Ok(mut st) = self.state.lock() {
+                st.retire();
+            }
+        }
+        {
+            let mut p = self.poison.lock().unwrap_or_else(|p| p.into_inner());
+            if p.is_none() {
+                tracing::error!("gpu communicator {} rank {}: {e}", self.id, self.rank);
+                let spares = !matches!(e, Error::Desync { .. });
+                self.spares_finished.store(spares, Ordering::Release);
+                *p = Some(e);
+            }
+        }
+        self.poisoned.store(true, Ordering::Release);
+        if !self.aborted.swap(true, Ordering::AcqRel) {
+            // No watchdog query is in flight; an abort is allowed from any thread and makes the
+            // engines' kernels return.
+            for engine in self.engines.iter() {
+                engine.abort();
+            }
+        }
+    }
+}
+
+impl Drop for DeviceComm {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        let cu = self.cu;
+        let _ = cu.make_current(self.ctx as CuContext);
+        if !self.aborted.load(Ordering::Acquire) {
+            // SAFETY: the engines are idle once the communicator's stream is (operations on
+            // callers' streams were waited for by their owners or are ended by the release).
+            unsafe { (cu.stream_synchronize)(self.stream as CuStream) };
+            for engine in self.engines.iter() {
+                engine.close();
+            }
+        }
+        self.state.get_mut().map(|s| s.outstanding.clear()).ok();
+        // SAFETY: our own stream and scratch word, no longer used.
+        unsafe {
+            (cu.mem_free)(self.scratch);
+            (cu.stream_destroy)(self.stream as CuStream);
+        }
+    }
+}
+
+/// Whether the slices match `op` on rank `rank`: its element type, and at least the elements it
+/// reads or writes there (the engines trust this with raw device pointers).
+fn fits(op: &Op, rank: usize, send: Option<DeviceSlice>, recv: DeviceSlice) -> Result<()> {
+    let input = send.unwrap_or(recv);
+    for s in [input, recv] {
+        if s.dtype() != op.dtype {
+            return Err(Error::invalid(format!(
+                "{}: a device buffer is {} but the call is on {}",
+                op.kind(),
+                s.dtype(),
+                op.dtype
+            )));
+        }
+    }
+    let reads = match op.coll {
+        // The root's send buffer, read by the engine though the schedule calls it unused.
+        Collective::Broadcast { count, root } if root == rank => count,
+        _ => op.send_len(rank),
+    };
+    let writes = match op.coll {
+        // Device reduces leave non-roots' receive buffers alone (the schedule's scratch).
+        Collective::Reduce { root, .. } if root != rank => 0,
+        _ => op.recv_len(rank),
+    };
+    if input.count() < reads || recv.count() < writes {
+        return Err(Error::invalid(format!(
+            "{}: device buffers of {} and {} elements, but this rank reads {reads} and writes \
+             {writes}",
+            op.kind(),
+            input.count(),
+            recv.count()
+        )));
+    }
+    Ok(())
+}
+
+/// Fold one fingerprint into the rolling hash (order-sensitive).
+pub(crate) fn mix(h: u64, fp: &Fingerprint) -> u64 {
+    h.rotate_left(5) ^ fp_hash(fp)
+}
+
+fn fp_hash(fp: &Fingerprint) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in fp.encode() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::ReduceOp;
+    use crate::fingerprint::OpKind;
+
+    fn slice(count: usize, dtype: DataType) -> DeviceSlice {
+        // SAFETY: never dereferenced.
+        unsafe { DeviceSlice::from_raw(0x1000, count, dtype) }
+    }
+
+    fn op(kind: OpKind, root: Option<usize>, send: usize, recv: usize, rank: usize) -> Op {
+        let reduce = matches!(kind, OpKind::AllReduce | OpKind::Reduce).then_some(ReduceOp::Sum);
+        let req = crate::op::Request {
+            kind,
+            dtype: DataType::F32,
+            reduce,
+            root,
+            send: Some(crate::op::Extent::len(send)),
+            recv: crate::op::Extent::len(recv),
+        };
+        Op::new(req, rank, 2).unwrap()
+    }
+
+    #[test]
+    fn slices_must_hold_what_the_op_reads_and_writes_here() {
+        let f32s = |n| slice(n, DataType::F32);
+        let ar = op(OpKind::AllReduce, None, 8, 8, 0);
+        assert!(fits(&ar, 0, Some(f32s(8)), f32s(8)).is_ok());
+        assert!(
+            fits(&ar, 0, Some(f32s(16)), f32s(9)).is_ok(),
+            "longer is fine"
+        );
+        assert!(fits(&ar, 0, Some(f32s(7)), f32s(8)).is_err());
+        assert!(fits(&ar, 0, Some(f32s(8)), f32s(7)).is_err());
+        assert!(fits(&ar, 0, None, f32s(8)).is_ok(), "in place");
+        assert!(fits(&ar, 0, None, f32s(7)).is_err());
+        let wrong = slice(8, DataType::I32);
+        assert!(fits(&ar, 0, Some(wrong), f32s(8)).is_err());
+        assert!(fits(&ar, 0, Some(f32s(8)), wrong).is_err());
+        // A reduce's non-root receives nothing; its root receives the whole.
+        let red = op(OpKind::Reduce, Some(1), 8, 0, 0);
+        assert!(fits(&red, 0, Some(f32s(8)), f32s(0)).is_ok());
+        let red = op(OpKind::Reduce, Some(1), 8, 8, 1);
+        assert!(fits(&red, 1, Some(f32s(8)), f32s(4)).is_err());
+        // The broadcast root's send buffer is read.
+        let bc = op(OpKind::Broadcast, Some(0), 8, 8, 0);
+        assert!(fits(&bc, 0, Some(f32s(4)), f32s(8)).is_err());
+        assert!(fits(&bc, 1, Some(f32s(0)), f32s(8)).is_ok());
+        // An allgather writes every rank's block.
+        let ag = op(OpKind::AllGather, None, 3, 6, 0);
+        assert!(fits(&ag, 0, Some(f32s(3)), f32s(6)).is_ok());
+        assert!(fits(&ag, 0, Some(f32s(3)), f32s(5)).is_err());
+    }
+
+    #[test]
+    fn hash_is_order_sensitive() {
+        let a = Fingerprint::new(OpKind::AllReduce, DataType::F32, 4).with_op(ReduceOp::Sum);
+        let b = Fingerprint::new(OpKind::Broadcast, DataType::F32, 4).with_root(0);
+        assert_ne!(mix(mix(0, &a), &b), mix(mix(0, &b), &a));
+        assert_ne!(mix(0, &a), mix(0, &b));
+    }
+}
