@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `&[T]`, `&Vec<T>`, `&[T; N]` / `&mut` of those | host, typed (`T: Element`) |
 //! | [`SendBuf::bytes`] / [`RecvBuf::bytes`] | host, erased (bytes and a [`DataType`]) |
-//! | [`DeviceSlice`] (on the communicator's stream), [`SendBuf::device`] / [`RecvBuf::device`] (on a stream you name) | GPU |
+//! | `&DeviceBuffer<T>` / `&mut DeviceBuffer<T>`, [`DeviceSlice`] (on the communicator's stream), [`SendBuf::device`] / [`RecvBuf::device`] (on a stream you name) | GPU |
 //! | [`Parts::new`]`(buffer, &counts)` | the same buffer, laid out in per-rank blocks (the `v` variants) |
 //!
 //! Reducing and broadcasting operations take one [`AsInOut`] argument: a receive buffer alone
@@ -30,7 +30,7 @@
 //! ```
 
 use crate::dtype::{as_bytes, as_bytes_mut, DataType, Element};
-use crate::gpu::{DeviceSlice, Stream};
+use crate::gpu::{DeviceBuffer, DeviceSlice, Stream};
 use crate::op::Extent;
 
 /// Where a buffer's elements live.
@@ -114,7 +114,8 @@ impl<'a> SendBuf<'a> {
 
     pub(crate) fn extent(&self) -> Extent<'a> {
         Extent {
-            len: self.byte_len() / self.dtype.size(),
+            // Element sizes are powers of two: a shift, not a division, on every call.
+            len: self.byte_len() >> self.dtype.size().trailing_zeros(),
             counts: self.counts,
         }
     }
@@ -162,7 +163,8 @@ impl<'a> RecvBuf<'a> {
 
     pub(crate) fn extent(&self) -> Extent<'a> {
         Extent {
-            len: self.byte_len() / self.dtype.size(),
+            // Element sizes are powers of two: a shift, not a division, on every call.
+            len: self.byte_len() >> self.dtype.size().trailing_zeros(),
             counts: self.counts,
         }
     }
@@ -246,6 +248,20 @@ impl<'a> AsSend<'a> for DeviceSlice {
 impl<'a> AsRecv<'a> for DeviceSlice {
     fn into_recv(self) -> RecvBuf<'a> {
         RecvBuf::device(self, Stream::Comm)
+    }
+}
+
+/// A device allocation on the communicator's own stream.
+impl<'a, T: Element> AsSend<'a> for &'a DeviceBuffer<T> {
+    fn into_send(self) -> SendBuf<'a> {
+        self.slice().into_send()
+    }
+}
+
+/// A device allocation on the communicator's own stream.
+impl<'a, T: Element> AsRecv<'a> for &'a mut DeviceBuffer<T> {
+    fn into_recv(self) -> RecvBuf<'a> {
+        self.slice().into_recv()
     }
 }
 

@@ -6,7 +6,8 @@
 //! this first call is collective.
 
 use super::*;
-use crate::gpu::{DeviceSlice, GpuCommunicator, Stream};
+use crate::dtype::Element;
+use crate::gpu::{DeviceBuffer, DeviceSlice, GpuCommunicator, Stream};
 
 impl Communicator {
     /// Attach GPU `ordinal` to this communicator: later calls with device buffers run on it.
@@ -28,14 +29,25 @@ impl Communicator {
                 ))),
             };
         }
-        let g = GpuCommunicator::new(self, ordinal)?;
-        let _ = self.inner.device.set(g);
+        let host = Arc::new(super::device::AttachedHost(Arc::downgrade(&self.inner)));
+        let mut g = GpuCommunicator::create(host, &[ordinal], crate::gpu::Bootstrap::OverHost)?;
+        let _ = self.inner.device.set(g.remove(0));
         Ok(())
     }
 
     /// The GPU attached to this communicator, if any.
     pub fn attached_device(&self) -> Option<usize> {
         self.inner.device.get().map(GpuCommunicator::device)
+    }
+
+    /// `len` uninitialised elements on the attached GPU, freed when dropped.
+    pub fn device_alloc<T: Element>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        DeviceBuffer::alloc(self.device_engine()?, len)
+    }
+
+    /// A copy of `data` on the attached GPU.
+    pub fn device_copy<T: Element>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
+        DeviceBuffer::from_host(self.device_engine()?, data)
     }
 
     /// Wait until every device operation issued so far has finished; the first error of one
@@ -67,52 +79,7 @@ impl Communicator {
     ) -> Result<Completion> {
         let g = self.device_engine()?;
         self.explain_engine(op, "the GPU (NCCL)");
-        let send_or_recv = send.unwrap_or(recv);
-        let counts = |c: &Collective| match c {
-            Collective::AllGather { counts }
-            | Collective::Gather { counts, .. }
-            | Collective::Scatter { counts, .. }
-            | Collective::ReduceScatter { counts } => counts.clone(),
-            _ => Vec::new(),
-        };
-        let r = op.reduce_or_sum();
-        let req = match (op.kind(), &op.coll) {
-            (OpKind::Barrier, _) => g.barrier(stream),
-            (OpKind::Broadcast, &Collective::Broadcast { root, .. }) => {
-                g.broadcast(send_or_recv, recv, root, stream)
-            }
-            (OpKind::AllReduce, _) => g.all_reduce(send_or_recv, recv, r, stream),
-            (OpKind::Reduce, &Collective::Reduce { root, .. }) => {
-                g.reduce(send_or_recv, recv, r, root, stream)
-            }
-            (OpKind::AllGather, _) => g.all_gather(send_or_recv, recv, stream),
-            (OpKind::AllGatherV, c) => g.all_gather_v(send_or_recv, recv, &counts(c), stream),
-            (OpKind::Gather, &Collective::Gather { root, .. }) => {
-                g.gather(send_or_recv, recv, root, stream)
-            }
-            (OpKind::GatherV, c @ &Collective::Gather { root, .. }) => {
-                g.gather_v(send_or_recv, recv, &counts(c), root, stream)
-            }
-            (OpKind::Scatter, &Collective::Scatter { root, .. }) => {
-                g.scatter(send_or_recv, recv, root, stream)
-            }
-            (OpKind::ScatterV, c @ &Collective::Scatter { root, .. }) => {
-                g.scatter_v(send_or_recv, recv, &counts(c), root, stream)
-            }
-            (OpKind::ReduceScatter, _) => g.reduce_scatter(send_or_recv, recv, r, stream),
-            (OpKind::ReduceScatterV, c) => {
-                g.reduce_scatter_v(send_or_recv, recv, &counts(c), r, stream)
-            }
-            (OpKind::AllToAll, _) => g.all_to_all(send_or_recv, recv, stream),
-            (
-                OpKind::AllToAllV,
-                Collective::AllToAll {
-                    send_counts,
-                    recv_counts,
-                },
-            ) => g.all_to_all_v(send_or_recv, send_counts, recv, recv_counts, stream),
-            (kind, _) => Err(Error::Unsupported(format!("{kind} on device buffers"))),
-        }?;
+        let req = g.run_op(op, send, recv, stream)?;
         Ok(Completion::device(req))
     }
 }

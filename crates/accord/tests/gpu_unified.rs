@@ -1,0 +1,152 @@
+//! Device buffers through the one `Communicator`: the conformance suite on GPU memory, and the
+//! API a Rust user of one GPU per process writes. Needs CUDA and NCCL; without them every test
+//! prints why it skipped. One GPU runs the one-rank tests; the `processes_` tests run under
+//! `accord run -n N ./gpu_unified processes_` (one process per GPU, as NCCL requires).
+
+use accord::dtype::DataType;
+use accord::gpu::{self, DeviceBuffer, DeviceSlice, Stream};
+use accord::testing::conformance::{self, Buffer, Memory, Options};
+use accord::testing::run_world;
+use accord::{Communicator, RecvBuf, ReduceOp, SendBuf};
+
+fn skip(test: &str) -> bool {
+    match gpu::unavailable_reason() {
+        Some(why) => {
+            println!("{test}: skipping: {why}");
+            true
+        }
+        None => false,
+    }
+}
+
+/// Conformance buffers on the communicator's GPU, lent on its own stream.
+struct Gpu<'c>(&'c Communicator);
+
+struct GpuBuf {
+    buf: DeviceBuffer<u8>,
+    slice: DeviceSlice,
+}
+
+impl Memory for Gpu<'_> {
+    fn name(&self) -> String {
+        format!("cuda:{}", self.0.attached_device().unwrap_or(0))
+    }
+
+    fn upload(&self, dtype: DataType, bytes: &[u8]) -> Box<dyn Buffer + '_> {
+        let buf = self.0.device_copy(bytes).expect("device copy");
+        // SAFETY: the allocation lives as long as the slice (both in GpuBuf).
+        let slice =
+            unsafe { DeviceSlice::from_raw(buf.slice().ptr(), bytes.len() / dtype.size(), dtype) };
+        Box::new(GpuBuf { buf, slice })
+    }
+}
+
+impl Buffer for GpuBuf {
+    fn send(&self) -> SendBuf<'_> {
+        SendBuf::device(self.slice, Stream::Comm)
+    }
+
+    fn recv(&mut self) -> RecvBuf<'_> {
+        RecvBuf::device(self.slice, Stream::Comm)
+    }
+
+    fn download(&self) -> Vec<u8> {
+        self.buf.to_host().expect("device to host")
+    }
+}
+
+/// What NCCL offers: no bitwise reductions.
+fn device_options(engine: &str) -> Options {
+    let mut o = Options::new(engine);
+    o.reduce_ops = vec![
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::Avg,
+    ];
+    o
+}
+
+fn conform_on_device(comm: &Communicator, engine: &str) -> String {
+    let summary = conformance::check(comm, &Gpu(comm), &device_options(engine))
+        .unwrap_or_else(|f| panic!("rank {}: {f}", comm.rank()));
+    format!("{summary:?}")
+}
+
+#[test]
+fn one_rank_conforms_on_device_memory() {
+    if skip("one_rank_conforms_on_device_memory") {
+        return;
+    }
+    let out = run_world(1, |comm| {
+        comm.attach_device(0).unwrap();
+        conform_on_device(&comm, "nccl, 1 rank")
+    });
+    println!("one_rank_conforms_on_device_memory: {}", out[0]);
+}
+
+#[test]
+fn device_buffers_need_an_attached_device_and_one_memory_per_call() {
+    if skip("device_buffers_need_an_attached_device_and_one_memory_per_call") {
+        return;
+    }
+    run_world(1, |comm| {
+        // SAFETY: never dereferenced: the call is refused before any work.
+        let d = unsafe { DeviceSlice::from_raw(0x1000, 4, DataType::F32) };
+        let e = comm.all_reduce(d, ReduceOp::Sum).unwrap_err().to_string();
+        assert!(e.contains("attach_device"), "{e}");
+        comm.attach_device(0).unwrap();
+        let mut dev = comm.device_copy(&[1.0f32; 4]).unwrap();
+        let host = [0.0f32; 4];
+        let e = comm
+            .all_reduce((&host, &mut dev), ReduceOp::Sum)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("host memory and the other on a GPU"), "{e}");
+        let e = comm.attach_device(1).unwrap_err().to_string();
+        assert!(e.contains("cannot also use GPU 1"), "{e}");
+        // The communicator still works after refused calls.
+        comm.all_reduce(&mut dev, ReduceOp::Sum)
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert_eq!(dev.to_host().unwrap(), vec![1.0f32; 4]);
+    });
+}
+
+fn launched(test: &str) -> Option<Communicator> {
+    if skip(test) {
+        return None;
+    }
+    if std::env::var("ACCORD_RANK").is_err() {
+        println!("{test}: skipping: not started by `accord run -n N` (one process per GPU)");
+        return None;
+    }
+    Some(accord::init().expect("host communicator"))
+}
+
+#[test]
+fn processes_conform_on_device_memory() {
+    let Some(comm) = launched("processes_conform_on_device_memory") else {
+        return;
+    };
+    let count = gpu::cuda::driver().and_then(|d| d.device_count()).unwrap();
+    let local: usize = std::env::var("LOCAL_RANK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(comm.rank());
+    comm.attach_device(local % count.max(1)).unwrap();
+    let summary = conform_on_device(&comm, &format!("nccl, {} processes", comm.size()));
+    // The same communicator runs host buffers too, in the same order.
+    let mut v = vec![comm.rank() as u32 + 1; 5];
+    comm.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+    let n = comm.size() as u32;
+    assert_eq!(v, vec![n * (n + 1) / 2; 5]);
+    println!(
+        "processes_conform_on_device_memory: rank {} of {} on GPU {:?}: {summary}",
+        comm.rank(),
+        comm.size(),
+        comm.attached_device()
+    );
+}
