@@ -230,6 +230,7 @@ impl Op {
     /// root is a rank; per-rank counts have one entry per rank; every buffer this rank uses
     /// has the length the call needs (buffers used only at the root may have any length
     /// elsewhere: they are not touched).
+    #[inline(always)]
     pub fn new(req: Request<'_>, rank: usize, size: usize) -> Result<Op> {
         let Request {
             kind,
@@ -414,6 +415,7 @@ impl Op {
     /// Check this rank's buffer lengths (elements). Buffers that matter only at the root
     /// (scatter's and broadcast's send, gather's and reduce's receive) may have any length
     /// elsewhere: they are not touched.
+    #[inline(always)]
     fn check_lengths(&self, rank: usize, send: Option<usize>, recv: usize) -> Result<()> {
         let kind = self.kind();
         let (send_at_root_only, recv_at_root_only) = match self.coll {
@@ -449,6 +451,7 @@ impl Op {
 /// The fingerprint of a call: every field a rank could disagree on. Per-rank counts all ranks
 /// pass the same (allgatherv, gatherv, scatterv, reduce_scatterv) are hashed; alltoallv's counts
 /// are each rank's own, so they are not compared.
+#[inline(always)]
 fn fingerprint(
     kind: OpKind,
     dtype: DataType,

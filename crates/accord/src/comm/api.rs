@@ -95,7 +95,10 @@ impl Communicator {
         self.collective(OpKind::AllToAll, None, None, Some(send), recv)
     }
 
-    /// Check a call into its [`Op`] and run it where its buffers live.
+    /// Check a call into its [`Op`] and run it where its buffers live. Inlined, with the op's
+    /// checks, into each operation: the kind is then a constant and the checks fold (they are
+    /// on the path of every small call).
+    #[inline(always)]
     fn collective(
         &self,
         kind: OpKind,

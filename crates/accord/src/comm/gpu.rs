@@ -78,7 +78,7 @@ impl Communicator {
         stream: Stream,
     ) -> Result<Completion> {
         let g = self.device_engine()?;
-        self.explain_engine(op, "the GPU (NCCL)");
+        self.explain_engine(op, || "the GPU (NCCL)");
         let req = g.run_op(op, send, recv, stream)?;
         Ok(Completion::device(req))
     }

@@ -52,11 +52,11 @@ impl Communicator {
             .flatten();
         if let Some(e) = engine {
             self.check_poison()?;
-            self.explain_engine(op, e.name());
+            self.explain_engine(op, || e.name());
             let call = op.call(self.inner.id, &self.inner.name, seq, self.timeout());
             return e.run(&call, op, input, output).map_err(|e| self.fail(e));
         }
-        self.explain_engine(op, "a schedule over the transport");
+        self.explain_engine(op, || "a schedule over the transport");
         self.run_schedule(seq, op, input, output)
     }
 

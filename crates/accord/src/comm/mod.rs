@@ -100,8 +100,12 @@ struct Inner {
     splits: AtomicU64,
     timeout: AtomicDuration,
     poison: Mutex<Option<Error>>,
+    /// Whether `poison` holds an error: every call checks this, without taking the lock.
+    poisoned: std::sync::atomic::AtomicBool,
     /// Plans by (collective, element size): the algorithm choice depends on both.
     cache: Mutex<HashMap<(Collective, usize), Arc<Schedule>>>,
+    /// `ACCORD_EXPLAIN=1`: say which engine and algorithm run each operation.
+    explain: bool,
     /// The (operation, engine) pairs `ACCORD_EXPLAIN` has reported.
     explained: Mutex<std::collections::HashSet<(OpKind, &'static str)>>,
     /// Per-communicator algorithm choices that override the tuner (tests, tuning).
@@ -146,8 +150,10 @@ impl Communicator {
                 splits: AtomicU64::new(0),
                 timeout: AtomicDuration::new(timeout_from_env()),
                 poison: Mutex::new(None),
+                poisoned: Default::default(),
                 cache: Mutex::new(HashMap::new()),
                 forced: Mutex::new(HashMap::new()),
+                explain: crate::config::get().explain,
                 explained: Default::default(),
                 model,
                 engines: Vec::new(),
@@ -286,7 +292,11 @@ impl Communicator {
     // ----------------------------------------------------------------------------------------
     // Machinery shared by every operation.
 
+    #[inline]
     fn check_poison(&self) -> Result<()> {
+        if !self.inner.poisoned.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match &*self.inner.poison.lock().unwrap() {
             Some(e) => Err(e.clone()),
             None => Ok(()),
@@ -297,6 +307,7 @@ impl Communicator {
         let mut p = self.inner.poison.lock().unwrap();
         if p.is_none() {
             *p = Some(e);
+            self.inner.poisoned.store(true, Ordering::Release);
         }
     }
 
@@ -387,8 +398,17 @@ impl Communicator {
 
     /// With `ACCORD_EXPLAIN=1`, rank 0 says once per operation kind which engine runs it
     /// (schedules also print the algorithm and its cost table, see `schedule`).
-    fn explain_engine(&self, op: &Op, engine: &'static str) {
-        if self.rank() != 0 || !crate::config::get().explain {
+    #[inline(always)]
+    fn explain_engine(&self, op: &Op, engine: impl FnOnce() -> &'static str) {
+        if !self.inner.explain {
+            return;
+        }
+        self.explain_now(op, engine())
+    }
+
+    #[cold]
+    fn explain_now(&self, op: &Op, engine: &'static str) {
+        if self.rank() != 0 {
             return;
         }
         if self
