@@ -35,7 +35,19 @@ impl Job {
         let mark = format!("{name}-{}-{nanos}", std::process::id());
         let dir = std::env::temp_dir().join(format!("accord-lifetime-{mark}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let launcher = Command::new(env!("CARGO_BIN_EXE_accord"))
+        let mut launcher = Command::new(env!("CARGO_BIN_EXE_accord"));
+        // The launcher keeps ignoring signals its caller ignores (nohup, a background job), as
+        // it should; these tests are about the signals it catches, whoever runs them.
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            launcher.pre_exec(|| {
+                for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM] {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+                Ok(())
+            });
+        }
+        let launcher = launcher
             .args(["run", "-n", &n.to_string(), "--", "sh", "-c", script])
             .env("ACCORD_TEST_MARK", &mark)
             .env("DIR", &dir)
