@@ -370,9 +370,6 @@ pub(crate) fn collective_of(op: &str, n: usize, count: usize) -> Option<Collecti
 
 /// Body of one benchmark rank. Returns the process exit code.
 pub fn rank_main(o: &BenchOpts) -> i32 {
-    if o.device == "cuda" {
-        return crate::bench_gpu::rank_main(o);
-    }
     let comm = match accord::init() {
         Ok(c) => c,
         Err(e) => {

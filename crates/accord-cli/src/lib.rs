@@ -213,6 +213,7 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
             }
         },
         Cmd::BenchRank { args: bargs } => match bench_opts(&bargs) {
+            Ok(o) if o.device == "cuda" => bench_gpu::rank_main(&o),
             Ok(o) => bench::rank_main(&o),
             Err(e) => {
                 eprintln!("accord bench: {e}");
