@@ -109,7 +109,7 @@ impl Communicator {
     ) -> Result<Completion> {
         let dtype = recv.dtype;
         if let Some(s) = &send {
-            whole_elements(kind, "send buffer", s.byte_len(), s.dtype)?;
+            elements(format_args!("{kind}: send buffer"), s.byte_len(), s.dtype)?;
             if s.dtype != dtype {
                 return Err(Error::invalid(format!(
                     "{kind}: the send buffer holds {} but the receive buffer {dtype}",
@@ -117,7 +117,11 @@ impl Communicator {
                 )));
             }
         }
-        whole_elements(kind, "receive buffer", recv.byte_len(), dtype)?;
+        elements(
+            format_args!("{kind}: receive buffer"),
+            recv.byte_len(),
+            dtype,
+        )?;
         let req = crate::op::Request {
             kind,
             dtype,
@@ -142,19 +146,4 @@ impl Communicator {
             ))),
         }
     }
-}
-
-/// `bytes` must hold whole elements of `dtype`.
-pub(super) fn whole_elements(
-    kind: OpKind,
-    what: &str,
-    bytes: usize,
-    dtype: DataType,
-) -> Result<()> {
-    if !bytes.is_multiple_of(dtype.size()) {
-        return Err(Error::invalid(format!(
-            "{kind}: {what} has {bytes} bytes, not a whole number of {dtype} elements"
-        )));
-    }
-    Ok(())
 }

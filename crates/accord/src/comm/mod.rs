@@ -50,6 +50,19 @@ pub fn timeout_from_env() -> Duration {
     crate::config::Config::from_lookup(&only_timeout).timeout
 }
 
+/// Element count of `bytes` bytes of `dtype`, or an error naming the buffer (`what`). Element
+/// sizes are powers of two: a mask and a shift, not a division, on every call.
+fn elements(what: impl std::fmt::Display, bytes: usize, dtype: DataType) -> Result<usize> {
+    let size = dtype.size();
+    debug_assert!(size.is_power_of_two(), "{dtype} is {size} bytes");
+    if bytes & (size - 1) != 0 {
+        return Err(Error::invalid(format!(
+            "{what} has {bytes} bytes, not a whole number of {dtype} elements"
+        )));
+    }
+    Ok(bytes >> size.trailing_zeros())
+}
+
 /// A group of ranks that communicate. Cheap to clone (clones share state and sequence numbers).
 ///
 /// Every member must call the same collective operations in the same order with compatible
@@ -378,7 +391,7 @@ impl Communicator {
             (None, Collective::AllToAll { .. }) if kind == OpKind::AllToAllV => Algorithm::Pairwise,
             (None, _) => tuner::select(coll, self.size(), dtype.size(), &self.inner.model),
         };
-        if self.rank() == 0 && crate::config::get().explain {
+        if self.rank() == 0 && self.inner.explain {
             eprintln!(
                 "accord: {} on {} ({} ranks) uses {algo}\n{}",
                 kind,

@@ -247,13 +247,3 @@ fn no_device_tag(tag: u32) -> Result<()> {
         ))),
     }
 }
-
-/// Element count of `bytes` bytes of `dtype`, or an error naming the buffer.
-fn elements(what: &str, bytes: usize, dtype: DataType) -> Result<usize> {
-    if !bytes.is_multiple_of(dtype.size()) {
-        return Err(Error::invalid(format!(
-            "{what} has {bytes} bytes, not a whole number of {dtype} elements"
-        )));
-    }
-    Ok(bytes / dtype.size())
-}
