@@ -12,10 +12,12 @@
 //!
 //! Every type and reduce operator runs on every engine.
 
+mod common;
+
 use accord::testing::conformance::{self, Algorithms, HostMemory, Options};
 use accord::testing::{run_tcp_world, run_world};
 use accord::DataType;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// Fail with every rank's failures, if any rank had one.
@@ -107,20 +109,10 @@ fn run_ranks(n: usize, host: impl Fn(usize) -> String, extra: &[(&str, &str)]) {
     let server =
         accord::rendezvous::StoreServer::bind("127.0.0.1:0", accord::auth::Token::new(TOKEN))
             .unwrap();
-    let exe = std::env::current_exe().unwrap();
     let children: Vec<Child> = (0..n)
         .map(|r| {
-            let mut c = Command::new(&exe);
-            c.args(["rank_main", "--exact", "--nocapture", "--test-threads=1"])
-                .env("CONFORMANCE_RANK", "1")
-                .env("ACCORD_RANK", r.to_string())
-                .env("ACCORD_WORLD_SIZE", n.to_string())
-                .env("ACCORD_STORE", server.addr().to_string())
-                .env("ACCORD_STORE_EXTERNAL", "1")
-                .env("ACCORD_TOKEN", TOKEN)
-                .env("ACCORD_TIMEOUT", "30")
-                .env("ACCORD_HOST_ID", host(r))
-                .env_remove("ACCORD_TRANSPORT")
+            let mut c = common::rank_command(r, n, server.addr(), TOKEN, &host(r));
+            c.env("CONFORMANCE_RANK", "1")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
             for (k, v) in extra {

@@ -3,11 +3,13 @@
 //! Every wait is bounded: ranks run with `ACCORD_TIMEOUT`, the parent kills children that
 //! outlive their deadline.
 
+mod common;
+
 use accord::auth::Token;
 use accord::rendezvous::StoreServer;
 use accord::Parts;
 use accord::{Communicator, Error, ReduceOp};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "shm-test-token";
@@ -20,20 +22,10 @@ fn spawn(
     extra: &[(&str, &str)],
 ) -> (StoreServer, Vec<Child>) {
     let server = StoreServer::bind("127.0.0.1:0", Token::new(TOKEN)).unwrap();
-    let exe = std::env::current_exe().unwrap();
     let children = (0..n)
         .map(|r| {
-            let mut c = Command::new(&exe);
-            c.args(["rank_main", "--exact", "--nocapture", "--test-threads=1"])
-                .env("SHM_TEST_SCENARIO", scenario)
-                .env("ACCORD_RANK", r.to_string())
-                .env("ACCORD_WORLD_SIZE", n.to_string())
-                .env("ACCORD_STORE", server.addr().to_string())
-                .env("ACCORD_STORE_EXTERNAL", "1")
-                .env("ACCORD_TOKEN", TOKEN)
-                .env("ACCORD_TIMEOUT", "30")
-                .env("ACCORD_HOST_ID", host(r))
-                .env_remove("ACCORD_TRANSPORT")
+            let mut c = common::rank_command(r, n, server.addr(), TOKEN, &host(r));
+            c.env("SHM_TEST_SCENARIO", scenario)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit());
             for (k, v) in extra {

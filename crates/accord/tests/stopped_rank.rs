@@ -12,11 +12,13 @@
 //! it n times as often. Every wait is bounded: the call's timeout is 2 s, the parent kills
 //! ranks that outlive their deadline, and it always resumes and kills rank 3.
 
+mod common;
+
 use accord::auth::Token;
 use accord::rendezvous::StoreServer;
 use accord::{Error, ReduceOp};
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -51,20 +53,10 @@ struct Outcome {
 /// One run: 4 ranks of `scenario`, rank 3 stopped, the others started in `order`.
 fn run_once(scenario: &str, extra: &[(&str, &str)], order: &[usize]) -> Vec<Outcome> {
     let server = StoreServer::bind("127.0.0.1:0", Token::new(TOKEN)).unwrap();
-    let exe = std::env::current_exe().unwrap();
     let mut children: Vec<Child> = (0..WORLD)
         .map(|r| {
-            let mut c = Command::new(&exe);
-            c.args(["rank_main", "--exact", "--nocapture", "--test-threads=1"])
-                .env("STOPPED_TEST_SCENARIO", scenario)
-                .env("ACCORD_RANK", r.to_string())
-                .env("ACCORD_WORLD_SIZE", WORLD.to_string())
-                .env("ACCORD_STORE", server.addr().to_string())
-                .env("ACCORD_STORE_EXTERNAL", "1")
-                .env("ACCORD_TOKEN", TOKEN)
-                .env("ACCORD_TIMEOUT", "30")
-                .env("ACCORD_HOST_ID", "stopped-test-host")
-                .env_remove("ACCORD_TRANSPORT")
+            let mut c = common::rank_command(r, WORLD, server.addr(), TOKEN, "stopped-test-host");
+            c.env("STOPPED_TEST_SCENARIO", scenario)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit());

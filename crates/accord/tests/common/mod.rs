@@ -1,6 +1,9 @@
 //! Helpers for the tests that start ranks as processes of their own.
+// Each test binary uses some of them.
+#![allow(dead_code)]
 
-use std::process::Child;
+use std::net::SocketAddr;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// A port that was free a moment ago on loopback (for a store the test starts later).
@@ -24,4 +27,28 @@ pub fn finish(mut c: Child, limit: Duration) -> (Option<i32>, String) {
         o.status.code(),
         String::from_utf8_lossy(&o.stderr).into_owned(),
     )
+}
+
+/// This test binary re-executed as rank `rank` of `world`: it runs the test `rank_main`, joins
+/// the store at `store` (hosted by the test) with `token`, on host id `host`, with a 30 s
+/// deadline and whatever transport the hosts call for. Callers add what the rank does and where
+/// its output goes.
+pub fn rank_command(
+    rank: usize,
+    world: usize,
+    store: SocketAddr,
+    token: &str,
+    host: &str,
+) -> Command {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args(["rank_main", "--exact", "--nocapture", "--test-threads=1"])
+        .env("ACCORD_RANK", rank.to_string())
+        .env("ACCORD_WORLD_SIZE", world.to_string())
+        .env("ACCORD_STORE", store.to_string())
+        .env("ACCORD_STORE_EXTERNAL", "1")
+        .env("ACCORD_TOKEN", token)
+        .env("ACCORD_TIMEOUT", "30")
+        .env("ACCORD_HOST_ID", host)
+        .env_remove("ACCORD_TRANSPORT");
+    c
 }
