@@ -1,12 +1,12 @@
-//! `accord bench OP --device cuda`: the same table as the host benchmark, on GPU buffers through
-//! [`accord::gpu::GpuCommunicator`]. One process per GPU; `LOCAL_RANK` selects the device.
+//! `accord bench OP --device cuda`: the same table as the host benchmark, on GPU buffers of a
+//! communicator with a device attached. One process per GPU; `LOCAL_RANK` selects the device.
 //!
 //! Timing follows nccl-tests and PyTorch's usual method: CUDA events around `iters`
 //! back-to-back operations on the communicator's stream, divided by `iters`; the slowest rank's
 //! time is reported. Results are checked once per size (small integers, exact in every type).
 
 use crate::bench::{size_unit, BenchOpts, Row};
-use accord::gpu::{cuda, DeviceBuffer, GpuCommunicator, Stream};
+use accord::gpu::{cuda, DeviceBuffer};
 use accord::{Communicator, DataType, Error, ReduceOp, Result};
 
 fn val(r: usize, i: usize) -> f32 {
@@ -18,31 +18,31 @@ struct Bufs {
     recv: DeviceBuffer<f32>,
 }
 
-fn run_once(g: &GpuCommunicator, op: &str, b: &Bufs) -> Result<()> {
+/// Enqueue one operation on the communicator's stream (the barrier also waits for it).
+fn run_once(g: &Communicator, op: &str, b: &Bufs) -> Result<()> {
     let n = g.size();
     let me = g.rank();
     let (s, r) = (b.send.slice(), b.recv.slice());
-    let st = Stream::Comm;
     let req = match op {
         // In place, as torch's `all_reduce(x)`: out of place doubles the memory touched, which
         // from 8 to 32 MiB no longer fits the GPU's L2 across iterations.
-        "allreduce" => g.all_reduce(r, r, ReduceOp::Sum, st),
+        "allreduce" => g.all_reduce(r, ReduceOp::Sum),
         // In place, as torch.distributed.broadcast is (out of place adds a copy on the root).
-        "broadcast" => g.broadcast(r, r, 0, st),
-        "reduce" => g.reduce(s, r, ReduceOp::Sum, 0, st),
-        "allgather" => g.all_gather(s, r, st),
-        "gather" => g.gather(s, r, 0, st),
-        "scatter" => g.scatter(s, r, 0, st),
-        "reduce_scatter" => g.reduce_scatter(s, r, ReduceOp::Sum, st),
-        "alltoall" => g.all_to_all(s, r, st),
-        "sendrecv" => g.send_recv(s, (me + 1) % n, r, (me + n - 1) % n, st),
-        "barrier" => g.barrier(st),
+        "broadcast" => g.broadcast(r, 0),
+        "reduce" => g.reduce((s, r), ReduceOp::Sum, 0),
+        "allgather" => g.all_gather(s, r),
+        "gather" => g.gather(s, r, 0),
+        "scatter" => g.scatter(s, r, 0),
+        "reduce_scatter" => g.reduce_scatter(s, r, ReduceOp::Sum),
+        "alltoall" => g.all_to_all(s, r),
+        "sendrecv" => g.sendrecv(s, (me + 1) % n, r, (me + n - 1) % n, 0),
+        "barrier" => return g.barrier(),
         _ => return Err(Error::invalid(format!("unknown benchmark op {op:?}"))),
     };
     req.map(|_| ())
 }
 
-fn make(g: &GpuCommunicator, op: &str, count: usize) -> Result<Bufs> {
+fn make(g: &Communicator, op: &str, count: usize) -> Result<Bufs> {
     let n = g.size();
     let me = g.rank();
     let block = count / n.max(1);
@@ -71,12 +71,12 @@ fn make(g: &GpuCommunicator, op: &str, count: usize) -> Result<Bufs> {
         vec![0f32; recv]
     };
     Ok(Bufs {
-        send: DeviceBuffer::from_host(g, &send)?,
-        recv: DeviceBuffer::from_host(g, &first)?,
+        send: g.device_copy(&send)?,
+        recv: g.device_copy(&first)?,
     })
 }
 
-fn wrong(g: &GpuCommunicator, op: &str, b: &Bufs) -> Result<u64> {
+fn wrong(g: &Communicator, op: &str, b: &Bufs) -> Result<u64> {
     let n = g.size();
     let me = g.rank();
     let got = b.recv.to_host()?;
@@ -116,9 +116,12 @@ fn iterations(bytes: usize, forced: usize) -> (usize, usize) {
 }
 
 /// Time `iters` operations between two CUDA events on the communicator's stream (µs each).
-fn time_loop(g: &GpuCommunicator, op: &str, b: &Bufs, iters: usize) -> Result<f64> {
+fn time_loop(g: &Communicator, op: &str, b: &Bufs, iters: usize) -> Result<f64> {
     let cu = cuda::driver()?;
-    let s = g.stream() as cuda::CuStream;
+    let info = g
+        .device_info()
+        .ok_or_else(|| Error::invalid("no device attached"))?;
+    let s = info.stream as cuda::CuStream;
     let e0 = cu.new_event(cuda::CU_EVENT_DEFAULT)?;
     let e1 = cu.new_event(cuda::CU_EVENT_DEFAULT)?;
     // SAFETY: live events on the communicator's stream; destroyed below.
@@ -141,7 +144,7 @@ fn time_loop(g: &GpuCommunicator, op: &str, b: &Bufs, iters: usize) -> Result<f6
     Ok(ms as f64 * 1000.0 / iters as f64)
 }
 
-fn bench(host: &Communicator, g: &GpuCommunicator, o: &BenchOpts) -> Result<Vec<Row>> {
+fn bench(host: &Communicator, g: &Communicator, o: &BenchOpts) -> Result<Vec<Row>> {
     let n = g.size();
     let esz = 4;
     let mut rows = Vec::new();
@@ -191,8 +194,9 @@ pub fn rank_main(o: &BenchOpts) -> i32 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(host.rank());
-    let g = match GpuCommunicator::new(&host, local % ndev.max(1)) {
-        Ok(g) => g,
+    // A communicator of one GPU per process: its barrier runs on the device.
+    let g = match host.attach_devices(&[local % ndev.max(1)]) {
+        Ok(mut g) => g.remove(0),
         Err(e) => {
             eprintln!("accord bench: rank {}: {e}", host.rank());
             return 1;
@@ -205,6 +209,6 @@ pub fn rank_main(o: &BenchOpts) -> i32 {
             return 1;
         }
     };
-    let (v, _) = g.nccl_version();
+    let v = g.device_info().map(|i| i.version.0).unwrap_or_default();
     crate::bench::report(&host, o, &rows, &format!("cuda (NCCL {v})"), "cuda")
 }

@@ -10,10 +10,10 @@
 //!   communicator is its own); they end the job deliberately, so run them separately).
 
 use accord::auth::Token;
-use accord::gpu::{self, DeviceBuffer, DeviceSlice, GpuCommunicator, Stream};
+use accord::gpu::{self, DeviceBuffer, Stream};
 use accord::rendezvous::StoreServer;
 use accord::transport::{inproc::InProcess, Transport};
-use accord::{Communicator, DataType, Element, Error, ReduceOp};
+use accord::{Communicator, Completion, Element, Error, Parts, RecvBuf, ReduceOp, SendBuf};
 use half::{bf16, f16};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
@@ -106,27 +106,38 @@ fn sync() {
     });
 }
 
+/// The communicator of one GPU per process over `host` (collective over `host`).
+fn gpu_comm(host: &Communicator, dev: usize) -> accord::Result<Communicator> {
+    Ok(host.attach_devices(&[dev])?.remove(0))
+}
+
+/// `b` as an operation's input, read on `stream`.
+fn src<T: Element>(b: &DeviceBuffer<T>, stream: Stream) -> SendBuf<'static> {
+    SendBuf::device(b.slice(), stream)
+}
+
+/// `b` as an operation's output (or input and output), written on `stream`.
+fn dst<T: Element>(b: &DeviceBuffer<T>, stream: Stream) -> RecvBuf<'static> {
+    RecvBuf::device(b.slice(), stream)
+}
+
 /// Launch and wait for an operation, naming it in the error.
-fn done(what: &str, f: impl FnOnce() -> accord::Result<gpu::GpuRequest>) -> Result<(), String> {
+fn done(what: &str, f: impl FnOnce() -> accord::Result<Completion>) -> Result<(), String> {
     sync();
     f().and_then(|r| r.wait())
         .map_err(|e| format!("{what}: {e}"))
 }
 
 /// Every primitive for one element type at one per-rank count.
-fn check_type<T: Num>(g: &GpuCommunicator, count: usize, stream: Stream) -> Result<(), String> {
+fn check_type<T: Num>(g: &Communicator, count: usize, stream: Stream) -> Result<(), String> {
     check_type_inner::<T>(g, count, stream)
         .map_err(|e| format!("{} x {count} on {stream:?}: {e}", T::DTYPE))
 }
 
-fn check_type_inner<T: Num>(
-    g: &GpuCommunicator,
-    count: usize,
-    stream: Stream,
-) -> Result<(), String> {
+fn check_type_inner<T: Num>(g: &Communicator, count: usize, stream: Stream) -> Result<(), String> {
     let n = g.size();
     let me = g.rank();
-    let up = |v: &[T]| DeviceBuffer::from_host(g, v).map_err(e2s);
+    let up = |v: &[T]| g.device_copy(v).map_err(e2s);
     let zeros = |len: usize| up(&vec![T::of(0); len]);
     let mine: Vec<T> = (0..count).map(|i| val(me, i)).collect();
     let send = up(&mine)?;
@@ -135,20 +146,20 @@ fn check_type_inner<T: Num>(
     // allreduce: sum, max, in place, avg for floats.
     let recv = zeros(count)?;
     done("all_reduce", || {
-        g.all_reduce(send.slice(), recv.slice(), ReduceOp::Sum, stream)
+        g.all_reduce((src(&send, stream), dst(&recv, stream)), ReduceOp::Sum)
     })?;
     expect("allreduce sum", &recv.to_host().map_err(e2s)?, |i| {
         T::of(tri * (i % 7 + 1) as i64)
     })?;
     done("all_reduce", || {
-        g.all_reduce(send.slice(), recv.slice(), ReduceOp::Max, stream)
+        g.all_reduce((src(&send, stream), dst(&recv, stream)), ReduceOp::Max)
     })?;
     expect("allreduce max", &recv.to_host().map_err(e2s)?, |i| {
         val(n - 1, i)
     })?;
     let inplace = up(&mine)?;
     done("all_reduce", || {
-        g.all_reduce(inplace.slice(), inplace.slice(), ReduceOp::Min, stream)
+        g.all_reduce(dst(&inplace, stream), ReduceOp::Min)
     })?;
     expect(
         "allreduce min in place",
@@ -161,7 +172,7 @@ fn check_type_inner<T: Num>(
             .map(|i| T::of((i % 7) as i64 * 2))
             .collect::<Vec<_>>())?;
         done("all_reduce", || {
-            g.all_reduce(same.slice(), recv.slice(), ReduceOp::Avg, stream)
+            g.all_reduce((src(&same, stream), dst(&recv, stream)), ReduceOp::Avg)
         })?;
         expect("allreduce avg", &recv.to_host().map_err(e2s)?, |i| {
             T::of((i % 7) as i64 * 2)
@@ -175,15 +186,13 @@ fn check_type_inner<T: Num>(
     } else {
         zeros(count)?
     };
-    done("broadcast", || {
-        g.broadcast(b.slice(), b.slice(), root, stream)
-    })?;
+    done("broadcast", || g.broadcast(dst(&b, stream), root))?;
     expect("broadcast", &b.to_host().map_err(e2s)?, |i| val(root, i))?;
 
     // reduce to rank 0.
     let r0 = zeros(count)?;
     done("reduce", || {
-        g.reduce(send.slice(), r0.slice(), ReduceOp::Sum, 0, stream)
+        g.reduce((src(&send, stream), dst(&r0, stream)), ReduceOp::Sum, 0)
     })?;
     if me == 0 {
         expect("reduce", &r0.to_host().map_err(e2s)?, |i| {
@@ -194,7 +203,7 @@ fn check_type_inner<T: Num>(
     // allgather / allgatherv (uneven counts: count + r).
     let ag = zeros(count * n)?;
     done("all_gather", || {
-        g.all_gather(send.slice(), ag.slice(), stream)
+        g.all_gather(src(&send, stream), dst(&ag, stream))
     })?;
     expect("allgather", &ag.to_host().map_err(e2s)?, |j| {
         val(j / count, j % count)
@@ -213,7 +222,7 @@ fn check_type_inner<T: Num>(
     let mine_v = up(&(0..counts[me]).map(|i| val(me, i)).collect::<Vec<_>>())?;
     let agv = zeros(total)?;
     done("all_gather_v", || {
-        g.all_gather_v(mine_v.slice(), agv.slice(), &counts, stream)
+        g.all_gather(src(&mine_v, stream), Parts::new(dst(&agv, stream), &counts))
     })?;
     expect("allgatherv", &agv.to_host().map_err(e2s)?, |j| {
         let r = owner(j);
@@ -224,7 +233,7 @@ fn check_type_inner<T: Num>(
     let groot = 1 % n;
     let gb = zeros(if me == groot { count * n } else { 0 })?;
     done("gather", || {
-        g.gather(send.slice(), gb.slice(), groot, stream)
+        g.gather(src(&send, stream), dst(&gb, stream), groot)
     })?;
     if me == groot {
         expect("gather", &gb.to_host().map_err(e2s)?, |j| {
@@ -233,7 +242,11 @@ fn check_type_inner<T: Num>(
     }
     let gv = zeros(if me == groot { total } else { 0 })?;
     done("gather_v", || {
-        g.gather_v(mine_v.slice(), gv.slice(), &counts, groot, stream)
+        g.gather(
+            src(&mine_v, stream),
+            Parts::new(dst(&gv, stream), &counts),
+            groot,
+        )
     })?;
     if me == groot {
         expect("gatherv", &gv.to_host().map_err(e2s)?, |j| {
@@ -247,7 +260,7 @@ fn check_type_inner<T: Num>(
     let sc_src = if me == 0 { up(&all)? } else { zeros(0)? };
     let sc = zeros(count)?;
     done("scatter", || {
-        g.scatter(sc_src.slice(), sc.slice(), 0, stream)
+        g.scatter(src(&sc_src, stream), dst(&sc, stream), 0)
     })?;
     expect("scatter", &sc.to_host().map_err(e2s)?, |i| val(me, i))?;
     let allv: Vec<T> = (0..total)
@@ -259,7 +272,11 @@ fn check_type_inner<T: Num>(
     let scv_src = if me == 0 { up(&allv)? } else { zeros(0)? };
     let scv = zeros(counts[me])?;
     done("scatter_v", || {
-        g.scatter_v(scv_src.slice(), scv.slice(), &counts, 0, stream)
+        g.scatter(
+            Parts::new(src(&scv_src, stream), &counts),
+            dst(&scv, stream),
+            0,
+        )
     })?;
     expect("scatterv", &scv.to_host().map_err(e2s)?, |i| val(me, i))?;
 
@@ -267,7 +284,7 @@ fn check_type_inner<T: Num>(
     let rs_send = up(&(0..count * n).map(|j| val(me, j)).collect::<Vec<_>>())?;
     let rs = zeros(count)?;
     done("reduce_scatter", || {
-        g.reduce_scatter(rs_send.slice(), rs.slice(), ReduceOp::Sum, stream)
+        g.reduce_scatter(src(&rs_send, stream), dst(&rs, stream), ReduceOp::Sum)
     })?;
     expect("reduce_scatter", &rs.to_host().map_err(e2s)?, |i| {
         T::of(tri * ((me * count + i) % 7 + 1) as i64)
@@ -275,12 +292,10 @@ fn check_type_inner<T: Num>(
     let rsv_send = up(&(0..total).map(|j| val(me, j)).collect::<Vec<_>>())?;
     let rsv = zeros(counts[me])?;
     done("reduce_scatter_v", || {
-        g.reduce_scatter_v(
-            rsv_send.slice(),
-            rsv.slice(),
-            &counts,
+        g.reduce_scatter(
+            Parts::new(src(&rsv_send, stream), &counts),
+            dst(&rsv, stream),
             ReduceOp::Sum,
-            stream,
         )
     })?;
     expect("reduce_scatterv", &rsv.to_host().map_err(e2s)?, |i| {
@@ -294,7 +309,7 @@ fn check_type_inner<T: Num>(
         .collect::<Vec<_>>())?;
     let at = zeros(count * n)?;
     done("all_to_all", || {
-        g.all_to_all(at_send.slice(), at.slice(), stream)
+        g.all_to_all(src(&at_send, stream), dst(&at, stream))
     })?;
     expect("alltoall", &at.to_host().map_err(e2s)?, |j| {
         a2a(j / count, me, j % count)
@@ -313,19 +328,22 @@ fn check_type_inner<T: Num>(
     let atv_send = up(&sendv)?;
     let atv = zeros(wantv.len())?;
     done("all_to_all_v", || {
-        g.all_to_all_v(atv_send.slice(), &sc_, atv.slice(), &rc_, stream)
+        g.all_to_all(
+            Parts::new(src(&atv_send, stream), &sc_),
+            Parts::new(dst(&atv, stream), &rc_),
+        )
     })?;
     expect("alltoallv", &atv.to_host().map_err(e2s)?, |j| wantv[j])?;
 
     // send/recv around a ring, then as separate calls between ranks 0 and 1.
     let ring = zeros(count)?;
-    done("send_recv", || {
-        g.send_recv(
-            send.slice(),
+    done("sendrecv", || {
+        g.sendrecv(
+            src(&send, stream),
             (me + 1) % n,
-            ring.slice(),
+            dst(&ring, stream),
             (me + n - 1) % n,
-            stream,
+            0,
         )
     })?;
     expect("sendrecv", &ring.to_host().map_err(e2s)?, |i| {
@@ -335,9 +353,9 @@ fn check_type_inner<T: Num>(
     sync();
     if n >= 2 && me < 2 {
         let req = if me == 0 {
-            g.send(send.slice(), 1, stream)
+            g.send(src(&send, stream), 1, 0)
         } else {
-            g.recv(p.slice(), 0, stream)
+            g.recv(dst(&p, stream), 0, 0)
         };
         req.and_then(|r| r.wait()).map_err(e2s)?;
         if me == 1 {
@@ -345,12 +363,13 @@ fn check_type_inner<T: Num>(
         }
     }
 
-    done("barrier", || g.barrier(stream))?;
+    sync();
+    g.barrier().map_err(|e| format!("barrier: {e}"))?;
     Ok(())
 }
 
 /// Every primitive, every dtype, uneven and odd counts; then errors for unsupported ops.
-fn check_all(g: &GpuCommunicator) -> Result<usize, String> {
+fn check_all(g: &Communicator) -> Result<usize, String> {
     let own = gpu::cuda::driver()
         .and_then(|d| d.new_stream())
         .map_err(e2s)? as usize;
@@ -370,26 +389,34 @@ fn check_all(g: &GpuCommunicator) -> Result<usize, String> {
         check_type::<bf16>(g, count, stream)?;
         checks += 7;
     }
-    let b = DeviceBuffer::<i32>::alloc(g, 4).map_err(e2s)?;
-    match g.all_reduce(b.slice(), b.slice(), ReduceOp::BXor, Stream::Comm) {
+    let b = g.device_alloc::<i32>(4).map_err(e2s)?;
+    match g.all_reduce(dst(&b, Stream::Comm), ReduceOp::BXor) {
         Err(Error::Unsupported(m)) if m.contains("bitwise") => {}
         other => return Err(format!("bxor on GPU should be Unsupported, got {other:?}")),
     }
     // A usage error is reported and leaves the communicator usable.
-    let small = DeviceBuffer::<f32>::alloc(g, 1).map_err(e2s)?;
-    let big = DeviceBuffer::<f32>::alloc(g, 8).map_err(e2s)?;
-    if g.all_reduce(big.slice(), small.slice(), ReduceOp::Sum, Stream::Comm)
-        .is_ok()
+    let small = g.device_alloc::<f32>(1).map_err(e2s)?;
+    let big = g.device_alloc::<f32>(8).map_err(e2s)?;
+    if g.all_reduce(
+        (src(&big, Stream::Comm), dst(&small, Stream::Comm)),
+        ReduceOp::Sum,
+    )
+    .is_ok()
     {
         return Err("a too-small receive buffer was accepted".into());
     }
-    done("barrier", || g.barrier(Stream::Comm))?;
+    // Its ranks are GPUs: host buffers are refused, naming why, and it stays usable.
+    match g.all_reduce(&mut [1.0f32; 4][..], ReduceOp::Sum) {
+        Err(Error::InvalidArgument(m)) if m.contains("device buffers only") => {}
+        other => return Err(format!("host buffers on a GPU communicator: got {other:?}")),
+    }
+    g.barrier().map_err(|e| format!("barrier: {e}"))?;
     g.synchronize().map_err(e2s)?;
     Ok(checks)
 }
 
 /// Split into even/odd ranks and check an allreduce in each; also two communicators at once.
-fn check_split_and_two_comms(host: &Communicator, g: &GpuCommunicator) -> Result<(), String> {
+fn check_split_and_two_comms(host: &Communicator, g: &Communicator) -> Result<(), String> {
     let n = g.size();
     let me = g.rank();
     sync();
@@ -401,23 +428,23 @@ fn check_split_and_two_comms(host: &Communicator, g: &GpuCommunicator) -> Result
     if sub.size() != members.len() {
         return Err(format!("split size {} != {}", sub.size(), members.len()));
     }
-    let v = DeviceBuffer::from_host(&sub, &[me as f32 + 1.0; 33]).map_err(e2s)?;
+    let v = sub.device_copy(&[me as f32 + 1.0; 33]).map_err(e2s)?;
     sync();
-    sub.all_reduce(v.slice(), v.slice(), ReduceOp::Sum, Stream::Comm)
+    sub.all_reduce(dst(&v, Stream::Comm), ReduceOp::Sum)
         .and_then(|r| r.wait())
         .map_err(e2s)?;
     let want: f32 = members.iter().map(|r| *r as f32 + 1.0).sum();
     expect("split allreduce", &v.to_host().map_err(e2s)?, |_| want)?;
 
-    let second = GpuCommunicator::new(host, g.device()).map_err(e2s)?;
-    let a = DeviceBuffer::from_host(g, &[1i32; 100]).map_err(e2s)?;
-    let b = DeviceBuffer::from_host(&second, &[2i32; 100]).map_err(e2s)?;
+    let second = gpu_comm(host, g.attached_device().unwrap()).map_err(e2s)?;
+    let a = g.device_copy(&[1i32; 100]).map_err(e2s)?;
+    let b = second.device_copy(&[2i32; 100]).map_err(e2s)?;
     sync();
     let ra = g
-        .all_reduce(a.slice(), a.slice(), ReduceOp::Sum, Stream::Comm)
+        .all_reduce(dst(&a, Stream::Comm), ReduceOp::Sum)
         .map_err(e2s)?;
     let rb = second
-        .all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm)
+        .all_reduce(dst(&b, Stream::Comm), ReduceOp::Sum)
         .map_err(e2s)?;
     ra.wait().map_err(e2s)?;
     rb.wait().map_err(e2s)?;
@@ -439,7 +466,7 @@ fn threads_every_primitive() {
     let world = ndev.min(4);
     let results = accord::testing::run_world(world, |host| {
         LOCKSTEP.with(|l| *l.borrow_mut() = Some(host.clone()));
-        let g = GpuCommunicator::new(&host, host.rank()).map_err(e2s)?;
+        let g = gpu_comm(&host, host.rank()).map_err(e2s)?;
         let checks = check_all(&g)?;
         check_split_and_two_comms(&host, &g)?;
         Ok::<_, String>(checks)
@@ -454,16 +481,16 @@ fn threads_every_primitive() {
 
 /// One grouped allreduce of `rank + 1` over `comms` (this process's GPUs of one communicator),
 /// checked on every device.
-fn grouped_allreduce_agrees(comms: &[&GpuCommunicator], len: usize) {
+fn grouped_allreduce_agrees(comms: &[&Communicator], len: usize) {
     let bufs: Vec<_> = comms
         .iter()
-        .map(|c| DeviceBuffer::from_host(c, &vec![c.rank() as f32 + 1.0; len]).unwrap())
+        .map(|c| c.device_copy(&vec![c.rank() as f32 + 1.0; len]).unwrap())
         .collect();
     let reqs = gpu::group(|| {
         comms
             .iter()
             .zip(&bufs)
-            .map(|(c, b)| c.all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm))
+            .map(|(c, b)| c.all_reduce(dst(b, Stream::Comm), ReduceOp::Sum))
             .collect::<accord::Result<Vec<_>>>()
     })
     .unwrap();
@@ -488,7 +515,7 @@ fn threads_several_gpus_per_process() {
     }
     let devices: Vec<usize> = (0..ndev.min(4)).collect();
     accord::testing::run_world(1, |host| {
-        let comms = GpuCommunicator::new_multi(&host, &devices).unwrap();
+        let comms = host.attach_devices(&devices).unwrap();
         assert_eq!(comms.len(), devices.len());
         grouped_allreduce_agrees(&comms.iter().collect::<Vec<_>>(), 4099);
         // Split all of them at once: one child with the ranks reversed (key = -rank), and with
@@ -502,7 +529,7 @@ fn threads_several_gpus_per_process() {
                 )
             })
             .collect();
-        let kids = GpuCommunicator::split_group(&comms, &how).unwrap();
+        let kids = Communicator::split_devices(&comms, &how).unwrap();
         let members = how.iter().filter(|h| h.0.is_some()).count();
         grouped_allreduce_agrees(&kids.iter().flatten().collect::<Vec<_>>(), 33);
         for (i, kid) in kids.iter().enumerate() {
@@ -550,8 +577,8 @@ fn processes_every_primitive() {
     let Some(host) = launched("processes_every_primitive") else {
         return;
     };
-    let g = GpuCommunicator::new(&host, local_device(&host)).unwrap();
-    let (v, path) = g.nccl_version();
+    let g = gpu_comm(&host, local_device(&host)).unwrap();
+    let (v, path) = g.device_info().expect("a device engine").version;
     let checks = check_all(&g).unwrap_or_else(|e| panic!("rank {}: {e}", g.rank()));
     check_split_and_two_comms(&host, &g).unwrap_or_else(|e| panic!("rank {}: {e}", g.rank()));
     println!(
@@ -559,7 +586,7 @@ fn processes_every_primitive() {
          and two communicators passed (NCCL {v} from {path})",
         g.rank(),
         g.size(),
-        g.device()
+        g.attached_device().unwrap()
     );
 }
 
@@ -572,11 +599,11 @@ fn processes_rank_killed() {
     let Some(host) = launched("processes_rank_killed") else {
         return;
     };
-    let g = GpuCommunicator::new(&host, local_device(&host)).unwrap();
+    let g = gpu_comm(&host, local_device(&host)).unwrap();
     g.set_timeout(Duration::from_secs(5));
-    let b = DeviceBuffer::from_host(&g, &vec![1.0f32; 1 << 16]).unwrap();
+    let b = g.device_copy(&vec![1.0f32; 1 << 16]).unwrap();
     for _ in 0..10 {
-        g.all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm)
+        g.all_reduce(dst(&b, Stream::Comm), ReduceOp::Sum)
             .unwrap()
             .wait()
             .unwrap();
@@ -591,7 +618,7 @@ fn processes_rank_killed() {
     std::thread::sleep(Duration::from_millis(200));
     let start = Instant::now();
     let r = g
-        .all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm)
+        .all_reduce(dst(&b, Stream::Comm), ReduceOp::Sum)
         .and_then(|r| r.wait());
     let took = start.elapsed();
     let e = r.expect_err("an allreduce with a dead peer succeeded");
@@ -606,7 +633,7 @@ fn processes_rank_killed() {
     );
     assert!(took < Duration::from_secs(2), "took {took:?}");
     // Later calls fail at once with the same error.
-    let again = g.all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm);
+    let again = g.all_reduce(dst(&b, Stream::Comm), ReduceOp::Sum);
     assert!(again.is_err());
 }
 
@@ -632,10 +659,10 @@ fn processes_world_abort_reaches_an_idle_gpu_communicator() {
         .split(Some(host.rank() as u32), 0)
         .unwrap()
         .expect("a group of one");
-    let g = GpuCommunicator::new(&alone, local_device(&host)).unwrap();
+    let g = gpu_comm(&alone, local_device(&host)).unwrap();
     g.set_timeout(Duration::from_secs(120));
-    let b = DeviceBuffer::from_host(&g, &vec![1.0f32; 1024]).unwrap();
-    g.all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm)
+    let b = g.device_copy(&vec![1.0f32; 1024]).unwrap();
+    g.all_reduce(dst(&b, Stream::Comm), ReduceOp::Sum)
         .and_then(|r| r.wait())
         .unwrap();
     host.barrier().unwrap();
@@ -650,7 +677,7 @@ fn processes_world_abort_reaches_an_idle_gpu_communicator() {
     }
     let took = start.elapsed();
     let e = g
-        .all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm)
+        .all_reduce(dst(&b, Stream::Comm), ReduceOp::Sum)
         .expect_err("a GPU call after a world abort succeeded");
     println!("{test}: rank 0 after {took:.2?}: {e}");
     assert!(
@@ -774,14 +801,14 @@ fn sigkill_rank_main() {
     }
     let host = accord::init().expect("host communicator");
     let dev = local_device(&host);
-    let g = GpuCommunicator::new(&host, dev).unwrap();
-    let idle = GpuCommunicator::new(&host, dev).unwrap();
+    let g = gpu_comm(&host, dev).unwrap();
+    let idle = gpu_comm(&host, dev).unwrap();
     assert!(g.timeout() >= Duration::from_secs(60), "{:?}", g.timeout());
-    let b = DeviceBuffer::from_host(&g, &vec![1.0f32; 1 << 20]).unwrap();
-    let c = DeviceBuffer::from_host(&idle, &vec![1.0f32; 1024]).unwrap();
+    let b = g.device_copy(&vec![1.0f32; 1 << 20]).unwrap();
+    let c = idle.device_copy(&vec![1.0f32; 1024]).unwrap();
     for (comm, buf) in [(&g, &b), (&idle, &c)] {
         for _ in 0..3 {
-            comm.all_reduce(buf.slice(), buf.slice(), ReduceOp::Max, Stream::Comm)
+            comm.all_reduce(dst(buf, Stream::Comm), ReduceOp::Max)
                 .and_then(|r| r.wait())
                 .unwrap();
         }
@@ -794,9 +821,7 @@ fn sigkill_rank_main() {
         unreachable!("survived SIGKILL");
     }
     // Rank 1 never enters this allreduce: it dies while rank 0's kernel waits for it.
-    let pending = g
-        .all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm)
-        .unwrap();
+    let pending = g.all_reduce(dst(&b, Stream::Comm), ReduceOp::Sum).unwrap();
     host.barrier().unwrap();
     let start = Instant::now();
     let e = pending
@@ -820,7 +845,7 @@ fn sigkill_rank_main() {
     }
     let t = Instant::now();
     let idle_err = idle
-        .all_reduce(c.slice(), c.slice(), ReduceOp::Sum, Stream::Comm)
+        .all_reduce(dst(&c, Stream::Comm), ReduceOp::Sum)
         .expect_err("a call on the idle communicator succeeded");
     assert!(
         t.elapsed() < Duration::from_millis(100),
@@ -829,7 +854,7 @@ fn sigkill_rank_main() {
     );
     named("idle communicator", &idle_err);
     let again = g
-        .all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm)
+        .all_reduce(dst(&b, Stream::Comm), ReduceOp::Sum)
         .expect_err("a later call succeeded");
     named("later call", &again);
     println!("SURVIVOR-OK pending allreduce failed after {took:.2?}: {e}; idle: {idle_err}");
@@ -874,13 +899,14 @@ fn processes_rank_never_joins_nccl() {
         std::thread::sleep(Duration::from_secs(7));
     } else {
         let start = Instant::now();
-        let e = GpuCommunicator::with_unique_id(&host, &uid, &[dev])
+        let e = host
+            .attach_devices_with_id(&uid, &[dev])
             .expect_err("NCCL init completed without the last rank");
         expect_timeout("init", e, start);
     }
 
     // 2. Split: everyone has a communicator; the last rank never calls split.
-    let g = GpuCommunicator::new(&host, dev).unwrap();
+    let g = gpu_comm(&host, dev).unwrap();
     if host.rank() == last {
         std::thread::sleep(Duration::from_secs(7));
     } else {
@@ -903,24 +929,19 @@ fn processes_desync_detected() {
     let Some(host) = launched("processes_desync_detected") else {
         return;
     };
-    let g = GpuCommunicator::new(&host, local_device(&host)).unwrap();
+    let g = gpu_comm(&host, local_device(&host)).unwrap();
     g.set_timeout(Duration::from_secs(20));
-    let b = DeviceBuffer::from_host(&g, &vec![1.0f32; 1024]).unwrap();
-    g.all_reduce(b.slice(), b.slice(), ReduceOp::Sum, Stream::Comm)
+    let b = g.device_copy(&vec![1.0f32; 1024]).unwrap();
+    g.all_reduce(dst(&b, Stream::Comm), ReduceOp::Sum)
         .unwrap()
         .wait()
         .unwrap();
     let start = Instant::now();
     // Rank 0 broadcasts 1024 elements, the others reduce 1000: a programming error.
     let r = if g.rank() == 0 {
-        g.broadcast(b.slice(), b.slice(), 0, Stream::Comm)
+        g.broadcast(dst(&b, Stream::Comm), 0)
     } else {
-        g.all_reduce(
-            b.slice().sub(0, 1000).unwrap(),
-            b.slice().sub(0, 1000).unwrap(),
-            ReduceOp::Sum,
-            Stream::Comm,
-        )
+        g.all_reduce(b.slice().sub(0, 1000).unwrap(), ReduceOp::Sum)
     }
     .and_then(|r| r.wait());
     // NCCL may finish mismatched calls with garbage instead of hanging: then the watchdog's
@@ -942,8 +963,6 @@ fn processes_desync_detected() {
         "expected a desync, got {e}"
     );
     assert!(took < Duration::from_secs(10));
-    let _ = DataType::F32;
-    let _ = DeviceSlice::empty(DataType::F32);
 }
 
 #[test]

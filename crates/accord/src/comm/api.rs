@@ -4,8 +4,13 @@
 use super::*;
 
 impl Communicator {
-    /// Wait until every rank has entered the barrier.
+    /// Wait until every rank has entered the barrier. On a communicator of several GPUs per
+    /// process ([`Communicator::attach_devices`]) the barrier runs on the device and is waited
+    /// for.
     pub fn barrier(&self) -> Result<()> {
+        if !self.inner.host_side {
+            return self.device_barrier();
+        }
         self.on_host(&Op::barrier(), None, &mut [])
     }
 

@@ -1,12 +1,11 @@
 //! The host communicator's side of the GPU seam: it is the [`HostLink`] GPU communicators are
-//! bootstrapped through and watch their peers with, and GPU communicators are created from it.
+//! bootstrapped through and watch their peers with.
 
 use super::Communicator;
 use crate::error::{Error, Result};
-use crate::gpu::nccl::NcclUniqueId;
-use crate::gpu::{Bootstrap, GpuCommunicator, HostLink};
+use crate::gpu::HostLink;
 use crate::rendezvous::StoreClient;
-use std::sync::Arc;
+
 use std::time::Duration;
 
 /// The host link of a device engine attached to a communicator: it holds the communicator
@@ -89,39 +88,5 @@ impl HostLink for Communicator {
 
     fn members_failure(&self, members: &[usize]) -> Option<Error> {
         Communicator::members_failure(self, members)
-    }
-}
-
-impl GpuCommunicator {
-    /// A communicator over device `device` (ordinal in this process's visible devices) for
-    /// every rank of `host`. Collective over `host`.
-    pub fn new(host: &Communicator, device: usize) -> Result<GpuCommunicator> {
-        let mut v = Self::create(Arc::new(host.clone()), &[device], Bootstrap::OverHost)?;
-        Ok(v.remove(0))
-    }
-
-    /// One communicator per device in `devices` (every process must pass the same number);
-    /// NCCL rank of device `i` is `host.rank() * devices.len() + i`. Drive them with
-    /// [`crate::gpu::group`].
-    pub fn new_multi(host: &Communicator, devices: &[usize]) -> Result<Vec<GpuCommunicator>> {
-        if devices.is_empty() {
-            return Err(Error::invalid("new_multi needs at least one device"));
-        }
-        Self::create(Arc::new(host.clone()), devices, Bootstrap::OverHost)
-    }
-
-    /// Join the NCCL communicator of an id this process got some other way (see
-    /// [`crate::gpu::unique_id`]): every rank of `host` calls it with the same id. Unlike
-    /// [`GpuCommunicator::new`] it makes no collective call on `host` first, so NCCL versions
-    /// are not compared.
-    pub fn with_unique_id(
-        host: &Communicator,
-        uid: &NcclUniqueId,
-        devices: &[usize],
-    ) -> Result<Vec<GpuCommunicator>> {
-        if devices.is_empty() {
-            return Err(Error::invalid("with_unique_id needs at least one device"));
-        }
-        Self::create(Arc::new(host.clone()), devices, Bootstrap::NcclId(uid))
     }
 }

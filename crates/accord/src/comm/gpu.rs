@@ -12,7 +12,8 @@ use crate::gpu::{DeviceBuffer, DeviceSlice, GpuCommunicator, Stream};
 impl Communicator {
     /// Attach GPU `ordinal` to this communicator: later calls with device buffers run on it.
     /// Collective: every rank calls it (each with its own device). Attaching twice to the same
-    /// device is a no-op; another device is an error (one device per rank and communicator).
+    /// device is a no-op; another device is an error (one device per rank and communicator;
+    /// see [`Communicator::attach_devices`] for several GPUs per process).
     pub fn attach_device(&self, ordinal: usize) -> Result<()> {
         // Two threads' first device calls must not both create an engine.
         let _one_at_a_time = self
@@ -38,6 +39,11 @@ impl Communicator {
     /// The GPU attached to this communicator, if any.
     pub fn attached_device(&self) -> Option<usize> {
         self.inner.device.get().map(GpuCommunicator::device)
+    }
+
+    /// The attached device engine: its library and version, its stream and handle.
+    pub fn device_info(&self) -> Option<crate::gpu::DeviceInfo> {
+        self.inner.device.get().map(GpuCommunicator::info)
     }
 
     /// `len` uninitialised elements on the attached GPU, freed when dropped.

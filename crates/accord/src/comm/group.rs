@@ -5,7 +5,21 @@ use super::*;
 impl Communicator {
     /// Split into disjoint communicators: ranks passing the same `color` form one, ordered by
     /// (`key`, current rank). Ranks passing `None` get `None`. Collective over this communicator.
+    ///
+    /// A communicator of one GPU per process from [`Communicator::attach_devices`] splits its
+    /// device engine; those of several GPUs per process split together with
+    /// [`Communicator::split_devices`].
     pub fn split(&self, color: Option<u32>, key: i64) -> Result<Option<Communicator>> {
+        if !self.inner.host_side {
+            if self.device_engine()?.multi() {
+                return Err(Error::invalid(
+                    "this communicator drives one of several GPUs of its process: split all \
+                     of them at once with Communicator::split_devices",
+                ));
+            }
+            let mut v = Self::split_devices(std::slice::from_ref(self), &[(color, key)])?;
+            return Ok(v.pop().flatten());
+        }
         let mine = [color.map_or(-1, i64::from), key];
         let mut all = vec![0i64; 2 * self.size()];
         self.all_gather(&mine, &mut all)?;
@@ -28,6 +42,7 @@ impl Communicator {
     /// A communicator of the listed ranks (in that order). Collective over this communicator:
     /// every rank calls it with the same list; ranks not listed get `None`.
     pub fn subgroup(&self, ranks: &[usize]) -> Result<Option<Communicator>> {
+        self.host_only("subgroup")?;
         for (i, &r) in ranks.iter().enumerate() {
             self.check_rank("subgroup member", r)?;
             if ranks[..i].contains(&r) {
@@ -75,28 +90,43 @@ impl Communicator {
         if id <= 1 {
             id = 2; // 1 is the world
         }
+        p.derived(ranks, rank, id, format!("{}/{label}", p.name))
+    }
+}
+
+impl Inner {
+    /// A communicator over the same transport and resources as this one, with its own order,
+    /// poison and plans: `ranks` maps its ranks to transport ranks.
+    pub(super) fn derived(
+        &self,
+        ranks: Vec<usize>,
+        rank: usize,
+        id: u64,
+        name: String,
+    ) -> Communicator {
         Communicator {
             inner: Arc::new(Inner {
-                transport: p.transport.clone(),
+                transport: self.transport.clone(),
                 ranks,
                 rank,
                 id,
-                name: format!("{}/{label}", p.name),
+                name,
                 seq: AtomicU64::new(0),
                 splits: AtomicU64::new(0),
-                timeout: AtomicDuration::new(p.timeout.get()),
+                timeout: AtomicDuration::new(self.timeout.get()),
                 poison: Mutex::new(None),
                 poisoned: Default::default(),
                 cache: Mutex::new(HashMap::new()),
                 forced: Mutex::new(HashMap::new()),
-                explain: p.explain,
+                explain: self.explain,
                 explained: Default::default(),
-                model: p.model,
+                model: self.model,
                 engines: Vec::new(),
-                resources: p.resources.clone(),
+                resources: self.resources.clone(),
                 turns: Arc::default(),
                 device: Default::default(),
                 attaching: Default::default(),
+                host_side: true,
             }),
             reserved: None,
         }

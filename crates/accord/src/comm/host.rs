@@ -6,6 +6,7 @@ use super::*;
 impl Communicator {
     /// Run a checked collective on host buffers. `input == None` is in place.
     pub(super) fn on_host(&self, op: &Op, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
+        self.host_only(op.kind().name())?;
         let me = self.rank();
         let esz = op.dtype.size();
         match op.coll {

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 mod api;
 mod device;
+mod devices;
 mod gpu;
 mod group;
 mod hierarchy;
@@ -136,6 +137,9 @@ struct Inner {
     device: std::sync::OnceLock<crate::gpu::GpuCommunicator>,
     /// Held while a device engine is being attached.
     attaching: Mutex<()>,
+    /// Whether host buffers run here. Not on the communicators of several GPUs of one process
+    /// ([`Communicator::attach_devices`]): their ranks are GPUs, several per transport rank.
+    host_side: bool,
 }
 
 impl Communicator {
@@ -174,6 +178,7 @@ impl Communicator {
                 turns: Arc::default(),
                 device: Default::default(),
                 attaching: Default::default(),
+                host_side: true,
             }),
             reserved: None,
         };
@@ -246,9 +251,10 @@ impl Communicator {
         }
     }
 
-    /// The first error this communicator hit, if any.
+    /// The first error this communicator hit, if any (its device engine's included).
     pub fn poisoned(&self) -> Option<Error> {
-        self.inner.poison.lock().unwrap().clone()
+        let own = self.inner.poison.lock().unwrap().clone();
+        own.or_else(|| self.inner.device.get()?.poisoned())
     }
 
     /// Without waiting: what the transport already knows about `members` (ranks of this

@@ -62,14 +62,15 @@ impl Communicator {
                 self.check_rank("source", source)?;
                 no_device_tag(tag)?;
                 let g = self.device_engine()?;
-                Ok(Completion::device(g.send_recv(s, dest, r, source, stream)?))
+                Ok(Completion::device(g.sendrecv(s, dest, r, source, stream)?))
             }
             (SendData::Host(_), data @ RecvData::Host(_)) => {
                 self.send(send, dest, tag)?;
                 self.recv(RecvBuf { data, ..recv }, source, tag)
             }
             _ => Err(Error::invalid(
-                "sendrecv: one buffer is in host memory and the other on a GPU; pass both in                  the same memory",
+                "sendrecv: one buffer is in host memory and the other on a GPU; pass both in \
+                 the same memory",
             )),
         }
     }
@@ -78,6 +79,7 @@ impl Communicator {
     /// data later, possibly on another thread, with [`Communicator::send_posted`]: what a
     /// nonblocking send does. Dropping the turn unused gives the place up.
     pub fn post_send(&self, peer: usize, tag: u32) -> Result<Turn> {
+        self.host_only("send")?;
         self.check_rank("destination", peer)?;
         Ok(self.inner.turns.take(Side::Send, peer, tag))
     }
@@ -85,6 +87,7 @@ impl Communicator {
     /// Take this receive's place among the receives from `peer` with `tag` (see
     /// [`Communicator::post_send`]); [`Communicator::recv_posted`] moves the data.
     pub fn post_recv(&self, peer: usize, tag: u32) -> Result<Turn> {
+        self.host_only("recv")?;
         self.check_rank("source", peer)?;
         Ok(self.inner.turns.take(Side::Recv, peer, tag))
     }

@@ -185,7 +185,7 @@ unsafe impl<T: Element> Sync for DeviceBuffer<T> {}
 
 impl<T: Element> DeviceBuffer<T> {
     /// `len` uninitialised elements on `comm`'s device (plain `cuMemAlloc`).
-    pub fn alloc(comm: &GpuCommunicator, len: usize) -> Result<Self> {
+    pub(crate) fn alloc(comm: &GpuCommunicator, len: usize) -> Result<Self> {
         let (cu, ctx) = comm.context();
         cu.make_current(ctx as CuContext)?;
         let mut ptr = 0u64;
@@ -205,7 +205,7 @@ impl<T: Element> DeviceBuffer<T> {
     }
 
     /// A copy of `data` on `comm`'s device.
-    pub fn from_host(comm: &GpuCommunicator, data: &[T]) -> Result<Self> {
+    pub(crate) fn from_host(comm: &GpuCommunicator, data: &[T]) -> Result<Self> {
         let b = Self::alloc(comm, data.len())?;
         b.copy_from_host(data)?;
         Ok(b)

@@ -12,7 +12,6 @@ use super::cuda::CuStream;
 use super::device::DeviceSlice;
 use crate::error::{Error, Result};
 use crate::op::Op;
-use std::any::Any;
 
 /// A failure of an engine call.
 #[derive(Debug)]
@@ -68,7 +67,7 @@ pub(crate) struct Child {
 /// Operations arrive in the communicator's order, one at a time (the neutral layer holds no
 /// lock around them: callers serialise their calls, as documented for the communicator); the
 /// query and abort methods may run on the watchdog's thread meanwhile.
-pub(crate) trait DeviceEngine: Send + Sync + Any {
+pub(crate) trait DeviceEngine: Send + Sync {
     /// For messages and `ACCORD_EXPLAIN`, e.g. `NCCL`.
     fn name(&self) -> &'static str;
 
@@ -107,14 +106,12 @@ pub(crate) trait DeviceEngine: Send + Sync + Any {
     /// Nothing after [`DeviceEngine::abort`].
     fn close(&self);
 
-    /// Split `group` (this engine first, then the others of this process, each with its
-    /// `(color, key)` in `how`; a negative color takes no part) in one library group. Every
-    /// rank has already met under the deadline, so this runs to completion.
-    fn split(
-        &self,
-        group: &[&dyn DeviceEngine],
-        how: &[(i32, i32)],
-    ) -> EngineResult<Vec<Option<Child>>>;
+    /// Begin splitting this communicator: ranks with the same `color` form a child, ordered by
+    /// `(key, rank)`; a negative color takes no part. Every rank has already met under the
+    /// deadline, so the split runs to completion. Issued inside the library's [`LaunchGroup`]
+    /// when several GPUs of this process split together; the child is finished once the group
+    /// ended.
+    fn split_begin(&self, color: i32, key: i32) -> EngineResult<Box<dyn PendingChild>>;
 
     /// The communicator's deadline changed (an engine that waits inside a call bounds the wait
     /// by it).
@@ -125,9 +122,13 @@ pub(crate) trait DeviceEngine: Send + Sync + Any {
 
     /// The library's communicator handle, for interoperation.
     fn raw_handle(&self) -> usize;
+}
 
-    /// For [`DeviceEngine::split`]: the other members of a group as this engine's type.
-    fn as_any(&self) -> &dyn Any;
+/// A child of [`DeviceEngine::split_begin`], complete once the launch group it was issued in
+/// ended. Dropped unfinished, it releases what the library made.
+pub(crate) trait PendingChild: Send {
+    /// The child, or `None` if this rank took no part.
+    fn finish(self: Box<Self>) -> EngineResult<Option<Child>>;
 }
 
 /// A launch group of an engine's library, over every communicator of the process

@@ -1,7 +1,7 @@
-//! [`GpuCommunicator`]: the public API over one device communicator, as callers knew it before
-//! the communicator took device buffers itself. Each method states its call as an [`Op`]
-//! ([`Op::new`] checks it) and hands it to the engine-neutral layer ([`DeviceComm`]).
-//! How each method states its call is in `calls`.
+//! [`GpuCommunicator`]: the device engine a [`crate::Communicator`] holds once a GPU is attached
+//! ([`crate::Communicator::attach_device`], [`crate::Communicator::attach_devices`]): a handle
+//! on the engine-neutral device communicator ([`DeviceComm`]) with what the communicator asks
+//! of it. Operations arrive as checked [`Op`]s.
 
 use super::comm::DeviceComm;
 use super::cuda::Driver;
@@ -10,21 +10,16 @@ use super::engine::P2p;
 use super::link::HostLink;
 use super::request::GpuRequest;
 use super::select::{self, Bootstrap};
-use crate::dtype::ReduceOp;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
-use crate::op::{Op, Request};
-use calls::Place;
+use crate::op::Op;
 use std::sync::Arc;
 use std::time::Duration;
 
-mod calls;
-
-/// A communicator over GPU buffers, one device per rank (see the [module docs](super)).
-///
-/// Cheap to clone; clones share the device communicator.
+/// A device communicator, one device per rank (see the [module docs](super)). Cheap to clone;
+/// clones share the device communicator.
 #[derive(Clone)]
-pub struct GpuCommunicator {
+pub(crate) struct GpuCommunicator {
     comm: Arc<DeviceComm>,
 }
 
@@ -39,9 +34,25 @@ impl std::fmt::Debug for GpuCommunicator {
     }
 }
 
+/// What a communicator's device engine is, for tools and interoperation
+/// ([`crate::Communicator::device_info`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeviceInfo {
+    /// The device ordinal.
+    pub ordinal: usize,
+    /// The engine's library, e.g. `NCCL`.
+    pub engine: &'static str,
+    /// Its version, e.g. `2.28.9`, and where it was loaded from.
+    pub version: (String, String),
+    /// The communicator's own stream (`CUstream`), which [`Stream::Comm`] names.
+    pub stream: usize,
+    /// The library's communicator handle (`ncclComm_t`; do not destroy it).
+    pub raw_handle: usize,
+}
+
 impl GpuCommunicator {
-    /// Communicators over `devices` for every rank of `host` (see `GpuCommunicator::new`),
-    /// bootstrapped as `how` says.
+    /// Communicators over `devices` for every rank of `host`, bootstrapped as `how` says.
     pub(crate) fn create(
         host: Arc<dyn HostLink>,
         devices: &[usize],
@@ -58,8 +69,7 @@ impl GpuCommunicator {
         Ok(out)
     }
 
-    /// Run the checked collective `op` (see [`DeviceComm::run`]): the entry for callers that
-    /// built the [`Op`] themselves. `send` is `None` in place.
+    /// Run the checked collective `op` (see [`DeviceComm::run`]). `send` is `None` in place.
     pub(crate) fn run_op(
         &self,
         op: &Op,
@@ -74,277 +84,72 @@ impl GpuCommunicator {
         self.comm.context()
     }
 
-    /// This rank (NCCL rank).
-    pub fn rank(&self) -> usize {
+    pub(crate) fn rank(&self) -> usize {
         self.comm.rank()
     }
 
-    /// Number of ranks (NCCL ranks: processes x GPUs per process).
-    pub fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         self.comm.size()
     }
 
-    /// The device ordinal this communicator works on.
-    pub fn device(&self) -> usize {
+    pub(crate) fn device(&self) -> usize {
         self.comm.device()
     }
 
-    /// The communicator's id (shared by all ranks; names its keys in the store).
-    pub fn id(&self) -> &str {
-        self.comm.id()
+    /// Whether this process drives several GPUs of the communicator (they split together).
+    pub(crate) fn multi(&self) -> bool {
+        self.comm.multi
     }
 
-    /// The loaded NCCL's version, e.g. `2.28.9`, and where it came from.
-    pub fn nccl_version(&self) -> (String, String) {
-        self.comm.fallback().version()
+    /// The rank of the bootstrapping communicator that holds each rank, where known.
+    pub(crate) fn host_of(&self) -> Option<&[usize]> {
+        self.comm.host_of.as_deref()
     }
 
-    /// The communicator's own stream as a raw `CUstream`.
-    pub fn stream(&self) -> usize {
-        self.comm.stream()
+    pub(crate) fn info(&self) -> DeviceInfo {
+        let engine = self.comm.fallback();
+        DeviceInfo {
+            ordinal: self.device(),
+            engine: engine.name(),
+            version: engine.version(),
+            stream: self.comm.stream(),
+            raw_handle: engine.raw_handle(),
+        }
     }
 
-    /// The raw `ncclComm_t` (for interoperation; do not destroy it).
-    pub fn raw_comm(&self) -> usize {
-        self.comm.fallback().raw_handle()
-    }
-
-    /// Deadline for any one operation (enforced by the watchdog).
-    pub fn timeout(&self) -> Duration {
-        self.comm.timeout()
-    }
-
-    /// Change the deadline.
-    pub fn set_timeout(&self, t: Duration) {
+    pub(crate) fn set_timeout(&self, t: Duration) {
         self.comm.set_timeout(t);
     }
 
-    /// The error that failed this communicator, if any.
-    pub fn poisoned(&self) -> Option<Error> {
+    pub(crate) fn poisoned(&self) -> Option<Error> {
         self.comm.poison()
     }
 
-    /// Abort: stop NCCL's kernels and fail every pending and later operation with `reason`.
-    pub fn abort(&self, reason: &str) {
+    /// Stop the engine's kernels and fail every pending and later operation with `reason`.
+    pub(crate) fn abort(&self, reason: &str) {
         self.comm.abort(reason);
     }
 
-    /// Block until every operation issued so far has finished; the communicator's failure if
-    /// one of them did not finish before it (or, after a desync, finished with mismatched
-    /// calls). A failure after they all finished (a peer that exited since) shows at the next
-    /// call instead.
-    pub fn synchronize(&self) -> Result<()> {
+    /// Block until every operation issued so far has finished (see
+    /// [`DeviceComm::synchronize`]).
+    pub(crate) fn synchronize(&self) -> Result<()> {
         self.comm.synchronize()
     }
 
-    // -----------------------------------------------------------------------------------------
-    // Operations.
-
-    /// Check the call and run it.
-    fn run(
-        &self,
-        req: Request<'_>,
-        send: DeviceSlice,
-        recv: DeviceSlice,
-        stream: Stream,
-    ) -> Result<GpuRequest> {
-        if send.dtype() != recv.dtype() {
-            return Err(Error::invalid(format!(
-                "send buffer is {} but receive buffer is {}",
-                send.dtype(),
-                recv.dtype()
-            )));
-        }
-        let op = Op::new(req, self.rank(), self.size())?;
-        self.run_op(&op, Some(send), recv, stream)
-    }
-
-    fn at(&self) -> Place {
-        Place {
-            rank: self.rank(),
-            size: self.size(),
-        }
-    }
-
-    /// allreduce: `recv[i] = op over ranks of send[i]`; `send` and `recv` may be the same.
-    pub fn all_reduce(
-        &self,
-        send: DeviceSlice,
-        recv: DeviceSlice,
-        op: ReduceOp,
-        stream: Stream,
-    ) -> Result<GpuRequest> {
-        self.run(calls::all_reduce(&send, &recv, op), send, recv, stream)
-    }
-
-    /// broadcast `send` of `root` into every rank's `recv` (`send` is read on the root only;
-    /// pass the same slice twice for in place).
-    pub fn broadcast(
-        &self,
-        send: DeviceSlice,
-        recv: DeviceSlice,
-        root: usize,
-        stream: Stream,
-    ) -> Result<GpuRequest> {
-        self.run(calls::broadcast(&send, &recv, root), send, recv, stream)
-    }
-
-    /// reduce into `recv` on `root` (`recv` is ignored elsewhere).
-    pub fn reduce(
-        &self,
-        send: DeviceSlice,
-        recv: DeviceSlice,
-        op: ReduceOp,
-        root: usize,
-        stream: Stream,
-    ) -> Result<GpuRequest> {
-        self.run(calls::reduce(&send, &recv, op, root), send, recv, stream)
-    }
-
-    /// allgather: `recv` (size x `send.count`) holds every rank's `send` in rank order.
-    pub fn all_gather(
-        &self,
-        send: DeviceSlice,
-        recv: DeviceSlice,
-        stream: Stream,
-    ) -> Result<GpuRequest> {
-        self.run(
-            calls::all_gather(self.at(), &send, &recv),
-            send,
-            recv,
-            stream,
-        )
-    }
-
-    /// allgatherv: rank r contributes `counts[r]` elements; `recv` holds them back to back.
-    pub fn all_gather_v(
-        &self,
-        send: DeviceSlice,
-        recv: DeviceSlice,
-        counts: &[usize],
-        stream: Stream,
-    ) -> Result<GpuRequest> {
-        let req = calls::all_gather_v(self.at(), &send, &recv, counts);
-        self.run(req, send, recv, stream)
-    }
-
-    /// gather: `recv` on `root` holds size x `send.count` elements in rank order.
-    pub fn gather(
-        &self,
-        send: DeviceSlice,
-        recv: DeviceSlice,
-        root: usize,
-        stream: Stream,
-    ) -> Result<GpuRequest> {
-        let req = calls::gather(self.at(), &send, &recv, root);
-        self.run(req, send, recv, stream)
-    }
-
-    /// gatherv: rank r sends `counts[r]` elements; `recv` on `root` holds them back to back.
-    pub fn gather_v(
-        &self,
-        send: DeviceSlice,
-        recv: DeviceSlice,
-        counts: &[usize],
-        root: usize,
-        stream: Stream,
-    ) -> Result<GpuRequest> {
-        let req = calls::gather_v(self.at(), &send, &recv, counts, root);
-        self.run(req, send, recv, stream)
-    }
-
-    /// scatter: rank r receives elements `r*recv.count ..` of `send` on `root`.
-    pub fn scatter(
-        &self,
-        send: DeviceSlice,
-        recv: DeviceSlice,
-        root: usize,
-        stream: Stream,
-    ) -> Result<GpuRequest> {
-        let req = calls::scatter(self.at(), &send, &recv, root);
-        self.run(req, send, recv, stream)
-    }
-
-    /// scatterv: rank r receives `counts[r]` elements, taken back to back from `send` on `root`.
-    pub fn scatter_v(
-        &self,
-        send: DeviceSlice,
-        recv: DeviceSlice,
-        counts: &[usize],
-        root: usize,
-        stream: Stream,
-    ) -> Result<GpuRequest> {
-        let req = calls::scatter_v(self.at(), &send, &recv, counts, root);
-        self.run(req, send, recv, stream)
-    }
-
-    /// reduce_scatter: `recv` (count c) gets block `rank` of the reduction of every rank's
-    /// `send` (size x c).
-    pub fn reduce_scatter(
-        &self,
-        send: DeviceSlice,
-        recv: DeviceSlice,
-        op: ReduceOp,
-        stream: Stream,
-    ) -> Result<GpuRequest> {
-        let req = calls::reduce_scatter(self.at(), &send, &recv, op);
-        self.run(req, send, recv, stream)
-    }
-
-    /// reduce_scatterv: rank r gets `counts[r]` elements: its block of the reduction of every
-    /// rank's `send` (sum(counts) elements, blocks back to back).
-    pub fn reduce_scatter_v(
-        &self,
-        send: DeviceSlice,
-        recv: DeviceSlice,
-        counts: &[usize],
-        op: ReduceOp,
-        stream: Stream,
-    ) -> Result<GpuRequest> {
-        let req = calls::reduce_scatter_v(self.at(), &send, &recv, counts, op);
-        self.run(req, send, recv, stream)
-    }
-
-    /// alltoall: block r (of `send.count / size` elements) of `send` goes to rank r; `recv`
-    /// gets the blocks in rank order.
-    pub fn all_to_all(
-        &self,
-        send: DeviceSlice,
-        recv: DeviceSlice,
-        stream: Stream,
-    ) -> Result<GpuRequest> {
-        self.run(calls::all_to_all(&send, &recv), send, recv, stream)
-    }
-
-    /// alltoallv: `send_counts[r]` elements go to rank r (blocks back to back in `send`);
-    /// `recv_counts[r]` arrive from rank r.
-    pub fn all_to_all_v(
-        &self,
-        send: DeviceSlice,
-        send_counts: &[usize],
-        recv: DeviceSlice,
-        recv_counts: &[usize],
-        stream: Stream,
-    ) -> Result<GpuRequest> {
-        let req = calls::all_to_all_v(&send, send_counts, &recv, recv_counts);
-        self.run(req, send, recv, stream)
-    }
-
-    /// Send `buf` to `peer` (matched by the peer's [`GpuCommunicator::recv`], in call order;
-    /// NCCL has no tags).
-    pub fn send(&self, buf: DeviceSlice, peer: usize, stream: Stream) -> Result<GpuRequest> {
+    /// Send `buf` to `peer` (matched by the peer's receive, in call order; no tags).
+    pub(crate) fn send(&self, buf: DeviceSlice, peer: usize, stream: Stream) -> Result<GpuRequest> {
         let fp = Fingerprint::new(OpKind::P2p, buf.dtype(), buf.count());
         self.comm.run_p2p(fp, &[P2p::Send { buf, peer }], stream)
     }
 
     /// Receive `buf.count` elements from `peer`.
-    pub fn recv(&self, buf: DeviceSlice, peer: usize, stream: Stream) -> Result<GpuRequest> {
+    pub(crate) fn recv(&self, buf: DeviceSlice, peer: usize, stream: Stream) -> Result<GpuRequest> {
         let fp = Fingerprint::new(OpKind::P2p, buf.dtype(), buf.count());
         self.comm.run_p2p(fp, &[P2p::Recv { buf, peer }], stream)
     }
 
     /// Send `send` to `to` and receive `recv` from `from` in one step (no deadlock on rings).
-    pub fn send_recv(
+    pub(crate) fn sendrecv(
         &self,
         send: DeviceSlice,
         to: usize,
@@ -366,34 +171,15 @@ impl GpuCommunicator {
         self.comm.run_p2p(fp, &ops, stream)
     }
 
-    /// Barrier, ordered on the stream: completes once every rank has reached it.
-    pub fn barrier(&self, stream: Stream) -> Result<GpuRequest> {
+    /// Barrier on the communicator's stream: completes once every rank has reached it.
+    pub(crate) fn barrier(&self) -> Result<GpuRequest> {
         let none = DeviceSlice::empty(crate::dtype::DataType::U8);
-        self.run_op(&Op::barrier(), None, none, stream)
+        self.run_op(&Op::barrier(), None, none, Stream::Comm)
     }
 
-    /// Split into disjoint communicators: ranks passing the same `color` form one, ordered by
-    /// (`key`, rank); `None` gets `None`. Collective over this communicator. Communicators from
-    /// [`GpuCommunicator::new_multi`] split together, with [`GpuCommunicator::split_group`].
-    pub fn split(&self, color: Option<u32>, key: i64) -> Result<Option<GpuCommunicator>> {
-        if self.comm.multi {
-            return Err(Error::invalid(
-                "this communicator drives one of several GPUs of its process: split all of \
-                 them at once with GpuCommunicator::split_group",
-            ));
-        }
-        let mut v = Self::split_group(std::slice::from_ref(self), &[(color, key)])?;
-        Ok(v.pop().flatten())
-    }
-
-    /// Split this process's communicators (one per GPU, from [`GpuCommunicator::new_multi`])
-    /// in one NCCL group: `how[i]` is the `(color, key)` of `comms[i]`, as in
-    /// [`GpuCommunicator::split`]. Devices of one process may pick different colors.
-    ///
-    /// Every rank first posts its `(color, key)` to the rendezvous store and waits, under the
-    /// timeout, until all ranks of the communicator have: a rank that never calls split is
-    /// named in a timeout instead of leaving the others blocked inside NCCL.
-    pub fn split_group(
+    /// Split this process's communicators together: `how[i]` is the `(color, key)` of
+    /// `comms[i]` (see `split::split_group`).
+    pub(crate) fn split_group(
         comms: &[GpuCommunicator],
         how: &[(Option<u32>, i64)],
     ) -> Result<Vec<Option<GpuCommunicator>>> {

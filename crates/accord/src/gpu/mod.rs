@@ -1,74 +1,73 @@
-//! Collectives on NVIDIA GPU memory, bootstrapped by a host [`Communicator`].
+//! Collectives on NVIDIA GPU memory, run by the device engine a [`Communicator`] attaches.
 //!
 //! [`Communicator`]: crate::Communicator
+//! [`Communicator::attach_devices`]: crate::Communicator::attach_devices
+//! [`Communicator::attach_devices_with_id`]: crate::Communicator::attach_devices_with_id
+//! [`Communicator::split`]: crate::Communicator::split
+//! [`Communicator::split_devices`]: crate::Communicator::split_devices
+//! [`Communicator::set_timeout`]: crate::Communicator::set_timeout
 //!
 //! CUDA (the driver, `libcuda.so.1`) and NCCL are opened at run time, so this module builds and
 //! its tests run on machines without either; every entry point then returns
 //! [`Error::Unsupported`](crate::Error::Unsupported) saying what is missing. See
 //! [`nccl::nccl`] for where NCCL is looked for.
 //!
-//! ## Creating a communicator
+//! ## Attaching a device
+//!
+//! Device buffers go through the same [`Communicator`] methods as host buffers, once a GPU is
+//! attached to it:
 //!
 //! ```no_run
 //! # fn main() -> accord::Result<()> {
-//! use accord::gpu::{DeviceBuffer, GpuCommunicator, Stream};
 //! use accord::ReduceOp;
-//! let host = accord::init()?; // any init method: accord run, torchrun, mpirun, tcp://, file://
+//! let comm = accord::init()?; // any init method: accord run, torchrun, mpirun, tcp://, file://
 //! let local = std::env::var("LOCAL_RANK").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-//! let gpu = GpuCommunicator::new(&host, local)?;
-//! let buf = DeviceBuffer::from_host(&gpu, &vec![1.0f32; 1 << 20])?;
-//! gpu.all_reduce(buf.slice(), buf.slice(), ReduceOp::Sum, Stream::Comm)?.wait()?;
+//! comm.attach_device(local)?; // collective: the device engine's ranks meet over `comm`
+//! let mut buf = comm.device_copy(&vec![1.0f32; 1 << 20])?;
+//! comm.all_reduce(&mut buf, ReduceOp::Sum)?.wait()?; // enqueued on the communicator's stream
 //! # Ok(()) }
 //! ```
 //!
-//! Rank 0 creates the `ncclUniqueId` and broadcasts it over the host communicator, so every way
-//! of starting the host communicator works unchanged. Before that, all ranks exchange their
-//! NCCL versions: different versions fail at once on every rank, naming ranks and versions.
-//! ([`GpuCommunicator::with_unique_id`] takes an id the caller distributed itself.)
+//! A [`DeviceSlice`] (a device address, a count and a dtype: PyTorch's `data_ptr()`, DLPack's
+//! `data + byte_offset`) works where a [`DeviceBuffer`] does, on the communicator's own stream;
+//! [`crate::SendBuf::device`] / [`crate::RecvBuf::device`] name another stream
+//! ([`Stream::Raw`] with the `CUstream` as an integer: `torch.cuda.current_stream().cuda_stream`,
+//! CuPy's `Stream.ptr`). Device operations enqueue their work and return at once; the
+//! [`Completion`](crate::Completion) waits for the device ([`Completion::wait`](crate::Completion::wait)),
+//! makes another stream wait ([`Completion::stream_wait`](crate::Completion::stream_wait)) or
+//! polls. The caller keeps buffers alive until the operation completes on its stream (as with
+//! NCCL). Operations of one communicator must be called in the same order on every rank.
 //!
-//! Initialisation has a deadline too (the host communicator's timeout). NCCL's blocking init
-//! cannot be interrupted, so Accord initialises in NCCL's nonblocking mode, waits with the
-//! deadline (aborting on expiry, naming the ranks that never started), and then trades that
-//! communicator for a blocking twin with `ncclCommSplit`: operations on a nonblocking
-//! communicator are launched from an NCCL helper thread and cost about 100 us each. A split of
-//! a blocking communicator blocks whatever the child's configuration, so splits
-//! ([`GpuCommunicator::split`], [`GpuCommunicator::split_group`]) first meet in the rendezvous
-//! store under the deadline (naming ranks that never call split) and only then call NCCL.
-//! `ACCORD_NCCL_INIT=blocking` falls back to NCCL's plain blocking init (no deadline).
+//! Rank 0 creates the `ncclUniqueId` and broadcasts it over the communicator, so every way of
+//! starting it works unchanged. Before that, all ranks exchange their NCCL versions: different
+//! versions fail at once on every rank, naming ranks and versions.
+//! ([`Communicator::attach_devices_with_id`] takes an id the caller distributed itself.)
+//!
+//! Initialisation has a deadline too (the communicator's timeout). NCCL's blocking init cannot
+//! be interrupted, so Accord initialises in NCCL's nonblocking mode, waits with the deadline
+//! (aborting on expiry, naming the ranks that never started), and then trades that communicator
+//! for a blocking twin with `ncclCommSplit`: operations on a nonblocking communicator are
+//! launched from an NCCL helper thread and cost about 100 us each. A split of a blocking
+//! communicator blocks whatever the child's configuration, so device splits
+//! ([`Communicator::split`] of a GPU communicator, [`Communicator::split_devices`]) first meet in
+//! the rendezvous store under the deadline (naming ranks that never call split) and only then
+//! call NCCL. `ACCORD_NCCL_INIT=blocking` falls back to NCCL's plain blocking init (no deadline).
 //!
 //! ## Layers
 //!
-//! - [`GpuCommunicator`] (`facade`): the public API; each method states its call as an
-//!   [`Op`](crate::op::Op) (`facade::calls`) and hands it on;
+//! - `facade`: the handle a [`Communicator`] keeps on its device engine, which the
+//!   communicator hands checked [`Op`](crate::op::Op)s;
 //! - `comm`: the engine-neutral device communicator: ordering, sequence numbers and the
-//!   fingerprint hash, outstanding operations and their events ([`GpuRequest`], `request`),
-//!   poison, abort, timeout; `split` (the meeting in the store before a split), [`group()`]
-//!   (several GPUs driven from one thread), `watchdog` and `health` (the failure policy, a pure
-//!   function) belong to it;
+//!   fingerprint hash, outstanding operations and their events (`request`), poison, abort,
+//!   timeout; `split` (the meeting in the store before a split), [`group()`] (several GPUs
+//!   driven from one thread), `watchdog` and `health` (the failure policy, a pure function)
+//!   belong to it;
 //! - `engine`: the `DeviceEngine` trait, all the neutral layer knows of an engine; `select`
 //!   picks the engine per operation from an ordered list that ends with NCCL;
 //! - [`nccl`]: the NCCL engine, its loader and its deadline-bound initialisation;
 //! - [`cuda`]: the driver's entry points; `device`: slices, buffers, streams, events;
 //! - `link`: what the layer needs from the host communicator (implemented in `comm::device`),
 //!   so nothing here depends on the host communicator's type.
-//!
-//! ## The API for bindings
-//!
-//! Everything is expressed in raw terms a binding can produce from any array library:
-//!
-//! - buffers are [`DeviceSlice`]s: a device address (`CUdeviceptr`, e.g. PyTorch's
-//!   `tensor.data_ptr()` or DLPack's `data + byte_offset`), an element count and a
-//!   [`DataType`](crate::DataType);
-//! - streams are [`Stream::Raw`] with the `CUstream` handle as an integer (PyTorch's
-//!   `torch.cuda.current_stream().cuda_stream`, CuPy's `Stream.ptr`), or [`Stream::Comm`] for the
-//!   communicator's own stream;
-//! - every operation enqueues its work and returns a [`GpuRequest`] at once, without waiting for
-//!   the GPU. [`GpuRequest::wait`] blocks the host; [`GpuRequest::stream_wait`] makes another
-//!   stream wait on the GPU instead; [`GpuRequest::test`] polls.
-//!
-//! The caller keeps buffers alive until the operation completes on its stream (as with NCCL).
-//! Operations of one communicator must be called in the same order on every rank; calls from
-//! several threads on one communicator must be serialised by the caller.
 //!
 //! ## Operations
 //!
@@ -77,16 +76,17 @@
 //! `ncclRecv` (allgatherv as grouped broadcasts, reduce_scatterv as grouped reduces). Barrier is
 //! a one-element allreduce, ordered on the stream. [`ReduceOp::Avg`](crate::ReduceOp::Avg) uses
 //! `ncclAvg`; the bitwise operators do not exist in NCCL and fail with
-//! [`Error::Unsupported`](crate::Error::Unsupported). [`GpuCommunicator::split`] uses
-//! `ncclCommSplit`. Another engine may run an operation before NCCL (module `select`); NCCL
-//! runs whatever the others do not.
+//! [`Error::Unsupported`](crate::Error::Unsupported). Device splits use `ncclCommSplit`. Another
+//! engine may run an operation before NCCL (module `select`); NCCL runs whatever the others do
+//! not.
 //!
 //! ## Several GPUs per process
 //!
-//! [`GpuCommunicator::new_multi`] creates one communicator per device (NCCL ranks
-//! `host_rank * devices.len() + i`). Issue one operation on each inside [`group()`], which wraps
-//! `ncclGroupStart`/`ncclGroupEnd`, so a single thread can drive all of them without deadlock.
-//! [`GpuCommunicator::split_group`] splits them together (each device may pick its own color).
+//! [`Communicator::attach_devices`] gives one communicator per device (ranks
+//! `rank * devices.len() + i`), which take device buffers only. Issue one operation on each
+//! inside [`group()`], which wraps `ncclGroupStart`/`ncclGroupEnd`, so a single thread can
+//! drive all of them without deadlock. [`Communicator::split_devices`] splits them together
+//! (each device may pick its own color).
 //!
 //! Caveat (CUDA, not Accord): when threads of one process drive several GPUs, a thread that
 //! allocates or frees device memory while another GPU's NCCL kernel waits for it can deadlock,
@@ -107,8 +107,8 @@
 //!   the rank;
 //! - the engine's asynchronous error (`ncclCommGetAsyncError`), which reports a peer's lost
 //!   connection where NCCL notices one;
-//! - the oldest unfinished operation against the timeout (the host communicator's, from
-//!   `ACCORD_TIMEOUT`, or [`GpuCommunicator::set_timeout`]).
+//! - the oldest unfinished operation against the timeout (the communicator's, from
+//!   `ACCORD_TIMEOUT`, or [`Communicator::set_timeout`]).
 //!
 //! The decision is a pure function of these observations and the clock (module `health`). On a
 //! failure the watchdog aborts the engines (`ncclCommAbort`, which also stops NCCL's
@@ -142,8 +142,10 @@ mod split;
 mod watchdog;
 
 pub use device::{DeviceBuffer, DeviceSlice, Stream};
-pub use facade::GpuCommunicator;
+pub use facade::DeviceInfo;
+pub(crate) use facade::GpuCommunicator;
 pub use group::group;
+pub(crate) use group::not_in_group;
 pub(crate) use link::HostLink;
 pub use nccl::unique_id;
 pub use request::GpuRequest;

@@ -8,8 +8,9 @@
 //! process holds each rank of every child, which the child's watchdog needs.
 
 use super::comm::DeviceComm;
-use super::engine::DeviceEngine;
+use super::engine::{Child, EngineResult};
 use super::group::not_in_group;
+use super::select;
 use super::select::Joined;
 use crate::error::{Error, Result};
 use std::sync::atomic::Ordering;
@@ -79,8 +80,7 @@ pub(crate) fn split_group(
             .and_then(|values| values.iter().map(|v| parse_choice(v)).collect());
     }
     // Every rank is in: the split runs to completion.
-    let engines: Vec<&dyn DeviceEngine> = comms.iter().map(|c| c.fallback()).collect();
-    let children = match engines[0].split(&engines, &args) {
+    let children = match split_engines(comms, &args) {
         Ok(children) => children,
         Err(fault) => {
             let e = *fault.error;
@@ -117,6 +117,38 @@ pub(crate) fn split_group(
         out.push(Some(g));
     }
     Ok(out)
+}
+
+/// Split every communicator's engine, in one launch group when this process drives several
+/// (NCCL needs the splits of one process's GPUs issued together), then finish the children once
+/// the group ended. Every split is issued even after one fails: the other ranks wait for it.
+fn split_engines(
+    comms: &[Arc<DeviceComm>],
+    how: &[(i32, i32)],
+) -> EngineResult<Vec<Option<Child>>> {
+    let groups = match comms.len() {
+        1 => Vec::new(),
+        _ => select::launch_groups()?,
+    };
+    for g in &groups {
+        g.start()?;
+    }
+    let mut issued = Ok(());
+    let mut pending = Vec::with_capacity(comms.len());
+    for (c, &(color, key)) in comms.iter().zip(how) {
+        match c.fallback().split_begin(color, key) {
+            Ok(p) => pending.push(p),
+            Err(f) => issued = issued.and(Err(f)),
+        }
+    }
+    for g in groups.iter().rev() {
+        if let Err(e) = g.end() {
+            issued = issued.and(Err(e.into()));
+        }
+    }
+    issued?;
+    // Unfinished children are released when dropped.
+    pending.into_iter().map(|p| p.finish()).collect()
 }
 
 /// A rank's `"color key"` as posted for a split.

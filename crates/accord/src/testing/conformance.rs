@@ -68,13 +68,13 @@ use std::fmt;
 /// in `download` and frees the allocation on drop; with [`crate::gpu::DeviceBuffer`]:
 ///
 /// ```ignore
-/// struct Gpu<'g>(&'g GpuCommunicator);
+/// struct Gpu<'g>(&'g Communicator); // with a device attached
 /// struct GpuBuf(DeviceBuffer<u8>, DeviceSlice);
 ///
 /// impl Memory for Gpu<'_> {
-///     fn name(&self) -> String { format!("cuda:{}", self.0.device()) }
+///     fn name(&self) -> String { format!("cuda:{}", self.0.attached_device().unwrap()) }
 ///     fn upload(&self, dtype: DataType, bytes: &[u8]) -> Box<dyn Buffer + '_> {
-///         let b = DeviceBuffer::from_host(self.0, bytes).unwrap();
+///         let b = self.0.device_copy(bytes).unwrap();
 ///         // SAFETY: the allocation outlives the slice (both live in GpuBuf).
 ///         let s = unsafe { DeviceSlice::from_raw(b.slice().ptr(), bytes.len() / dtype.size(), dtype) };
 ///         Box::new(GpuBuf(b, s))

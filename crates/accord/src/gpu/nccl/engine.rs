@@ -6,7 +6,7 @@
 //! barrier is a one-element allreduce, ordered on the stream. [`ReduceOp::Avg`] uses `ncclAvg`;
 //! the bitwise operators do not exist in NCCL, so [`DeviceEngine::supports`] refuses them.
 
-use super::init::{abort_all, issue_grouped, settle};
+use super::init::{abort_all, settle};
 use super::loader::{self as nccl, Nccl, NcclComm, NcclResult};
 use crate::atomic_duration::AtomicDuration;
 use crate::dtype::{DataType, ReduceOp};
@@ -14,9 +14,10 @@ use crate::error::{Error, Result};
 use crate::fingerprint::OpKind;
 use crate::gpu::cuda::{CuContext, CuStream, Driver};
 use crate::gpu::device::DeviceSlice;
-use crate::gpu::engine::{Child, DeviceEngine, EngineResult, Fault, LaunchGroup, P2p};
+use crate::gpu::engine::{
+    Child, DeviceEngine, EngineResult, Fault, LaunchGroup, P2p, PendingChild,
+};
 use crate::op::{Collective, Op};
-use std::any::Any;
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
@@ -436,68 +437,26 @@ impl DeviceEngine for NcclEngine {
         }
     }
 
-    fn split(
-        &self,
-        group: &[&dyn DeviceEngine],
-        how: &[(i32, i32)],
-    ) -> EngineResult<Vec<Option<Child>>> {
-        let members: Vec<&NcclEngine> = group
-            .iter()
-            .map(|e| e.as_any().downcast_ref::<NcclEngine>())
-            .collect::<Option<_>>()
-            .ok_or_else(|| Error::invalid("split_group: every communicator must use NCCL"))?;
-        let n = self.nccl;
-        let mut news: Vec<NcclComm> = vec![std::ptr::null_mut(); members.len()];
-        let issued = issue_grouped(n, members.len(), |i| {
-            let (e, (col, key)) = (members[i], how[i]);
-            e.cu.make_current(e.ctx as CuContext)?;
-            // SAFETY: a live blocking communicator; a null config inherits its settings.
-            let rc =
-                unsafe { (n.comm_split)(e.comm(), col, key, &mut news[i], std::ptr::null_mut()) };
-            e.rc("ncclCommSplit", rc)
+    fn split_begin(&self, color: i32, key: i32) -> EngineResult<Box<dyn PendingChild>> {
+        let pending = Box::new(NcclSplit {
+            nccl: self.nccl,
+            cu: self.cu,
+            ctx: self.ctx,
+            timeout: self.timeout.get(),
+            took_part: color >= 0,
+            slot: Box::into_raw(Box::new(std::ptr::null_mut())),
         });
-        if let Err(f) = issued {
-            abort_all(n, &news);
-            return Err(f);
-        }
-        let mut out = Vec::with_capacity(members.len());
-        for (i, (e, &(col, _))) in members.iter().zip(how).enumerate() {
-            let new = news[i];
-            if col < 0 || new.is_null() {
-                out.push(None);
-                continue;
-            }
-            let (mut rank, mut size) = (0, 0);
-            // SAFETY: a ready communicator; each call writes one int.
-            let rcs = unsafe {
-                (
-                    (n.comm_user_rank)(new, &mut rank),
-                    (n.comm_count)(new, &mut size),
-                )
-            };
-            match rcs {
-                (0, 0) => out.push(Some(Child {
-                    engine: Box::new(NcclEngine::new(
-                        n,
-                        e.cu,
-                        new,
-                        e.ctx as CuContext,
-                        rank as usize,
-                        size as usize,
-                        e.timeout.get(),
-                    )),
-                    rank: rank as usize,
-                    size: size as usize,
-                })),
-                (0, rc) | (rc, _) => {
-                    // Children made so far are aborted when dropped.
-                    abort_all(n, &news[i..]);
-                    let call = "ncclCommUserRank/ncclCommCount";
-                    return Err(n.error(call, rc, new, None).into());
-                }
-            }
-        }
-        Ok(out)
+        self.cu.make_current(self.ctx as CuContext)?;
+        let rc = self
+            .unless_freed(|c| {
+                // SAFETY: a live blocking communicator; the slot stays allocated until the
+                // pending child is dropped, after the group that finishes the split ended; a
+                // null config inherits the parent's settings.
+                unsafe { (self.nccl.comm_split)(c, color, key, pending.slot, std::ptr::null_mut()) }
+            })
+            .ok_or_else(|| Error::invalid("ncclCommSplit: the communicator was aborted"))?;
+        self.rc("ncclCommSplit", rc)?;
+        Ok(pending)
     }
 
     fn set_timeout(&self, timeout: Duration) {
@@ -511,9 +470,75 @@ impl DeviceEngine for NcclEngine {
     fn raw_handle(&self) -> usize {
         self.comm
     }
+}
 
-    fn as_any(&self) -> &dyn Any {
-        self
+/// A child of `ncclCommSplit`, which NCCL writes into `slot` when the group around the split
+/// ends. Aborted when dropped unfinished.
+struct NcclSplit {
+    nccl: &'static Nccl,
+    cu: &'static Driver,
+    ctx: usize,
+    timeout: Duration,
+    took_part: bool,
+    /// A heap cell of its own (not a field): NCCL keeps its address until the group ends.
+    slot: *mut NcclComm,
+}
+
+// SAFETY: the slot is written by NCCL during the group end on the thread that split, and only
+// read after it; NCCL communicators may be used from any thread.
+unsafe impl Send for NcclSplit {}
+
+impl NcclSplit {
+    fn take(&mut self) -> NcclComm {
+        // SAFETY: the slot is ours and NCCL no longer writes it (its group ended).
+        unsafe { std::mem::replace(&mut *self.slot, std::ptr::null_mut()) }
+    }
+}
+
+impl PendingChild for NcclSplit {
+    fn finish(mut self: Box<Self>) -> EngineResult<Option<Child>> {
+        let new = self.take();
+        if !self.took_part || new.is_null() {
+            return Ok(None);
+        }
+        let n = self.nccl;
+        let (mut rank, mut size) = (0, 0);
+        // SAFETY: a ready communicator; each call writes one int.
+        let rcs = unsafe {
+            (
+                (n.comm_user_rank)(new, &mut rank),
+                (n.comm_count)(new, &mut size),
+            )
+        };
+        match rcs {
+            (0, 0) => Ok(Some(Child {
+                engine: Box::new(NcclEngine::new(
+                    n,
+                    self.cu,
+                    new,
+                    self.ctx as CuContext,
+                    rank as usize,
+                    size as usize,
+                    self.timeout,
+                )),
+                rank: rank as usize,
+                size: size as usize,
+            })),
+            (0, rc) | (rc, _) => {
+                let e = n.error("ncclCommUserRank/ncclCommCount", rc, new, None);
+                abort_all(n, &[new]);
+                Err(e.into())
+            }
+        }
+    }
+}
+
+impl Drop for NcclSplit {
+    fn drop(&mut self) {
+        let left = self.take();
+        abort_all(self.nccl, &[left]);
+        // SAFETY: allocated with Box::into_raw in split_begin, freed once.
+        drop(unsafe { Box::from_raw(self.slot) });
     }
 }
 

@@ -18,8 +18,9 @@ pub(crate) use init::{create, join_with_id};
 
 use crate::error::Result;
 
-/// A fresh `ncclUniqueId`, for `GpuCommunicator::with_unique_id` (which this process must then
-/// share with the others itself). `GpuCommunicator::new` does all of this over the host.
+/// A fresh `ncclUniqueId`, for [`crate::Communicator::attach_devices_with_id`] (which this
+/// process must then share with the others itself). [`crate::Communicator::attach_device`] does
+/// all of this over the communicator.
 pub fn unique_id() -> Result<NcclUniqueId> {
     super::cuda::driver()?;
     let n = nccl()?;

@@ -3,9 +3,8 @@ use crate::dtype::{DataType, ReduceOp};
 use crate::fingerprint::OpKind;
 use crate::gpu::cuda::CuStream;
 use crate::gpu::device::DeviceSlice;
-use crate::gpu::engine::{Child, EngineResult, P2p};
+use crate::gpu::engine::{EngineResult, P2p, PendingChild};
 use crate::op::{Extent, Request};
-use std::any::Any;
 
 /// An engine that runs only what `takes` accepts, and says so by name.
 struct Fake {
@@ -43,8 +42,8 @@ impl DeviceEngine for Fake {
     }
     fn abort(&self) {}
     fn close(&self) {}
-    fn split(&self, _: &[&dyn DeviceEngine], _: &[(i32, i32)]) -> EngineResult<Vec<Option<Child>>> {
-        Ok(Vec::new())
+    fn split_begin(&self, _: i32, _: i32) -> EngineResult<Box<dyn PendingChild>> {
+        Err(Error::invalid("fakes do not split").into())
     }
     fn set_timeout(&self, _: std::time::Duration) {}
     fn version(&self) -> (String, String) {
@@ -52,9 +51,6 @@ impl DeviceEngine for Fake {
     }
     fn raw_handle(&self) -> usize {
         0
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 
