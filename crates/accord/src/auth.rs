@@ -36,6 +36,8 @@ pub enum Role {
     Store = 1,
     /// A rank's peer listener.
     Peer = 2,
+    /// A rank's socket for passing file descriptors to ranks of its host (the symmetric heap).
+    Local = 3,
 }
 
 /// The shared secret of one job. Empty means "no authentication configured": both sides must

@@ -32,6 +32,7 @@
 //! | `ACCORD_NCCL_INIT` | `blocking` | with a deadline | NCCL's plain blocking communicator init |
 //! | `ACCORD_NCCL_LIBRARY` | path | search | the NCCL library to load |
 //! | `ACCORD_CUDA_LIBRARY` | path | `libcuda.so.1` | the CUDA driver library to load |
+//! | `ACCORD_SYMMETRIC` | `ipc` (trimmed) | VMM where supported | share symmetric-heap memory through CUDA IPC handles instead of VMM file descriptors |
 //! | `ACCORD_SOAK` | count (≥ 1; trimmed) | 1 | repetition multiplier of randomized and fault tests |
 //!
 //! Joining a job reads its own variables at every init, because the process environment may
@@ -117,6 +118,8 @@ pub struct Config {
     pub nccl_library: Option<String>,
     /// `ACCORD_CUDA_LIBRARY`.
     pub cuda_library: String,
+    /// `ACCORD_SYMMETRIC=ipc`.
+    pub symmetric_ipc: bool,
     /// `ACCORD_SOAK`.
     pub soak: usize,
 }
@@ -172,6 +175,7 @@ impl Config {
             shm_cma_bytes: trimmed("ACCORD_SHM_CMA_BYTES").unwrap_or(DEFAULT_SHM_CMA_BYTES),
             shm_stream_bytes: trimmed("ACCORD_SHM_STREAM_BYTES").unwrap_or(2 << 20),
             shm_slot_bytes: trimmed("ACCORD_SHM_SLOT_BYTES").unwrap_or(64 << 10),
+            symmetric_ipc: raw("ACCORD_SYMMETRIC").is_some_and(|v| v.trim() == "ipc"),
             gpu_watchdog: raw("ACCORD_GPU_WATCHDOG").is_none_or(|v| v != "0"),
             gpu_alltoall_self_copy: raw("ACCORD_GPU_ALLTOALL_SELF")
                 .is_some_and(|v| v.eq_ignore_ascii_case("copy")),

@@ -127,6 +127,7 @@ impl Inner {
                 device: Default::default(),
                 attaching: Default::default(),
                 host_side: true,
+                symmetric: Default::default(),
             }),
             reserved: None,
         }

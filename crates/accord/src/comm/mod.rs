@@ -38,6 +38,7 @@ mod hierarchy;
 mod host;
 mod p2p;
 mod request;
+mod symmetric;
 
 pub use request::{Completion, Request};
 
@@ -140,6 +141,8 @@ struct Inner {
     /// Whether host buffers run here. Not on the communicators of several GPUs of one process
     /// ([`Communicator::attach_devices`]): their ranks are GPUs, several per transport rank.
     host_side: bool,
+    /// This host's ranks, connected for the symmetric heap once it is first used.
+    symmetric: Mutex<Option<Arc<crate::gpu::symm::LocalGroup>>>,
 }
 
 impl Communicator {
@@ -179,6 +182,7 @@ impl Communicator {
                 device: Default::default(),
                 attaching: Default::default(),
                 host_side: true,
+                symmetric: Default::default(),
             }),
             reserved: None,
         };

@@ -139,6 +139,7 @@ mod link;
 mod request;
 mod select;
 mod split;
+pub mod symm;
 mod watchdog;
 
 pub use device::{DeviceBuffer, DeviceSlice, Stream};

@@ -251,6 +251,11 @@ impl StoreClient {
         &self.prefix
     }
 
+    /// The job's token this client proved (for other local connections of the job).
+    pub(crate) fn token(&self) -> &Token {
+        &self.inner.token
+    }
+
     /// The store address this client connects to.
     pub fn addr(&self) -> &str {
         &self.inner.addr

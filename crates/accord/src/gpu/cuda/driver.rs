@@ -35,6 +35,8 @@ super::symbol_table! {
         memcpy_dtoh: "cuMemcpyDtoH_v2" => fn(*mut c_void, CuDevicePtr, usize) -> CuResult;
         memcpy_dtod_async: "cuMemcpyDtoDAsync_v2" => fn(CuDevicePtr, CuDevicePtr, usize, CuStream) -> CuResult;
         memset_d8: "cuMemsetD8_v2" => fn(CuDevicePtr, u8, usize) -> CuResult;
+        ctx_synchronize: "cuCtxSynchronize" => fn() -> CuResult;
+        mem_get_info: "cuMemGetInfo_v2" => fn(*mut usize, *mut usize) -> CuResult;
         get_error_string: "cuGetErrorString" => fn(CuResult, *mut *const c_char) -> CuResult;
         pointer_get_attribute: "cuPointerGetAttribute" => fn(*mut c_void, c_int, CuDevicePtr) -> CuResult;
     }

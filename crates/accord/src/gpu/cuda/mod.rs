@@ -15,9 +15,11 @@
 //! - `driver`: the required table, the process's [`driver()`] and its helpers;
 //! - `vmm`: the optional table.
 
+mod channel_handle;
 mod driver;
 mod vmm;
 
+pub use channel_handle::MemoryChannelHandle;
 pub use driver::{driver, Calls, Driver};
 pub use vmm::{CuIpcMemHandle, Vmm};
 
