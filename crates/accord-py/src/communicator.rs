@@ -87,6 +87,26 @@ impl Communicator {
         Ok(())
     }
 
+    /// `nbytes` on GPU `device` that every rank of this host maps (collective: every rank asks
+    /// for the same size). See `accord.cuda.empty_symmetric`.
+    fn alloc_symmetric(
+        &self,
+        py: Python<'_>,
+        nbytes: usize,
+        device: usize,
+    ) -> PyResult<crate::cuda::SymmetricBuffer> {
+        let c = self.inner.clone();
+        let b = py
+            .allow_threads(move || c.alloc_symmetric_on(device, nbytes))
+            .map_err(crate::errors::to_py)?;
+        Ok(crate::cuda::SymmetricBuffer::wrap(b))
+    }
+
+    /// The ranks whose symmetric buffers this rank maps (None before the first allocation).
+    fn symmetric_peers(&self) -> Option<Vec<usize>> {
+        self.inner.symmetric_peers()
+    }
+
     /// Fail every pending and later call, here and (as they notice) on the peers. The GPU
     /// engine's watchdog sees the abort and stops its operations too.
     fn abort(&self, reason: &str) {

@@ -18,6 +18,7 @@
 mod array;
 mod buffers;
 mod communicator;
+mod cuda;
 mod errors;
 mod init;
 mod request;
@@ -31,6 +32,11 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<communicator::Communicator>()?;
     m.add_class::<request::Request>()?;
+    m.add_class::<cuda::SymmetricBuffer>()?;
+    m.add_class::<cuda::MemoryChannels>()?;
+    m.add_class::<cuda::Kernel>()?;
+    m.add_function(wrap_pyfunction!(cuda::compile_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda::cuda_include_dir, m)?)?;
     m.add_class::<init::StoreServer>()?;
     m.add_function(wrap_pyfunction!(init::init, m)?)?;
     m.add_function(wrap_pyfunction!(init::cli_main, m)?)?;

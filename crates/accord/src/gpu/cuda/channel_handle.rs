@@ -23,3 +23,12 @@ pub struct MemoryChannelHandle {
     /// This rank.
     pub rank: u32,
 }
+
+// The layout `<accord/channel.cuh>` asserts too.
+const _: () = {
+    assert!(std::mem::size_of::<MemoryChannelHandle>() == 64);
+    assert!(std::mem::offset_of!(MemoryChannelHandle, remote_inbound) == 16);
+    assert!(std::mem::offset_of!(MemoryChannelHandle, timeout_ns) == 48);
+    assert!(std::mem::offset_of!(MemoryChannelHandle, peer) == 56);
+    assert!(std::mem::offset_of!(MemoryChannelHandle, rank) == 60);
+};

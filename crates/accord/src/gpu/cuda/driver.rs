@@ -1,6 +1,6 @@
 //! The required table, the process's driver, and the helpers every GPU path uses.
 
-use super::{CuContext, CuDevicePtr, CuEvent, CuResult, CuStream, Resolve, Vmm};
+use super::{CuContext, CuDevicePtr, CuEvent, CuResult, CuStream, Launch, Resolve, Vmm};
 use crate::error::{Error, Result};
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -48,6 +48,8 @@ pub struct Driver {
     calls: Calls,
     /// The optional table, or the names of the symbols it lacks.
     vmm: std::result::Result<Vmm, Vec<&'static str>>,
+    /// The module and launch table, or the names of the symbols it lacks.
+    launch: std::result::Result<Launch, Vec<&'static str>>,
     /// Keeps the symbols valid (`None` for tables resolved without a library, in tests).
     _lib: Option<Library>,
 }
@@ -70,6 +72,7 @@ impl Driver {
         Ok(Driver {
             calls,
             vmm: Vmm::resolve(resolve),
+            launch: Launch::resolve(resolve),
             _lib: lib,
         })
     }
@@ -86,6 +89,35 @@ impl Driver {
             _lib: Some(lib),
             ..tables
         })
+    }
+
+    /// The module loading and kernel launch calls, or [`Error::Unsupported`] naming the ones
+    /// this driver lacks.
+    pub fn launch(&self) -> Result<&Launch> {
+        self.launch.as_ref().map_err(|missing| {
+            Error::Unsupported(format!(
+                "this CUDA driver lacks {}, which launching Accord's kernels needs",
+                missing.join(", ")
+            ))
+        })
+    }
+
+    /// The compute capability `(major, minor)` of device `ordinal`.
+    pub fn compute_capability(&self, ordinal: usize) -> Result<(i32, i32)> {
+        let launch = self.launch()?;
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: out-pointers to locals; attributes 75/76 are the capability's major/minor.
+        unsafe {
+            self.check(
+                (launch.device_get_attribute)(&mut major, 75, ordinal as c_int),
+                "cuDeviceGetAttribute",
+            )?;
+            self.check(
+                (launch.device_get_attribute)(&mut minor, 76, ordinal as c_int),
+                "cuDeviceGetAttribute",
+            )?;
+        }
+        Ok((major, minor))
     }
 
     /// The virtual memory management and IPC calls, or [`Error::Unsupported`] naming the ones

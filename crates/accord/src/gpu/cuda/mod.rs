@@ -17,10 +17,13 @@
 
 mod channel_handle;
 mod driver;
+mod module;
+pub mod nvrtc;
 mod vmm;
 
 pub use channel_handle::MemoryChannelHandle;
 pub use driver::{driver, Calls, Driver};
+pub use module::{Kernel, KernelArgs, Launch, Module};
 pub use vmm::{CuIpcMemHandle, Vmm};
 
 use std::ffi::{c_int, c_uint, c_void, CStr};

@@ -1,0 +1,3 @@
+// Every Accord device header.
+#pragma once
+#include <accord/channel.cuh>
