@@ -18,6 +18,7 @@ pub const OPS: &[&str] = &[
     "sendrecv",
     "barrier",
     "copy",
+    "put",
 ];
 
 /// Options shared by the launcher side and the ranks.

@@ -7,6 +7,7 @@ mod bench;
 /// The operations `accord bench` knows.
 pub use bench::OPS;
 mod bench_gpu;
+mod bench_put;
 mod launch;
 mod sim;
 
@@ -29,7 +30,8 @@ struct BenchArgs {
     /// Operation: allreduce, broadcast, reduce, allgather, gather, scatter, reduce_scatter,
     /// alltoall, sendrecv, barrier; or copy (no communication: every rank copies its buffer
     /// at once, as large collective outputs are filled; busbw is the bytes all ranks read and
-    /// wrote per second, the memory bandwidth that bounds large collectives).
+    /// wrote per second, the memory bandwidth that bounds large collectives); or put (with
+    /// --device cuda, 2 ranks: memory channels between two GPUs, put and LL-packet tables).
     op: String,
     /// Size range in bytes, MIN:MAX (suffixes K, M, G).
     #[arg(long, default_value = "4:4M")]
@@ -145,6 +147,9 @@ fn bench_opts(a: &BenchArgs) -> Result<bench::BenchOpts, String> {
             "cuda" if a.op == "copy" => {
                 return Err("copy measures host memory; it has no --device cuda form".into())
             }
+            "cpu" if a.op == "put" => {
+                return Err("put measures channels between GPUs: use --device cuda".into())
+            }
             "cpu" | "cuda" => a.device.clone(),
             d => return Err(format!("unknown device {d:?}; choose cpu or cuda")),
         },
@@ -213,6 +218,7 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
             }
         },
         Cmd::BenchRank { args: bargs } => match bench_opts(&bargs) {
+            Ok(o) if o.device == "cuda" && o.op == "put" => bench_put::rank_main(&o),
             Ok(o) if o.device == "cuda" => bench_gpu::rank_main(&o),
             Ok(o) => bench::rank_main(&o),
             Err(e) => {
