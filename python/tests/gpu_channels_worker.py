@@ -17,6 +17,7 @@ import numpy as np
 import accord
 import accord.cuda as acuda
 
+MODE = sys.argv[1] if len(sys.argv) > 1 else "all"
 comm = accord.init(timeout=60)
 n, me = comm.size, comm.rank
 cupy.cuda.Device(int(os.environ.get("LOCAL_RANK", me)) % cupy.cuda.runtime.getDeviceCount()).use()
@@ -47,6 +48,36 @@ extern "C" __global__ void wait_for(accord::MemoryChannel* ch, int peer) {
   if (threadIdx.x == 0) ch[peer].wait();
 }
 
+// Block b serves peer b: all its threads put this rank's slice cooperatively, then thread 0
+// signals (put_with_signal's cooperative form) and waits.
+extern "C" __global__ void exchange_blocks(accord::MemoryChannel* ch, int rank, int nranks,
+                                           unsigned long long bytes) {
+  int t = blockIdx.x;
+  if (t >= nranks || t == rank) return;
+  unsigned long long per = bytes / nranks, off = rank * per;
+  ch[t].put_with_signal(off, off, per, threadIdx.x, blockDim.x);
+  if (threadIdx.x == 0) ch[t].wait();
+}
+
+// Every rank reads every peer's own slice with get (after a barrier on the host).
+extern "C" __global__ void get_all(accord::MemoryChannel* ch, int rank, int nranks,
+                                   unsigned long long bytes) {
+  int t = blockIdx.x;
+  if (t >= nranks || t == rank) return;
+  unsigned long long per = bytes / nranks, off = t * per;
+  ch[t].get(off, off, per, threadIdx.x, blockDim.x);
+}
+
+// Signal, flush, and wait: a pure handshake with every peer.
+extern "C" __global__ void handshake(accord::MemoryChannel* ch, int rank, int nranks) {
+  int t = threadIdx.x;
+  if (t < nranks && t != rank) {
+    ch[t].signal();
+    ch[t].flush();
+    ch[t].wait();
+  }
+}
+
 extern "C" __global__ void fill(int* p, int v, int count) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < count) p[i] = v;
@@ -66,6 +97,36 @@ def kernel(name):
 def sync():
     cupy.cuda.runtime.deviceSynchronize()
 
+
+if MODE == "kill":
+    # Rank 1 dies (as a crash would) while rank 0's kernel waits for its signal: the wait ends
+    # within the channels' timeout, check() names rank 1, and the GPU still runs kernels.
+    import time
+
+    comm.timeout = 2.0
+    b = acuda.empty_symmetric(1024, "int32")
+    ch = acuda.memory_channels(b)
+    comm.barrier()
+    if me == 1:
+        print("rank 1 exits without warning", flush=True)
+        os._exit(0)
+    start = time.monotonic()
+    acuda.KernelBuilder(source=SOURCE, kernel_name="wait_for").kernel().launch(1, 32, acuda.pack(ch, np.int32(1)))
+    cupy.cuda.runtime.deviceSynchronize()
+    took = time.monotonic() - start
+    try:
+        ch.check()
+        fail("a wait on a dead rank succeeded")
+    except accord.TimeoutError as e:
+        assert e.waiting_for == [1], e
+        print(f"rank 0: wait on the killed rank ended after {took:.2f}s: {e}", flush=True)
+    assert took < 6.0, took
+    out = cupy.zeros(10, dtype=cupy.int32)
+    acuda.KernelBuilder(source=SOURCE, kernel_name="fill").kernel().launch(1, 32, acuda.pack(out, np.int32(3), np.int32(10)))
+    cupy.cuda.runtime.deviceSynchronize()
+    assert int(out.sum()) == 30
+    print("KILL-OK 0", flush=True)
+    os._exit(0)
 
 # 1. The MSCCL++ tutorial, ported.
 ELEMS = 1024
@@ -96,6 +157,50 @@ try:
     fail("an ordinary array passed for a symmetric one")
 except ValueError as e:
     assert "symmetric heap" in str(e), e
+
+# 2b. The other calls: cooperative put_with_signal, get, signal/flush/wait; and two buffers'
+# channels used at once from two streams.
+def reset(b):
+    b[:] = -1
+    b[me * per:(me + 1) * per] = cupy.arange(per, dtype=cupy.int32) + me * 100_000
+    sync()
+
+
+def whole(b, what):
+    got = cupy.asnumpy(b)
+    for r in range(n):
+        if not np.array_equal(got[r * per:(r + 1) * per], np.arange(per, dtype=np.int32) + r * 100_000):
+            fail(f"{what}: slice of rank {r} is wrong: {got[r * per:r * per + 4]}")
+
+
+second = acuda.empty_symmetric(ELEMS, "int32", array="cupy")
+ch2 = acuda.memory_channels(second)
+reset(buf)
+reset(second)
+comm.barrier()
+s1, s2 = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+args = lambda c: acuda.pack(c, np.int32(me), np.int32(n), np.uint64(per * n * 4))
+kernel("exchange_blocks").launch(n, 128, args(chans), stream=s1)
+kernel("exchange").launch(1, 512, args(ch2), stream=s2)
+s1.synchronize()
+s2.synchronize()
+chans.check()
+ch2.check()
+comm.barrier()
+whole(buf, "put_with_signal (cooperative) on stream 1")
+whole(second, "put_with_signal_and_flush on stream 2")
+reset(buf)
+comm.barrier()
+kernel("get_all").launch(n, 128, args(chans))
+sync()
+comm.barrier()
+whole(buf, "get")
+kernel("handshake").launch(1, 32, acuda.pack(chans, np.int32(me), np.int32(n)))
+sync()
+chans.check()
+print(f"rank {me}: cooperative put, get, handshake and two streams at once passed", flush=True)
+ch2.free()
+acuda.free_symmetric(second)
 chans.free()
 acuda.free_symmetric(buf)
 
