@@ -109,6 +109,13 @@
 //! asynchronous engine error, a desync between ranks' calls (found by comparing fingerprint
 //! hashes the ranks publish) or a peer the host communicator saw die. See [`gpu`].
 //!
+//! Beside the engine, [`Communicator::alloc_symmetric`] gives device memory every rank of the
+//! host maps (the symmetric heap, [`gpu::symm`], no NCCL needed), and
+//! [`Communicator::memory_channels`] the per-peer channels kernels use through
+//! `<accord/channel.cuh>` (put, signal, wait, LL packets; every wait bounded by the timeout).
+//! [`gpu::cuda::nvrtc`] compiles such kernels at run time and [`gpu::cuda::Kernel`] launches
+//! them. The guide is `docs/gpu_channels.md`.
+//!
 //! ## Bootstrapping
 //!
 //! [`init`] reads the environment (`env://`): Accord's own `ACCORD_*` variables set by

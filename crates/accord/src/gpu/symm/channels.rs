@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::gpu::cuda::{CuContext, CuDevicePtr, MemoryChannelHandle};
 use std::sync::Arc;
 
-/// Channels from one symmetric buffer to every peer of this host (see the [module docs](self)).
+/// Channels from one symmetric buffer to every peer of this host (see [`crate::gpu::symm`]).
 pub struct MemoryChannels {
     group: Arc<LocalGroup>,
     /// `inbound[size]`, `expected[size]`, the error word.

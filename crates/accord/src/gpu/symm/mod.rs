@@ -22,7 +22,11 @@
 //! memory, which lives until its last mapping goes; IPC memory should be freed).
 //!
 //! `channels`: [`MemoryChannels`] over a symmetric buffer, the device handles of
-//! `<accord/channel.cuh>`.
+//! `<accord/channel.cuh>` (one `accord::MemoryChannel` per rank). Beside the buffer they own a
+//! small symmetric region per rank: a counter of each peer's signals (peers increment it
+//! through their mapping), a count of the waits done on each peer, and an error word where a
+//! kernel's wait that ran out of time records the peer that never signalled;
+//! [`MemoryChannels::check`] turns that record into [`Error::Timeout`] naming the peer.
 
 mod alloc;
 mod channels;
