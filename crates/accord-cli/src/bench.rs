@@ -40,8 +40,10 @@ pub struct BenchOpts {
     pub json: Option<String>,
     /// Iterations override (0 = automatic).
     pub iters: usize,
-    /// `cpu` (host buffers) or `cuda` (GPU buffers through NCCL, see `bench_gpu`).
+    /// `cpu` (host buffers) or `cuda` (GPU buffers, see `bench_gpu`).
     pub device: String,
+    /// With `cuda`: the engine forced with `--engine` (else `ACCORD_GPU_ENGINE` applies).
+    pub engine: Option<accord::config::GpuEngine>,
 }
 
 /// One row of the table.

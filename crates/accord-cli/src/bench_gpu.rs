@@ -209,6 +209,11 @@ pub fn rank_main(o: &BenchOpts) -> i32 {
             return 1;
         }
     };
-    let v = g.device_info().map(|i| i.version.0).unwrap_or_default();
-    crate::bench::report(&host, o, &rows, &format!("cuda (NCCL {v})"), "cuda")
+    let engine = accord::config::get().gpu_engine.name();
+    let what = match g.device_info() {
+        Some(i) if i.engine == "NCCL" => format!("cuda (engine {engine}; NCCL {})", i.version.0),
+        Some(i) => format!("cuda (engine {engine}; {} kernels only)", i.engine),
+        None => "cuda".into(),
+    };
+    crate::bench::report(&host, o, &rows, &what, "cuda")
 }

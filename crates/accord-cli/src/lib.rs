@@ -58,6 +58,10 @@ struct BenchArgs {
     /// picks the device).
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// With --device cuda: who runs the collectives, `auto` (Accord's kernels or NCCL by size),
+    /// `accord` (Accord's kernels wherever they apply) or `nccl` (sets ACCORD_GPU_ENGINE).
+    #[arg(long)]
+    engine: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -143,6 +147,16 @@ fn bench_opts(a: &BenchArgs) -> Result<bench::BenchOpts, String> {
         explain: a.explain,
         json: a.json.clone(),
         iters: a.iters,
+        engine: match (&a.engine, a.device.as_str()) {
+            (None, _) => None,
+            (Some(_), "cpu") => {
+                return Err("--engine chooses who runs GPU collectives: use --device cuda".into())
+            }
+            (Some(e), _) => Some(
+                accord::config::GpuEngine::parse(e)
+                    .ok_or_else(|| format!("unknown engine {e:?}; choose auto, accord or nccl"))?,
+            ),
+        },
         device: match a.device.as_str() {
             "cuda" if a.op == "copy" => {
                 return Err("copy measures host memory; it has no --device cuda form".into())
@@ -202,6 +216,9 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
                 program.push("bench-rank".into());
                 program.extend(args.iter().skip(2).filter(|a| !a.is_empty()).cloned());
                 let mut env = vec![];
+                if let Ok(Some(engine)) = bench_opts(&bargs).map(|o| o.engine) {
+                    env.push(("ACCORD_GPU_ENGINE".to_string(), engine.name().to_string()));
+                }
                 if let Some(algo) = &bargs.algo {
                     env.push((
                         format!("ACCORD_ALGO_{}", bargs.op.to_ascii_uppercase()),

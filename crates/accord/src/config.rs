@@ -28,6 +28,9 @@
 //! | `ACCORD_SHM_STREAM_BYTES` | bytes (trimmed) | 2 MiB | copies into user buffers from this size use non-temporal stores |
 //! | `ACCORD_SHM_SLOT_BYTES` | bytes (trimmed) | 64 KiB | slot size of pipelined shared-memory broadcasts |
 //! | `ACCORD_GPU_WATCHDOG` | `0` | on | the watchdog that aborts NCCL on timeouts and errors |
+//! | `ACCORD_GPU_ENGINE` | `auto`, `accord` or `nccl` (trimmed, any case) | `auto` | who runs collectives on GPU memory: `auto` picks Accord's own kernels or NCCL per call by size (see [`crate::gpu`]), `accord` runs Accord's kernels wherever they apply, `nccl` never uses them |
+//! | `ACCORD_GPU_CHUNK_BYTES` | bytes (trimmed) | 1 MiB | bytes one round of Accord's GPU kernels moves per pair of ranks; rounded down to a multiple of 4 KiB within 64 KiB..64 MiB |
+//! | `ACCORD_GPU_LL_BYTES` | bytes (trimmed) | 256 KiB | the largest call Accord's GPU kernels send as LL packets (a one-shot allreduce's message; an allgather's, reduce-scatter's or alltoall's block per rank); at most 256 KiB |
 //! | `ACCORD_GPU_ALLTOALL_SELF` | `copy` (any case) | inside the NCCL group | how alltoall moves a rank's own block |
 //! | `ACCORD_NCCL_INIT` | `blocking` | with a deadline | NCCL's plain blocking communicator init |
 //! | `ACCORD_NCCL_LIBRARY` | path | search | the NCCL library to load |
@@ -111,6 +114,12 @@ pub struct Config {
     pub shm_slot_bytes: usize,
     /// False when `ACCORD_GPU_WATCHDOG=0`.
     pub gpu_watchdog: bool,
+    /// `ACCORD_GPU_ENGINE`.
+    pub gpu_engine: GpuEngine,
+    /// `ACCORD_GPU_CHUNK_BYTES`, rounded and clamped.
+    pub gpu_chunk_bytes: usize,
+    /// `ACCORD_GPU_LL_BYTES`, clamped.
+    pub gpu_ll_bytes: usize,
     /// `ACCORD_GPU_ALLTOALL_SELF=copy`.
     pub gpu_alltoall_self_copy: bool,
     /// `ACCORD_NCCL_INIT=blocking`.
@@ -123,6 +132,38 @@ pub struct Config {
     pub symmetric_ipc: bool,
     /// `ACCORD_SOAK`.
     pub soak: usize,
+}
+
+/// Who runs collectives on GPU memory (`ACCORD_GPU_ENGINE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuEngine {
+    /// Accord's own kernels or NCCL, per call, by size.
+    Auto,
+    /// Accord's own kernels wherever they apply (NCCL for the rest).
+    Accord,
+    /// NCCL only.
+    Nccl,
+}
+
+impl GpuEngine {
+    /// `auto`, `accord` or `nccl`, any case, surrounding blanks ignored.
+    pub fn parse(v: &str) -> Option<GpuEngine> {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "auto" => Some(GpuEngine::Auto),
+            "accord" | "own" => Some(GpuEngine::Accord),
+            "nccl" => Some(GpuEngine::Nccl),
+            _ => None,
+        }
+    }
+
+    /// The name `parse` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuEngine::Auto => "auto",
+            GpuEngine::Accord => "accord",
+            GpuEngine::Nccl => "nccl",
+        }
+    }
 }
 
 /// Whether a switch that is on by default is turned off (`0`, `off`, `no`).
@@ -178,6 +219,15 @@ impl Config {
             shm_slot_bytes: trimmed("ACCORD_SHM_SLOT_BYTES").unwrap_or(64 << 10),
             symmetric_ipc: raw("ACCORD_SYMMETRIC").is_some_and(|v| v.trim() == "ipc"),
             gpu_watchdog: raw("ACCORD_GPU_WATCHDOG").is_none_or(|v| v != "0"),
+            gpu_engine: raw("ACCORD_GPU_ENGINE")
+                .and_then(|v| GpuEngine::parse(&v))
+                .unwrap_or(GpuEngine::Auto),
+            gpu_chunk_bytes: trimmed("ACCORD_GPU_CHUNK_BYTES")
+                .map(|v| (v.clamp(64 << 10, 64 << 20) / 4096) * 4096)
+                .unwrap_or(1 << 20),
+            gpu_ll_bytes: trimmed("ACCORD_GPU_LL_BYTES")
+                .unwrap_or(256 << 10)
+                .min(256 << 10),
             gpu_alltoall_self_copy: raw("ACCORD_GPU_ALLTOALL_SELF")
                 .is_some_and(|v| v.eq_ignore_ascii_case("copy")),
             nccl_init_blocking: raw("ACCORD_NCCL_INIT").is_some_and(|v| v == "blocking"),
@@ -249,9 +299,38 @@ mod tests {
             (16 << 10, usize::MAX, 2 << 20, 64 << 10)
         );
         assert!(c.gpu_watchdog && !c.gpu_alltoall_self_copy && !c.nccl_init_blocking);
+        assert_eq!(
+            (c.gpu_engine, c.gpu_chunk_bytes),
+            (GpuEngine::Auto, 1 << 20)
+        );
+        assert_eq!(c.gpu_ll_bytes, 256 << 10);
         assert_eq!(c.nccl_library, None);
         assert_eq!(c.cuda_library, "libcuda.so.1");
         assert_eq!(c.soak, 1);
+    }
+
+    #[test]
+    fn gpu_engine_and_chunk_parse_and_fall_back() {
+        let c = with(&[
+            ("ACCORD_GPU_ENGINE", " NCCL "),
+            ("ACCORD_GPU_CHUNK_BYTES", "100000"),
+        ]);
+        assert_eq!((c.gpu_engine, c.gpu_chunk_bytes), (GpuEngine::Nccl, 98304));
+        let c = with(&[
+            ("ACCORD_GPU_ENGINE", "Accord"),
+            ("ACCORD_GPU_CHUNK_BYTES", "1"),
+        ]);
+        assert_eq!(
+            (c.gpu_engine, c.gpu_chunk_bytes),
+            (GpuEngine::Accord, 64 << 10)
+        );
+        assert_eq!(
+            with(&[("ACCORD_GPU_ENGINE", "fast")]).gpu_engine,
+            GpuEngine::Auto
+        );
+        for e in [GpuEngine::Auto, GpuEngine::Accord, GpuEngine::Nccl] {
+            assert_eq!(GpuEngine::parse(e.name()), Some(e));
+        }
     }
 
     #[test]

@@ -63,10 +63,12 @@ pub(crate) struct OpState {
 
 impl OpState {
     /// Retire finished operations in issue order, marking them finished (callers hold the abort
-    /// lock, so no abort runs meanwhile); the oldest unfinished one.
-    fn retire(&mut self) -> Option<Head> {
+    /// lock, so no abort runs meanwhile); the oldest unfinished one. `faulted` says whether an
+    /// engine's kernels recorded a failure: asked after an event passed (a kernel records its
+    /// failure before it returns), so an operation that gave up is never marked finished.
+    fn retire(&mut self, faulted: &dyn Fn() -> bool) -> Option<Head> {
         while let Some(front) = self.outstanding.front() {
-            if !front.event.done().unwrap_or(false) {
+            if !front.event.done().unwrap_or(false) || faulted() {
                 return Some(Head {
                     seq: front.seq,
                     cseq: front.cseq,
@@ -127,7 +129,7 @@ pub(crate) struct DeviceComm {
 impl DeviceComm {
     /// Wrap a freshly created engine: the communicator's stream, scratch word and watchdog. The
     /// engine is aborted (dropped unclosed) if this fails.
-    pub(crate) fn wrap(host: &Arc<dyn HostLink>, j: Joined) -> Result<Arc<DeviceComm>> {
+    pub(crate) fn wrap(host: &Arc<dyn HostLink>, mut j: Joined) -> Result<Arc<DeviceComm>> {
         let cu = super::cuda::driver()?;
         cu.make_current(j.ctx as CuContext)?;
         let me = host.rank();
@@ -153,7 +155,7 @@ impl DeviceComm {
                 "cuStreamSynchronize",
             )?;
         }
-        let preferred = super::select::preferred(host, &j);
+        let preferred = std::mem::take(&mut j.preferred);
         let comm = Arc::new(DeviceComm {
             cu,
             ctx: j.ctx,
@@ -263,7 +265,7 @@ impl DeviceComm {
                 recv
             }
         };
-        let engine = self.engines.pick(op, op.bytes())?;
+        let engine = self.engines.pick(op, op.bytes(), self.rank)?;
         self.launch(op.fp, true, stream, |s| engine.enqueue(op, send, recv, s))
     }
 
@@ -317,6 +319,14 @@ impl DeviceComm {
             (st.seq, st.cseq)
         };
         f(s).map_err(|fault| self.fault(fault))?;
+        if self.capturing(s) {
+            // Captured into a CUDA graph: the work runs at each replay, on the caller's stream,
+            // and the caller synchronises with that. Nothing to wait for here: the request is
+            // complete, the event never recorded (waiting a stream on it is a no-op).
+            event.armed.store(true, Ordering::Release);
+            event.finished.store(true, Ordering::Release);
+            return Ok(GpuRequest::new(event, self.clone(), seq));
+        }
         if !group::defer_record(&event, s, self) {
             event.record(s);
         }
@@ -333,6 +343,17 @@ impl DeviceComm {
             since: Instant::now(),
         });
         Ok(GpuRequest::new(event, self.clone(), seq))
+    }
+
+    /// Whether `s` is capturing work into a CUDA graph.
+    fn capturing(&self, s: CuStream) -> bool {
+        let Ok(launch) = self.cu.launch() else {
+            return false;
+        };
+        let mut status = 0;
+        // SAFETY: out-pointer to a local; `s` is a live stream of the current context.
+        let rc = unsafe { (launch.stream_is_capturing)(s, &mut status) };
+        rc == 0 && status != 0
     }
 
     /// The error of an engine's failure, after failing the communicator if the failure is fatal.
@@ -395,7 +416,11 @@ impl DeviceComm {
     pub(super) fn settled(&self, event: &Event) -> Result<bool> {
         if !event.finished.load(Ordering::Acquire) {
             match self.unless_aborted(|| event.done()) {
-                Some(Ok(true)) => event.finished.store(true, Ordering::Release),
+                // Asked after the event passed: a kernel records its failure before returning.
+                Some(Ok(true)) => match self.engines.device_fault() {
+                    Some(e) => self.fail(e),
+                    None => event.finished.store(true, Ordering::Release),
+                },
                 Some(other) => return other,
                 None => {}
             }
@@ -407,9 +432,14 @@ impl DeviceComm {
         }
     }
 
+    /// Whether an engine's kernels recorded a failure on the device.
+    fn faulted(&self) -> bool {
+        self.engines.device_fault().is_some()
+    }
+
     /// Retire finished operations; the oldest unfinished one (`None` also once aborted).
     pub(super) fn oldest(&self) -> Option<Head> {
-        self.unless_aborted(|| self.state.lock().ok()?.retire())
+        self.unless_aborted(|| self.state.lock().ok()?.retire(&|| self.faulted()))
             .flatten()
     }
 
@@ -429,7 +459,7 @@ impl DeviceComm {
         if !self.aborted.load(Ordering::Acquire) {
             // The last look before the abort: what has finished by now keeps its result.
             if let Ok(mut st) = self.state.lock() {
-                st.retire();
+                st.retire(&|| self.faulted());
             }
         }
         {
@@ -515,7 +545,7 @@ pub(crate) fn mix(h: u64, fp: &Fingerprint) -> u64 {
     h.rotate_left(5) ^ fp_hash(fp)
 }
 
-fn fp_hash(fp: &Fingerprint) -> u64 {
+pub(crate) fn fp_hash(fp: &Fingerprint) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in fp.encode() {
         h ^= b as u64;

@@ -1,4 +1,5 @@
-//! The device engine: what runs collectives on device memory for one communicator (NCCL today).
+//! The device engine: what runs collectives on device memory for one communicator (NCCL, or
+//! Accord's own kernels).
 //!
 //! An engine only launches work and answers for its own library: it takes an [`Op`] that
 //! [`Op::new`] already checked and slices the neutral layer already matched against it, and
@@ -74,6 +75,18 @@ pub(crate) trait DeviceEngine: Send + Sync {
     /// Whether this engine runs `op` (of `bytes` per rank); the reason when it does not. Checked
     /// before the operation takes its place in the communicator's order.
     fn supports(&self, op: &Op, bytes: usize) -> std::result::Result<(), String>;
+
+    /// How it runs `op`, for `ACCORD_EXPLAIN`.
+    fn explain(&self, _op: &Op) -> String {
+        self.name().to_string()
+    }
+
+    /// A failure the engine's kernels recorded on the device, if any: checked (cheaply) once an
+    /// operation's event has passed and before its result is believed, since a kernel that gave
+    /// up returns like one that finished.
+    fn device_fault(&self) -> Option<Error> {
+        None
+    }
 
     /// Enqueue the collective `op` on `stream`. `send` is `None` in place (`recv` is the input
     /// too); for the barrier, `recv` is one scratch word of the communicator. The slices hold

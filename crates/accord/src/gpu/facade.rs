@@ -58,7 +58,7 @@ impl GpuCommunicator {
         devices: &[usize],
         how: Bootstrap<'_>,
     ) -> Result<Vec<GpuCommunicator>> {
-        let joined = select::open(host.as_ref(), devices, how)?;
+        let joined = select::open(&host, devices, how)?;
         let mut out = Vec::with_capacity(joined.len());
         // Engines not wrapped yet are aborted when dropped.
         for j in joined {

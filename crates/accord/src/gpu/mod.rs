@@ -136,6 +136,7 @@ mod facade;
 mod group;
 mod health;
 mod link;
+mod own;
 mod request;
 mod select;
 mod split;

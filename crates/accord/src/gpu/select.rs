@@ -8,6 +8,8 @@
 use super::engine::{DeviceEngine, LaunchGroup};
 use super::link::HostLink;
 use super::nccl;
+use super::own;
+use crate::config::GpuEngine;
 use crate::error::{Error, Result};
 use crate::op::Op;
 use std::sync::Arc;
@@ -16,26 +18,63 @@ use std::sync::Arc;
 /// fallback, which also runs point-to-point operations and splits.
 pub(crate) struct Engines {
     list: Vec<Box<dyn DeviceEngine>>,
+    /// What `ACCORD_EXPLAIN` has already printed.
+    explained: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Engines {
     /// `preferred` engines in order, then `fallback`.
     pub fn new(mut preferred: Vec<Box<dyn DeviceEngine>>, fallback: Box<dyn DeviceEngine>) -> Self {
         preferred.push(fallback);
-        Engines { list: preferred }
+        Engines {
+            list: preferred,
+            explained: Default::default(),
+        }
     }
 
     /// The first engine that supports `op` of `bytes` per rank; the fallback's reason when none
-    /// does.
-    pub fn pick(&self, op: &Op, bytes: usize) -> Result<&dyn DeviceEngine> {
+    /// does. With `ACCORD_EXPLAIN=1`, rank 0 prints each choice (once per kind of call and
+    /// engine) and why the engines before it declined.
+    pub fn pick(&self, op: &Op, bytes: usize, rank: usize) -> Result<&dyn DeviceEngine> {
         let mut why = String::new();
+        let mut declined = Vec::new();
         for e in &self.list {
             match e.supports(op, bytes) {
-                Ok(()) => return Ok(e.as_ref()),
-                Err(reason) => why = reason,
+                Ok(()) => {
+                    if rank == 0 && crate::config::get().explain {
+                        self.explain(op, e.as_ref(), &declined);
+                    }
+                    return Ok(e.as_ref());
+                }
+                Err(reason) => {
+                    declined.push(format!("{}: {reason}", e.name()));
+                    why = reason;
+                }
             }
         }
         Err(Error::Unsupported(why))
+    }
+
+    fn explain(&self, op: &Op, engine: &dyn DeviceEngine, declined: &[String]) {
+        let how = engine.explain(op);
+        let key = format!("{}/{}/{how}", op.kind(), op.dtype);
+        let mut seen = self.explained.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.insert(key) {
+            let not = match declined.is_empty() {
+                true => String::new(),
+                false => format!(" (not {})", declined.join("; ")),
+            };
+            eprintln!(
+                "accord explain: gpu {} of {} B: {how}{not}",
+                op.fp,
+                op.bytes()
+            );
+        }
+    }
+
+    /// A failure some engine's kernels recorded on the device.
+    pub fn device_fault(&self) -> Option<Error> {
+        self.iter().find_map(|e| e.device_fault())
     }
 
     /// The engine the communicator was created with.
@@ -60,6 +99,8 @@ impl Engines {
 /// What an engine's creation hands the neutral layer: the engine and where it sits.
 pub(crate) struct Joined {
     pub engine: Box<dyn DeviceEngine>,
+    /// Engines tried before `engine`, in order.
+    pub preferred: Vec<Box<dyn DeviceEngine>>,
     /// The device's primary context (`CUcontext`).
     pub ctx: usize,
     /// Device ordinal in this process.
@@ -83,22 +124,29 @@ pub(crate) enum Bootstrap<'a> {
     NcclId(&'a nccl::NcclUniqueId),
 }
 
-/// Create the fallback engine's communicators over `devices` (one per device; every process
-/// passes the same number) for every rank of `host`.
+/// Create the communicators over `devices` (one per device; every process passes the same
+/// number) for every rank of `host`, each with its engines: NCCL as the fallback and, with one
+/// device per process on one host, Accord's kernels before it (see [`own`]). Where NCCL cannot
+/// run (not installed, or ranks sharing a GPU) but Accord's kernels can, they are the only
+/// engine.
 pub(crate) fn open(
-    host: &dyn HostLink,
+    host: &Arc<dyn HostLink>,
     devices: &[usize],
     how: Bootstrap<'_>,
 ) -> Result<Vec<Joined>> {
     match how {
-        Bootstrap::OverHost => nccl::create(host, devices),
-        Bootstrap::NcclId(uid) => nccl::join_with_id(host, uid, devices),
+        Bootstrap::NcclId(uid) => nccl::join_with_id(host.as_ref(), uid, devices),
+        Bootstrap::OverHost if devices.len() != 1 => nccl::create(host.as_ref(), devices),
+        Bootstrap::OverHost => {
+            let survey = own::survey(host.as_ref(), devices[0])?;
+            if survey.mode != GpuEngine::Nccl && survey.no_nccl.is_some() && survey.one_host {
+                return Ok(vec![own::alone(host, devices[0], &survey)?]);
+            }
+            let mut joined = nccl::create(host.as_ref(), devices)?;
+            joined[0].preferred = own::beside(host, &joined[0], &survey)?;
+            Ok(joined)
+        }
     }
-}
-
-/// The engines tried before the fallback on a communicator: none yet.
-pub(crate) fn preferred(_host: &Arc<dyn HostLink>, _joined: &Joined) -> Vec<Box<dyn DeviceEngine>> {
-    Vec::new()
 }
 
 /// The launch groups of the engines' libraries, for [`super::group()`].

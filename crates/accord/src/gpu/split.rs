@@ -103,6 +103,7 @@ pub(crate) fn split_group(
         let multi = args.iter().filter(|a| a.0 == col).count() > 1;
         let joined = Joined {
             engine: child.engine,
+            preferred: Vec::new(),
             ctx: parent.context().1,
             device: parent.device(),
             rank: child.rank,

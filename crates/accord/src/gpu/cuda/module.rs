@@ -11,13 +11,24 @@ use std::sync::Arc;
 type Handle = *mut c_void;
 
 super::symbol_table! {
-    /// Function pointers for loading modules and launching kernels.
+    /// Function pointers for loading modules and launching kernels, host memory kernels map,
+    /// and capturing work into CUDA graphs.
     Launch {
         module_load_data: "cuModuleLoadData" => fn(*mut Handle, *const c_void) -> CuResult;
         module_unload: "cuModuleUnload" => fn(Handle) -> CuResult;
         module_get_function: "cuModuleGetFunction" => fn(*mut Handle, Handle, *const i8) -> CuResult;
         device_get_attribute: "cuDeviceGetAttribute" => fn(*mut std::ffi::c_int, std::ffi::c_int, std::ffi::c_int) -> CuResult;
         launch_kernel: "cuLaunchKernel" => fn(Handle, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CuStream, *mut *mut c_void, *mut *mut c_void) -> CuResult;
+        mem_host_alloc: "cuMemHostAlloc" => fn(*mut *mut c_void, usize, c_uint) -> CuResult;
+        mem_host_get_device_pointer: "cuMemHostGetDevicePointer_v2" => fn(*mut u64, *mut c_void, c_uint) -> CuResult;
+        mem_free_host: "cuMemFreeHost" => fn(*mut c_void) -> CuResult;
+        stream_is_capturing: "cuStreamIsCapturing" => fn(CuStream, *mut std::ffi::c_int) -> CuResult;
+        stream_begin_capture: "cuStreamBeginCapture_v2" => fn(CuStream, std::ffi::c_int) -> CuResult;
+        stream_end_capture: "cuStreamEndCapture" => fn(CuStream, *mut Handle) -> CuResult;
+        graph_instantiate: "cuGraphInstantiateWithFlags" => fn(*mut Handle, Handle, u64) -> CuResult;
+        graph_launch: "cuGraphLaunch" => fn(Handle, CuStream) -> CuResult;
+        graph_exec_destroy: "cuGraphExecDestroy" => fn(Handle) -> CuResult;
+        graph_destroy: "cuGraphDestroy" => fn(Handle) -> CuResult;
     }
 }
 

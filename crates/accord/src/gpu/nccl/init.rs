@@ -191,6 +191,7 @@ fn join(
                 nranks,
                 timeout,
             )),
+            preferred: Vec::new(),
             ctx: ctxs[i] as usize,
             device: devices[i],
             rank: host.rank() * k + i,

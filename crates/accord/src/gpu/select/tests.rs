@@ -77,9 +77,15 @@ fn the_first_engine_that_supports_the_op_runs_it() {
         fake("fallback", |_| true),
     );
     let sum = all_reduce(ReduceOp::Sum);
-    assert_eq!(engines.pick(&sum, sum.bytes()).unwrap().name(), "sum-only");
+    assert_eq!(
+        engines.pick(&sum, sum.bytes(), 1).unwrap().name(),
+        "sum-only"
+    );
     let max = all_reduce(ReduceOp::Max);
-    assert_eq!(engines.pick(&max, max.bytes()).unwrap().name(), "fallback");
+    assert_eq!(
+        engines.pick(&max, max.bytes(), 1).unwrap().name(),
+        "fallback"
+    );
     assert_eq!(engines.fallback().name(), "fallback");
     let order: Vec<_> = engines.iter().map(|e| e.name()).collect();
     assert_eq!(order, ["sum-only", "fallback"]);
@@ -89,7 +95,7 @@ fn the_first_engine_that_supports_the_op_runs_it() {
 fn when_no_engine_runs_the_op_the_fallbacks_reason_is_the_error() {
     let engines = Engines::new(vec![fake("first", |_| false)], fake("fallback", |_| false));
     let op = all_reduce(ReduceOp::BXor);
-    match engines.pick(&op, op.bytes()) {
+    match engines.pick(&op, op.bytes(), 1) {
         Err(Error::Unsupported(why)) => assert_eq!(why, "fallback does not run allreduce"),
         Err(e) => panic!("wrong error {e}"),
         Ok(e) => panic!("picked {}", e.name()),

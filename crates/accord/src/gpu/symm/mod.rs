@@ -312,7 +312,7 @@ impl Drop for SymmetricBuffer {
 
 /// This host, as a number every process on it computes alike: its name and boot id.
 /// `ACCORD_HOST_ID` overrides it, as it does for shared memory.
-fn host_id() -> i64 {
+pub(crate) fn host_id() -> i64 {
     if let Some(id) = &crate::config::get().host_id {
         return fnv(id.bytes());
     }

@@ -1,0 +1,177 @@
+//! What Accord's kernels do with an operation: the algorithm, its grid, and whether `auto` gives
+//! it to them or to NCCL. Pure functions of facts every rank agrees on (the operation, its total
+//! bytes, the world size), so every rank plans alike.
+
+use crate::config::GpuEngine;
+use crate::fingerprint::OpKind;
+use crate::op::{Collective, Op};
+
+/// Ranks one communicator of these kernels may have (the signal words are sized for it).
+pub(crate) const MAX_RANKS: usize = 16;
+/// Blocks one kernel may have (the signal words are sized for it).
+pub(crate) const MAX_BLOCKS: u32 = 64;
+/// Threads per block.
+pub(crate) const THREADS: u32 = 512;
+/// The one-shot allreduce always runs this many blocks: its packet halves alternate per block,
+/// so every call must give each line to the same block.
+pub(crate) const LL_BLOCKS: u32 = 16;
+/// The most blocks a bulk kernel runs.
+pub(crate) const BULK_BLOCKS: u32 = 64;
+/// Bytes each bulk block moves per round before another block is added.
+const BYTES_PER_BLOCK: usize = 16 << 10;
+/// The largest packet (LL) call: a one-shot allreduce's whole message, an allgather's,
+/// reduce-scatter's or alltoall's block per rank (packets double the bytes in the packet area,
+/// which is sized for this). `ACCORD_GPU_LL_BYTES` lowers it.
+pub(crate) const LL_MAX_BYTES: usize = 256 << 10;
+
+/// A kernel of `collectives.cu`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Algo {
+    Barrier,
+    /// One-shot allreduce with LL packets.
+    AllReduceOneShot,
+    /// Allgather as packets.
+    AllGatherLl,
+    /// Alltoall as packets.
+    AllToAllLl,
+    /// Reduce-scatter as packets.
+    ReduceScatterLl,
+    /// Reduce-scatter, then allgather, through the peers' slots.
+    AllReduceTwoShot,
+    ReduceScatter,
+    AllGather,
+    Broadcast,
+    /// alltoall and alltoallv.
+    AllToAll,
+}
+
+impl Algo {
+    /// The kernel's name in `collectives.cu`.
+    pub fn kernel(self) -> &'static str {
+        match self {
+            Algo::Barrier => "accord_barrier",
+            Algo::AllReduceOneShot => "accord_allreduce_ll",
+            Algo::AllGatherLl | Algo::AllToAllLl => "accord_exchange_ll",
+            Algo::ReduceScatterLl => "accord_reduce_scatter_ll",
+            Algo::AllReduceTwoShot => "accord_allreduce_2shot",
+            Algo::ReduceScatter => "accord_reduce_scatter",
+            Algo::AllGather => "accord_allgather",
+            Algo::Broadcast => "accord_broadcast",
+            Algo::AllToAll => "accord_alltoall",
+        }
+    }
+
+    /// Whether the kernel reduces (and so lives in a module built per type and operator).
+    pub fn reduces(self) -> bool {
+        matches!(
+            self,
+            Algo::AllReduceOneShot
+                | Algo::AllReduceTwoShot
+                | Algo::ReduceScatter
+                | Algo::ReduceScatterLl
+        )
+    }
+
+    /// For `ACCORD_EXPLAIN`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Algo::Barrier => "barrier through signal words",
+            Algo::AllReduceOneShot => "one-shot allreduce (LL packets to every peer)",
+            Algo::AllGatherLl => "allgather as LL packets",
+            Algo::AllToAllLl => "alltoall as LL packets",
+            Algo::ReduceScatterLl => "reduce-scatter as LL packets",
+            Algo::AllReduceTwoShot => "two-shot allreduce (reduce-scatter + allgather)",
+            Algo::ReduceScatter => "reduce-scatter through peers' slots",
+            Algo::AllGather => "allgather through peers' slots",
+            Algo::Broadcast => "broadcast through peers' slots",
+            Algo::AllToAll => "alltoall through peers' slots",
+        }
+    }
+}
+
+/// The kernel for `op` on `size` ranks, with packets up to `ll_bytes` (see [`LL_MAX_BYTES`]),
+/// or why these kernels do not run it.
+pub(crate) fn algorithm(op: &Op, size: usize, ll_bytes: usize) -> Result<Algo, String> {
+    if size > MAX_RANKS {
+        return Err(format!(
+            "Accord's GPU kernels run on at most {MAX_RANKS} ranks, this communicator has {size}"
+        ));
+    }
+    // By the kind the caller chose, never by the counts it passed: a `v` call whose counts on
+    // this rank happen to be equal must plan like the other ranks of the same call.
+    let ll = ll_bytes.min(LL_MAX_BYTES);
+    // The uniform kinds' block per rank (alltoall: per pair): equal on every rank.
+    let block = op.bytes() / size.max(1);
+    Ok(match (op.kind(), &op.coll) {
+        (_, Collective::Barrier) => Algo::Barrier,
+        (_, Collective::AllReduce { .. }) if op.bytes() <= ll => Algo::AllReduceOneShot,
+        (_, Collective::AllReduce { .. }) => Algo::AllReduceTwoShot,
+        (OpKind::AllGather, _) if block <= ll => Algo::AllGatherLl,
+        (OpKind::AllGather, _) => Algo::AllGather,
+        (OpKind::ReduceScatter, _) if block <= ll => Algo::ReduceScatterLl,
+        (OpKind::ReduceScatter, _) => Algo::ReduceScatter,
+        (_, Collective::Broadcast { .. }) => Algo::Broadcast,
+        (OpKind::AllToAll, _) if block <= ll => Algo::AllToAllLl,
+        (OpKind::AllToAll | OpKind::AllToAllV, _) => Algo::AllToAll,
+        (kind, _) => return Err(format!("{kind} has no Accord GPU kernel (NCCL runs it)")),
+    })
+}
+
+/// Whether `mode` gives `algo` (of `bytes` in total, on `size` ranks) to these kernels rather
+/// than to NCCL; the reason when not. Under `auto` the limits are where NCCL became faster in
+/// `bench/gpu_engines.sh` on H200s with NVLink; alltoallv (whose sizes ranks do not share)
+/// goes to NCCL.
+pub(crate) fn chosen(mode: GpuEngine, op: &Op, algo: Algo, size: usize) -> Result<(), String> {
+    match mode {
+        GpuEngine::Nccl => return Err("ACCORD_GPU_ENGINE=nccl".into()),
+        GpuEngine::Accord => return Ok(()),
+        GpuEngine::Auto => {}
+    }
+    let bytes = op.bytes();
+    let limit = match algo {
+        Algo::Barrier => usize::MAX,
+        Algo::AllReduceOneShot | Algo::AllGatherLl | Algo::ReduceScatterLl | Algo::AllToAllLl => {
+            usize::MAX
+        }
+        Algo::AllReduceTwoShot => AUTO_ALLREDUCE_MAX,
+        Algo::ReduceScatter | Algo::AllGather => AUTO_GATHER_MAX_PER_RANK * size,
+        Algo::Broadcast => AUTO_BROADCAST_MAX,
+        Algo::AllToAll if op.kind() == OpKind::AllToAll => AUTO_GATHER_MAX_PER_RANK * size,
+        Algo::AllToAll => {
+            return Err("alltoallv: ranks' sizes differ, so NCCL runs it under auto".into())
+        }
+    };
+    match bytes <= limit {
+        true => Ok(()),
+        false => Err(format!(
+            "{bytes} B is above {limit} B, where NCCL is faster (ACCORD_GPU_ENGINE=accord forces \
+             Accord's kernels)"
+        )),
+    }
+}
+
+/// Under `auto`: the largest allreduce the two-shot kernel runs.
+pub(crate) const AUTO_ALLREDUCE_MAX: usize = 4 << 20;
+/// Under `auto`: the largest per-rank block of allgather, reduce-scatter and alltoall.
+pub(crate) const AUTO_GATHER_MAX_PER_RANK: usize = 1 << 20;
+/// Under `auto`: the largest broadcast.
+pub(crate) const AUTO_BROADCAST_MAX: usize = 1 << 20;
+
+/// The grid of a bulk kernel whose rounds move `round_bytes` per pair: a block per
+/// [`BYTES_PER_BLOCK`], at most [`BULK_BLOCKS`]. `round_bytes` must be agreed by all ranks.
+pub(crate) fn bulk_blocks(round_bytes: usize) -> u32 {
+    round_bytes
+        .div_ceil(BYTES_PER_BLOCK)
+        .clamp(1, BULK_BLOCKS as usize) as u32
+}
+
+/// The segment of a two-shot allreduce of `count` elements of `elem` bytes on `size` ranks:
+/// elements per rank, rounded up so that every segment starts 16-byte aligned.
+pub(crate) fn segment(count: usize, elem: usize, size: usize) -> usize {
+    let per = count.div_ceil(size.max(1));
+    let align = 16 / elem;
+    per.div_ceil(align) * align
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,135 @@
+use super::*;
+use crate::dtype::{DataType, ReduceOp};
+use crate::op::{Extent, Request};
+
+fn op(kind: OpKind, dtype: DataType, send: &[usize], recv: &[usize], size: usize) -> Op {
+    let reduce = matches!(
+        kind,
+        OpKind::AllReduce | OpKind::ReduceScatter | OpKind::ReduceScatterV | OpKind::Reduce
+    )
+    .then_some(ReduceOp::Sum);
+    let root = matches!(kind, OpKind::Broadcast | OpKind::Reduce).then_some(0);
+    fn ext(c: &[usize]) -> Extent<'_> {
+        match c.len() {
+            1 => Extent::len(c[0]),
+            _ => Extent::parts(c.iter().sum(), c),
+        }
+    }
+    let req = Request {
+        kind,
+        dtype,
+        reduce,
+        root,
+        send: Some(ext(send)),
+        recv: ext(recv),
+    };
+    Op::new(req, 0, size).unwrap()
+}
+
+#[test]
+fn allreduce_is_one_shot_up_to_the_packet_limit_then_two_shot() {
+    let n = LL_MAX_BYTES / 4;
+    let small = op(OpKind::AllReduce, DataType::F32, &[n], &[n], 4);
+    assert_eq!(algorithm(&small, 4, LL_MAX_BYTES), Ok(Algo::AllReduceOneShot));
+    let big = op(OpKind::AllReduce, DataType::F32, &[n + 1], &[n + 1], 4);
+    assert_eq!(algorithm(&big, 4, LL_MAX_BYTES), Ok(Algo::AllReduceTwoShot));
+}
+
+#[test]
+fn v_variants_plan_by_kind_not_by_this_ranks_counts() {
+    // allgatherv with equal counts here still goes to NCCL: other ranks may differ.
+    let agv = op(OpKind::AllGather, DataType::F32, &[2], &[2, 2, 2], 3);
+    assert_eq!(agv.kind(), OpKind::AllGatherV);
+    assert!(algorithm(&agv, 3, LL_MAX_BYTES).is_err());
+    let ag = op(OpKind::AllGather, DataType::F32, &[2], &[6], 3);
+    assert_eq!(algorithm(&ag, 3, LL_MAX_BYTES), Ok(Algo::AllGatherLl));
+    assert_eq!(algorithm(&ag, 3, 4), Ok(Algo::AllGather));
+    let a2av = op(OpKind::AllToAll, DataType::I8, &[1, 1], &[1, 1], 2);
+    assert_eq!(a2av.kind(), OpKind::AllToAllV);
+    assert_eq!(algorithm(&a2av, 2, LL_MAX_BYTES), Ok(Algo::AllToAll));
+    assert!(chosen(GpuEngine::Auto, &a2av, Algo::AllToAll, 2).is_err());
+    assert!(chosen(GpuEngine::Accord, &a2av, Algo::AllToAll, 2).is_ok());
+    let red = op(OpKind::Reduce, DataType::F32, &[4], &[4], 2);
+    assert!(algorithm(&red, 2, LL_MAX_BYTES).unwrap_err().contains("NCCL"));
+}
+
+#[test]
+fn too_many_ranks_are_refused_with_the_limit() {
+    let ar = op(OpKind::AllReduce, DataType::F32, &[4], &[4], 17);
+    assert!(algorithm(&ar, 17, LL_MAX_BYTES).unwrap_err().contains("16"));
+}
+
+#[test]
+fn auto_sends_large_calls_to_nccl_and_the_switch_overrides() {
+    let n = AUTO_ALLREDUCE_MAX / 4;
+    let at = op(OpKind::AllReduce, DataType::F32, &[n], &[n], 2);
+    let above = op(OpKind::AllReduce, DataType::F32, &[n + 4], &[n + 4], 2);
+    let two = Algo::AllReduceTwoShot;
+    assert!(chosen(GpuEngine::Auto, &at, two, 2).is_ok());
+    let why = chosen(GpuEngine::Auto, &above, two, 2).unwrap_err();
+    assert!(why.contains("ACCORD_GPU_ENGINE=accord"), "{why}");
+    assert!(chosen(GpuEngine::Accord, &above, two, 2).is_ok());
+    assert!(chosen(GpuEngine::Nccl, &at, two, 2).is_err());
+    // Per-rank limits scale with the world for the gathering kinds.
+    let per = AUTO_GATHER_MAX_PER_RANK / 4;
+    let ag = op(OpKind::AllGather, DataType::F32, &[per], &[per * 8], 8);
+    assert!(chosen(GpuEngine::Auto, &ag, Algo::AllGather, 8).is_ok());
+    let ag = op(
+        OpKind::AllGather,
+        DataType::F32,
+        &[per + 1],
+        &[(per + 1) * 8],
+        8,
+    );
+    assert!(chosen(GpuEngine::Auto, &ag, Algo::AllGather, 8).is_err());
+}
+
+#[test]
+fn segments_start_aligned_and_cover_the_whole() {
+    for size in 1..=9 {
+        for elem in [1, 2, 4, 8] {
+            for count in [0, 1, 7, 100, 1001, 65_537] {
+                let seg = segment(count, elem, size);
+                assert_eq!(
+                    (seg * elem) % 16,
+                    0,
+                    "count {count} elem {elem} size {size}"
+                );
+                assert!(seg * size >= count);
+                assert!(seg < count.div_ceil(size) + 16);
+            }
+        }
+    }
+}
+
+#[test]
+fn grids_grow_with_the_round_and_stop_at_the_cap() {
+    assert_eq!(bulk_blocks(0), 1);
+    assert_eq!(bulk_blocks(1), 1);
+    assert_eq!(bulk_blocks(BYTES_PER_BLOCK + 1), 2);
+    assert_eq!(bulk_blocks(usize::MAX / 2), BULK_BLOCKS);
+    const { assert!(BULK_BLOCKS <= MAX_BLOCKS && LL_BLOCKS <= MAX_BLOCKS) };
+    const { assert!(MAX_RANKS as u32 <= THREADS) };
+}
+
+#[test]
+fn packets_carry_small_blocks_up_to_the_limit() {
+    let per = 1000;
+    let ag = op(OpKind::AllGather, DataType::U8, &[per], &[per * 4], 4);
+    assert_eq!(algorithm(&ag, 4, per), Ok(Algo::AllGatherLl));
+    assert_eq!(algorithm(&ag, 4, per - 1), Ok(Algo::AllGather));
+    let rs = op(OpKind::ReduceScatter, DataType::U8, &[per * 4], &[per], 4);
+    assert_eq!(algorithm(&rs, 4, per), Ok(Algo::ReduceScatterLl));
+    assert_eq!(algorithm(&rs, 4, per - 1), Ok(Algo::ReduceScatter));
+    // alltoall: the block per pair counts.
+    let a2a = op(OpKind::AllToAll, DataType::U8, &[per * 4], &[per * 4], 4);
+    assert_eq!(algorithm(&a2a, 4, per), Ok(Algo::AllToAllLl));
+    assert_eq!(algorithm(&a2a, 4, per - 1), Ok(Algo::AllToAll));
+    // The limit never exceeds the packet area.
+    let n = LL_MAX_BYTES + 8;
+    let ar = op(OpKind::AllReduce, DataType::U8, &[n], &[n], 2);
+    assert_eq!(algorithm(&ar, 2, usize::MAX), Ok(Algo::AllReduceTwoShot));
+    for a in [Algo::AllReduceOneShot, Algo::AllGatherLl, Algo::ReduceScatterLl] {
+        assert!(a.kernel().ends_with("_ll"));
+    }
+}

@@ -1,0 +1,561 @@
+//! Accord's own GPU kernels against a sequential host reference, bit for bit. Run under the
+//! launcher with the kernels forced (processes may share one GPU; NCCL is then not used):
+//!
+//! `ACCORD_GPU_ENGINE=accord accord run -n 3 <this test binary> --test-threads 1 --nocapture processes_`
+//!
+//! `ACCORD_GPU_CHUNK_BYTES=65536` makes the larger counts take several rounds. The killed-rank
+//! and desync tests end or confuse ranks on purpose: `ACCORD_GPU_KILL_TEST=1`,
+//! `ACCORD_GPU_DESYNC_TEST=1`. Without CUDA, or outside the launcher, every test prints why it
+//! skips.
+
+use accord::dtype::{finalize, reduce_into};
+use accord::gpu::cuda::{self, CuStream};
+use accord::gpu::{DeviceBuffer, DeviceSlice, Stream};
+use accord::{Communicator, DataType, Error, Parts, RecvBuf, ReduceOp, SendBuf};
+use half::{bf16, f16};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The job's host communicator and its device communicator, shared by the tests of a process.
+fn launched(test: &str) -> Option<&'static (Communicator, Communicator)> {
+    match cuda::driver().map(|cu| cu.device_count()) {
+        Err(e) => {
+            println!("{test}: skipping: {e}");
+            return None;
+        }
+        Ok(Ok(0)) | Ok(Err(_)) => {
+            println!("{test}: skipping: no CUDA device visible");
+            return None;
+        }
+        Ok(Ok(_)) => {}
+    }
+    if std::env::var("ACCORD_RANK").is_err() {
+        println!("{test}: skipping: not started by `accord run -n N`");
+        return None;
+    }
+    static WORLD: OnceLock<(Communicator, Communicator)> = OnceLock::new();
+    Some(WORLD.get_or_init(|| {
+        let host = accord::init().expect("host communicator");
+        let n = cuda::driver().unwrap().device_count().unwrap();
+        let local: usize = std::env::var("LOCAL_RANK")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(host.rank());
+        host.attach_device(local % n).expect("attach the GPU");
+        let g = host.clone();
+        (host, g)
+    }))
+}
+
+/// splitmix64: the same stream on every rank for the same seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// `count` random elements of `dtype` for `rank` (finite floats of mixed magnitude).
+fn values(dtype: DataType, rank: usize, seed: u64, count: usize) -> Vec<u8> {
+    let mut r = Rng(seed ^ ((rank as u64 + 1) << 40) ^ ((dtype as u64) << 56));
+    let mut out = Vec::with_capacity(count * dtype.size());
+    for _ in 0..count {
+        let x = r.next();
+        let f = ((x % 2001) as f64 - 1000.0) / (1u64 << (x >> 60)) as f64;
+        match dtype {
+            DataType::F16 => out.extend(f16::from_f64(f).to_le_bytes()),
+            DataType::BF16 => out.extend(bf16::from_f64(f).to_le_bytes()),
+            DataType::F32 => out.extend((f as f32).to_le_bytes()),
+            DataType::F64 => out.extend(f.to_le_bytes()),
+            _ => out.extend(&x.to_le_bytes()[..dtype.size()]),
+        }
+    }
+    out
+}
+
+/// The reduction of `inputs` (one per rank) in rank order, as the host library computes it.
+fn reduced(dtype: DataType, op: ReduceOp, inputs: &[Vec<u8>]) -> Vec<u8> {
+    let n = inputs.len();
+    let half = matches!(dtype, DataType::F16 | DataType::BF16);
+    if op == ReduceOp::Avg && half {
+        // Summed in f32, divided, rounded once.
+        let wide = |b: &[u8]| -> f32 {
+            let v = u16::from_le_bytes([b[0], b[1]]);
+            match dtype {
+                DataType::F16 => f16::from_bits(v).to_f32(),
+                _ => bf16::from_bits(v).to_f32(),
+            }
+        };
+        let mut out = Vec::new();
+        for i in (0..inputs[0].len()).step_by(2) {
+            let mut acc = wide(&inputs[0][i..]);
+            for x in &inputs[1..] {
+                acc += wide(&x[i..]);
+            }
+            let v = acc / n as f32;
+            out.extend(match dtype {
+                DataType::F16 => f16::from_f32(v).to_le_bytes(),
+                _ => bf16::from_f32(v).to_le_bytes(),
+            });
+        }
+        return out;
+    }
+    let mut acc = inputs[0].clone();
+    for x in &inputs[1..] {
+        reduce_into(dtype, op, &mut acc, x);
+    }
+    finalize(dtype, op, &mut acc, n);
+    acc
+}
+
+/// Equal bit for bit, except that any NaN equals any NaN.
+fn same(dtype: DataType, what: &str, got: &[u8], want: &[u8]) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!(
+            "{what}: {} bytes, expected {}",
+            got.len(),
+            want.len()
+        ));
+    }
+    let es = dtype.size();
+    let nan = |b: &[u8]| match dtype {
+        DataType::F16 => f16::from_le_bytes([b[0], b[1]]).is_nan(),
+        DataType::BF16 => bf16::from_le_bytes([b[0], b[1]]).is_nan(),
+        DataType::F32 => f32::from_le_bytes(b.try_into().unwrap()).is_nan(),
+        DataType::F64 => f64::from_le_bytes(b.try_into().unwrap()).is_nan(),
+        _ => false,
+    };
+    for (i, (g, w)) in got.chunks(es).zip(want.chunks(es)).enumerate() {
+        if g != w && !(nan(g) && nan(w)) {
+            return Err(format!(
+                "{what}: element {i} of {} is {g:02x?}, expected {w:02x?}",
+                got.len() / es
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn up(g: &Communicator, bytes: &[u8]) -> DeviceBuffer<u8> {
+    let mut b = bytes.to_vec();
+    if b.is_empty() {
+        b.push(0);
+    }
+    g.device_copy(&b).expect("device copy")
+}
+
+fn slice(b: &DeviceBuffer<u8>, count: usize, dtype: DataType) -> DeviceSlice {
+    // SAFETY: the buffer holds at least count * size bytes (or is a one-byte stand-in for
+    // count 0) and outlives the call, which is waited for.
+    unsafe { DeviceSlice::from_raw(b.slice().ptr(), count, dtype) }
+}
+
+fn down(b: &DeviceBuffer<u8>, bytes: usize) -> Vec<u8> {
+    let mut v = b.to_host().expect("download");
+    v.truncate(bytes);
+    v
+}
+
+fn s(x: DeviceSlice) -> SendBuf<'static> {
+    SendBuf::device(x, Stream::Comm)
+}
+
+fn r(x: DeviceSlice) -> RecvBuf<'static> {
+    RecvBuf::device(x, Stream::Comm)
+}
+
+fn wait(what: &str, c: accord::Result<accord::Completion>) -> Result<(), String> {
+    c.and_then(|c| c.wait()).map_err(|e| format!("{what}: {e}"))
+}
+
+fn ops_for(dtype: DataType) -> Vec<ReduceOp> {
+    ReduceOp::ALL
+        .into_iter()
+        .filter(|o| o.check(dtype).is_ok())
+        .collect()
+}
+
+/// Every kernel for `dtype` at `count` elements per rank (per block for the gathering ones).
+fn check_dtype(g: &Communicator, dtype: DataType, count: usize, seed: u64) -> Result<(), String> {
+    let (n, me, es) = (g.size(), g.rank(), dtype.size());
+    let inputs: Vec<Vec<u8>> = (0..n).map(|q| values(dtype, q, seed, count)).collect();
+    let mine = &inputs[me];
+
+    for op in ops_for(dtype) {
+        let want = reduced(dtype, op, &inputs);
+        // Out of place.
+        let (a, b) = (up(g, mine), up(g, &vec![0xa5; count * es]));
+        let what = format!("allreduce {op}");
+        wait(
+            &what,
+            g.all_reduce((s(slice(&a, count, dtype)), r(slice(&b, count, dtype))), op),
+        )?;
+        same(dtype, &what, &down(&b, count * es), &want)?;
+        // In place.
+        let what = format!("allreduce {op} in place");
+        wait(&what, g.all_reduce(r(slice(&a, count, dtype)), op))?;
+        same(dtype, &what, &down(&a, count * es), &want)?;
+
+        // reduce_scatter: rank q gets block q of the reduction of everyone's n blocks.
+        let blocks: Vec<Vec<u8>> = (0..n)
+            .map(|q| values(dtype, q, seed + 1, count * n))
+            .collect();
+        let whole = reduced(dtype, op, &blocks);
+        let (a, b) = (up(g, &blocks[me]), up(g, &vec![0; count * es]));
+        let what = format!("reduce_scatter {op}");
+        wait(
+            &what,
+            g.reduce_scatter(
+                s(slice(&a, count * n, dtype)),
+                r(slice(&b, count, dtype)),
+                op,
+            ),
+        )?;
+        same(
+            dtype,
+            &what,
+            &down(&b, count * es),
+            &whole[me * count * es..(me + 1) * count * es],
+        )?;
+    }
+
+    // allgather.
+    let (a, b) = (up(g, mine), up(g, &vec![0; n * count * es]));
+    wait(
+        "allgather",
+        g.all_gather(s(slice(&a, count, dtype)), r(slice(&b, n * count, dtype))),
+    )?;
+    same(
+        dtype,
+        "allgather",
+        &down(&b, n * count * es),
+        &inputs.concat(),
+    )?;
+
+    // broadcast from every root, in and out of place.
+    for root in 0..n {
+        let b = up(g, &vec![0x5a; count * es]);
+        let what = format!("broadcast from {root}");
+        wait(
+            &what,
+            g.broadcast(
+                (s(slice(&a, count, dtype)), r(slice(&b, count, dtype))),
+                root,
+            ),
+        )?;
+        same(dtype, &what, &down(&b, count * es), &inputs[root])?;
+        let c = up(g, mine);
+        wait(&what, g.broadcast(r(slice(&c, count, dtype)), root))?;
+        same(
+            dtype,
+            &format!("{what} in place"),
+            &down(&c, count * es),
+            &inputs[root],
+        )?;
+    }
+
+    // alltoall: block j of rank q's send lands in block q of rank j's receive.
+    let sends: Vec<Vec<u8>> = (0..n)
+        .map(|q| values(dtype, q, seed + 2, count * n))
+        .collect();
+    let (a, b) = (up(g, &sends[me]), up(g, &vec![0; n * count * es]));
+    wait(
+        "alltoall",
+        g.all_to_all(
+            s(slice(&a, n * count, dtype)),
+            r(slice(&b, n * count, dtype)),
+        ),
+    )?;
+    let want: Vec<u8> = (0..n)
+        .flat_map(|q| sends[q][me * count * es..(me + 1) * count * es].to_vec())
+        .collect();
+    same(dtype, "alltoall", &down(&b, n * count * es), &want)?;
+
+    // alltoallv: rank q sends rank j (q + 2j) % 3 + count / (j + 1) elements.
+    let pair = |q: usize, j: usize| (q + 2 * j) % 3 + count / (j + 1);
+    let to_each: Vec<usize> = (0..n).map(|j| pair(me, j)).collect();
+    let from_each: Vec<usize> = (0..n).map(|q| pair(q, me)).collect();
+    let send_total: usize = to_each.iter().sum();
+    let recv_total: usize = from_each.iter().sum();
+    let sends: Vec<Vec<u8>> = (0..n)
+        .map(|q| values(dtype, q, seed + 3, (0..n).map(|j| pair(q, j)).sum()))
+        .collect();
+    let (a, b) = (up(g, &sends[me]), up(g, &vec![0; recv_total * es]));
+    wait(
+        "alltoallv",
+        g.all_to_all(
+            Parts::new(s(slice(&a, send_total, dtype)), &to_each),
+            Parts::new(r(slice(&b, recv_total, dtype)), &from_each),
+        ),
+    )?;
+    let mut want = Vec::new();
+    for q in 0..n {
+        let off: usize = (0..me).map(|j| pair(q, j)).sum();
+        want.extend_from_slice(&sends[q][off * es..(off + pair(q, me)) * es]);
+    }
+    same(dtype, "alltoallv", &down(&b, recv_total * es), &want)?;
+    Ok(())
+}
+
+#[test]
+fn processes_every_kernel_dtype_and_op_matches_the_host() {
+    let test = "processes_every_kernel_dtype_and_op_matches_the_host";
+    let Some((host, g)) = launched(test) else {
+        return;
+    };
+    let info = g.device_info().expect("a device engine");
+    // Counts: none, one, odd, a one-shot allreduce that fills many packets, and one that takes
+    // the two-shot kernel over several rounds (with ACCORD_GPU_CHUNK_BYTES=65536).
+    let counts = [0usize, 1, 7, 1000, 70_001];
+    let start = Instant::now();
+    let mut checks = 0;
+    for (k, &count) in counts.iter().enumerate() {
+        for dtype in DataType::ALL {
+            check_dtype(g, dtype, count, 1000 + k as u64)
+                .unwrap_or_else(|e| panic!("rank {}: {dtype} x {count}: {e}", g.rank()));
+            checks += 1;
+        }
+    }
+    g.barrier().unwrap();
+    println!(
+        "{test}: rank {} of {}: {checks} dtype x count sets bit-identical to the host reference \
+         in {:.1} s (engine {})",
+        host.rank(),
+        host.size(),
+        start.elapsed().as_secs_f64(),
+        info.engine
+    );
+}
+
+/// A stream of our own, to capture on (the legacy default stream cannot be captured).
+fn new_stream() -> CuStream {
+    cuda::driver().unwrap().new_stream().unwrap()
+}
+
+#[test]
+fn processes_graph_capture_replays_with_changing_data() {
+    let test = "processes_graph_capture_replays_with_changing_data";
+    let Some((_, g)) = launched(test) else {
+        return;
+    };
+    let cu = cuda::driver().unwrap();
+    let launch = cu.launch().unwrap();
+    let (n, me) = (g.size(), g.rank());
+    let count = 3001usize;
+    let dtype = DataType::F32;
+    let a = up(g, &vec![0; count * 4]);
+    let b = up(g, &vec![0; count * 4]);
+    let c = up(g, &vec![0; n * count * 4]);
+    let stream = new_stream();
+    let on = |x: DeviceSlice| (SendBuf::device(x, Stream::Raw(stream as usize)), x);
+    // Capture: allreduce a -> b, then allgather b -> c, on our stream.
+    // SAFETY: a live stream of the current context; mode 2 (relaxed) lets other threads work.
+    cu.check(
+        unsafe { (launch.stream_begin_capture)(stream, 2) },
+        "cuStreamBeginCapture",
+    )
+    .unwrap();
+    let (sa, _) = on(slice(&a, count, dtype));
+    let rb = RecvBuf::device(slice(&b, count, dtype), Stream::Raw(stream as usize));
+    let captured = g.all_reduce((sa, rb), ReduceOp::Sum).and_then(|r| r.wait());
+    let sb = SendBuf::device(slice(&b, count, dtype), Stream::Raw(stream as usize));
+    let rc = RecvBuf::device(slice(&c, n * count, dtype), Stream::Raw(stream as usize));
+    let captured = captured.and_then(|_| g.all_gather(sb, rc).and_then(|r| r.wait()));
+    let mut graph = std::ptr::null_mut();
+    // SAFETY: ends the capture begun above.
+    let end = unsafe { (launch.stream_end_capture)(stream, &mut graph) };
+    captured.unwrap();
+    cu.check(end, "cuStreamEndCapture").unwrap();
+    let mut exec = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local; the graph just captured.
+    cu.check(
+        unsafe { (launch.graph_instantiate)(&mut exec, graph, 0) },
+        "cuGraphInstantiate",
+    )
+    .unwrap();
+    for round in 0..100u64 {
+        let inputs: Vec<Vec<u8>> = (0..n).map(|q| values(dtype, q, round, count)).collect();
+        a.copy_from_host(&inputs[me]).unwrap();
+        // SAFETY: the instantiated graph on our stream.
+        cu.check(
+            unsafe { (launch.graph_launch)(exec, stream) },
+            "cuGraphLaunch",
+        )
+        .unwrap();
+        // SAFETY: our stream.
+        cu.check(
+            unsafe { (cu.stream_synchronize)(stream) },
+            "cuStreamSynchronize",
+        )
+        .unwrap();
+        let sum = reduced(dtype, ReduceOp::Sum, &inputs);
+        same(
+            dtype,
+            &format!("replay {round} allreduce"),
+            &down(&b, count * 4),
+            &sum,
+        )
+        .unwrap_or_else(|e| panic!("rank {me}: {e}"));
+        same(
+            dtype,
+            &format!("replay {round} allgather"),
+            &down(&c, n * count * 4),
+            &sum.repeat(n),
+        )
+        .unwrap_or_else(|e| panic!("rank {me}: {e}"));
+        // Every rank must have read its inputs before anyone uploads the next ones.
+        g.barrier().unwrap();
+    }
+    // SAFETY: ours, no longer running.
+    unsafe {
+        (launch.graph_exec_destroy)(exec);
+        (launch.graph_destroy)(graph);
+        (cu.stream_destroy)(stream);
+    }
+    // The communicator still works outside the graph.
+    let x = up(g, &1.0f32.to_le_bytes().repeat(5));
+    wait(
+        "allreduce after the graph",
+        g.all_reduce(r(slice(&x, 5, dtype)), ReduceOp::Sum),
+    )
+    .unwrap();
+    assert_eq!(down(&x, 20), (n as f32).to_le_bytes().repeat(5));
+    println!(
+        "{test}: rank {me}: 100 replays of a captured allreduce + allgather with new data matched"
+    );
+}
+
+#[test]
+fn processes_unsupported_calls_say_why() {
+    let test = "processes_unsupported_calls_say_why";
+    let Some((_, g)) = launched(test) else {
+        return;
+    };
+    let info = g.device_info().unwrap();
+    if info.engine != "Accord" {
+        println!(
+            "{test}: skipping: NCCL runs what the kernels do not ({})",
+            info.engine
+        );
+        return;
+    }
+    let a = up(g, &[0; 64]);
+    let e = g
+        .reduce(
+            (
+                s(slice(&a, 4, DataType::F32)),
+                r(slice(&a, 4, DataType::F32)),
+            ),
+            ReduceOp::Sum,
+            0,
+        )
+        .and_then(|c| c.wait())
+        .unwrap_err();
+    assert!(matches!(e, Error::Unsupported(_)), "{e}");
+    assert!(e.to_string().contains("NCCL"), "{e}");
+    // The refusal came before the call took its place: collectives still work.
+    let x = up(g, &2i32.to_le_bytes().repeat(3));
+    wait(
+        "allreduce",
+        g.all_reduce(r(slice(&x, 3, DataType::I32)), ReduceOp::BXor),
+    )
+    .unwrap();
+    let want = if g.size() % 2 == 0 { 0i32 } else { 2 };
+    assert_eq!(down(&x, 12), want.to_le_bytes().repeat(3));
+    println!(
+        "{test}: rank {}: reduce refused naming NCCL; bitwise allreduce ran",
+        g.rank()
+    );
+}
+
+#[test]
+fn processes_desync_is_named_before_any_output_is_written() {
+    let test = "processes_desync_is_named_before_any_output_is_written";
+    if std::env::var("ACCORD_GPU_DESYNC_TEST").is_err() {
+        println!("{test}: skipping: set ACCORD_GPU_DESYNC_TEST=1 (fails the communicator)");
+        return;
+    }
+    let Some((_, g)) = launched(test) else {
+        return;
+    };
+    let me = g.rank();
+    // Rank 0 allgathers 64 f32 while the others allgather 32: the counts differ.
+    let count = if me == 0 { 64 } else { 32 };
+    let a = up(g, &vec![1; count * 4]);
+    let b = up(g, &vec![0x77; g.size() * count * 4]);
+    let started = Instant::now();
+    let got = g
+        .all_gather(
+            s(slice(&a, count, DataType::F32)),
+            r(slice(&b, g.size() * count, DataType::F32)),
+        )
+        .and_then(|c| c.wait());
+    let e = got.expect_err("a desync must fail");
+    assert!(matches!(e, Error::Desync { .. }), "rank {me}: {e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // Nothing was written into the output.
+    assert!(
+        down(&b, g.size() * count * 4).iter().all(|&x| x == 0x77),
+        "rank {me}: output written"
+    );
+    println!(
+        "{test}: rank {me}: {e} after {:?}; output untouched",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn processes_rank_killed_is_named() {
+    let test = "processes_rank_killed_is_named";
+    if std::env::var("ACCORD_GPU_KILL_TEST").is_err() {
+        println!("{test}: skipping: set ACCORD_GPU_KILL_TEST=1 (ends rank 1)");
+        return;
+    }
+    let Some((_, g)) = launched(test) else {
+        return;
+    };
+    let me = g.rank();
+    let x = up(g, &[0; 4096]);
+    wait(
+        "warm-up",
+        g.all_reduce(r(slice(&x, 1024, DataType::F32)), ReduceOp::Sum),
+    )
+    .unwrap();
+    g.barrier().unwrap();
+    if me == 1 {
+        println!("{test}: rank 1 exits without warning");
+        // SAFETY: ends the process at once, as a crash would (exit status 0 keeps the launcher
+        // from stopping the others first).
+        unsafe { libc::_exit(0) };
+    }
+    // Two calls: the second is launched after the peer is gone (its kernel waits on the GPU).
+    let started = Instant::now();
+    let e = g
+        .all_reduce(r(slice(&x, 1024, DataType::F32)), ReduceOp::Sum)
+        .and_then(|c| c.wait())
+        .and_then(|_| g.all_reduce(r(slice(&x, 1024, DataType::F32)), ReduceOp::Sum))
+        .and_then(|c| c.wait())
+        .expect_err("the peer is gone");
+    let took = started.elapsed();
+    println!("{test}: rank {me}: {e} after {took:?}");
+    assert!(
+        matches!(e, Error::PeerLost { rank: 1, .. }),
+        "rank {me}: {e}"
+    );
+    assert!(took < Duration::from_secs(2), "rank {me}: {took:?}");
+    // Later calls fail at once.
+    assert!(g
+        .all_reduce(r(slice(&x, 1024, DataType::F32)), ReduceOp::Sum)
+        .is_err());
+    // Stay a moment: a survivor that exits now would be the next rank the others see leave.
+    std::thread::sleep(Duration::from_secs(2));
+}
