@@ -76,6 +76,12 @@ pub(crate) trait DeviceEngine: Send + Sync {
     /// before the operation takes its place in the communicator's order.
     fn supports(&self, op: &Op, bytes: usize) -> std::result::Result<(), String>;
 
+    /// [`DeviceEngine::supports`] without the reason: asked on every call, so engines that
+    /// decline often answer without building a message.
+    fn accepts(&self, op: &Op, bytes: usize) -> bool {
+        self.supports(op, bytes).is_ok()
+    }
+
     /// How it runs `op`, for `ACCORD_EXPLAIN`.
     fn explain(&self, _op: &Op) -> String {
         self.name().to_string()

@@ -36,23 +36,30 @@ impl Engines {
     /// does. With `ACCORD_EXPLAIN=1`, rank 0 prints each choice (once per kind of call and
     /// engine) and why the engines before it declined.
     pub fn pick(&self, op: &Op, bytes: usize, rank: usize) -> Result<&dyn DeviceEngine> {
-        let mut why = String::new();
-        let mut declined = Vec::new();
-        for e in &self.list {
-            match e.supports(op, bytes) {
-                Ok(()) => {
-                    if rank == 0 && crate::config::get().explain {
-                        self.explain(op, e.as_ref(), &declined);
-                    }
-                    return Ok(e.as_ref());
-                }
-                Err(reason) => {
-                    declined.push(format!("{}: {reason}", e.name()));
-                    why = reason;
-                }
-            }
+        // The common path asks yes or no; reasons are built only to be shown.
+        let Some(i) = self.list.iter().position(|e| e.accepts(op, bytes)) else {
+            let why = self
+                .fallback()
+                .supports(op, bytes)
+                .err()
+                .unwrap_or_default();
+            return Err(Error::Unsupported(why));
+        };
+        let engine = self.list[i].as_ref();
+        if rank == 0 && crate::config::get().explain {
+            let declined: Vec<String> = self.list[..i]
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{}: {}",
+                        e.name(),
+                        e.supports(op, bytes).err().unwrap_or_default()
+                    )
+                })
+                .collect();
+            self.explain(op, engine, &declined);
         }
-        Err(Error::Unsupported(why))
+        Ok(engine)
     }
 
     fn explain(&self, op: &Op, engine: &dyn DeviceEngine, declined: &[String]) {

@@ -16,6 +16,7 @@
 //! - `vmm`: the optional table.
 
 mod channel_handle;
+mod disk_cache;
 mod driver;
 mod module;
 pub mod nvrtc;

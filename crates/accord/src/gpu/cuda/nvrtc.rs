@@ -11,7 +11,9 @@
 //! does not know it, for `compute_XY` (PTX the driver finishes). Accord's headers
 //! (`<accord/channel.cuh>` ...) are passed to NVRTC from the library itself, so no files are
 //! needed; [`include_dir`] writes them out for other compilers. Results are cached per
-//! (source, options, architecture), and [`load_kernel`]'s kernels per device too.
+//! (source, options, architecture) in the process and on disk (`disk_cache`:
+//! `~/.cache/accord/kernels-<version>`, off with `ACCORD_KERNEL_CACHE=0`), and
+//! [`load_kernel`]'s kernels per device too.
 
 use super::module::{Kernel, Module};
 use crate::error::{Error, Result};
@@ -214,6 +216,19 @@ pub fn compile(
     if let Some(c) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return Ok(c.clone());
     }
+    let on_disk = super::disk_cache::path(source, options, cc);
+    if let Some((image, arch)) = on_disk.as_ref().and_then(super::disk_cache::load) {
+        let c = Arc::new(Compiled {
+            image,
+            arch,
+            log: String::new(),
+        });
+        cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, c.clone());
+        return Ok(c);
+    }
     let n = nvrtc()?;
     let sm = format!("--gpu-architecture=sm_{}{}", cc.0, cc.1);
     let compiled = match build(n, source, name, options, &sm, false) {
@@ -234,6 +249,9 @@ pub fn compile(
             }
         }
     };
+    if let Some(p) = &on_disk {
+        super::disk_cache::store(p, &compiled.image, &compiled.arch);
+    }
     let c = Arc::new(compiled);
     cache
         .lock()

@@ -121,7 +121,14 @@ __device__ __forceinline__ void leave(const Ctx& c, BlockState& s) {
 // Meet block blockIdx.x of every rank. Called by every thread of the block; false if the
 // kernel must stop. With `meta` (shared memory, [MAXR][2]), meta[q] is published to rank q with
 // the arrival, and what each peer published here is readable with peer_meta() afterwards.
-__device__ bool barrier(const Ctx& c, BlockState& s, const u64 (*meta)[2] = 0) {
+//
+// `wrote`: whether this thread wrote into a peer's memory since the last barrier. Such a thread
+// makes its writes visible at system scope before the block signals: a release by the
+// signalling thread alone was seen to let a peer read a slot before another thread's bytes had
+// landed.
+__device__ bool barrier(const Ctx& c, BlockState& s, bool wrote = false,
+                        const u64 (*meta)[2] = 0) {
+  if (wrote) __threadfence_system();
   __syncthreads();
   if (s.failed) return false;
   u32 e = s.epoch + 1;
@@ -133,8 +140,7 @@ __device__ bool barrier(const Ctx& c, BlockState& s, const u64 (*meta)[2] = 0) {
       m[0] = meta[t][0];
       m[1] = meta[t][1];
     }
-    // A release at system scope: the block's writes (ordered before it by __syncthreads)
-    // and the meta words are visible to the peer before this word is.
+    // A release at system scope: the meta words are visible before this word is.
     st_release(theirs + blockIdx.x * MAXR + c.rank, ((u64)e << 32) | c.hash);
     const u64* in = (const u64*)c.sig + blockIdx.x * MAXR + t;
     Spin spin;
@@ -171,8 +177,9 @@ struct alignas(16) V16 {
 
 // Copy bytes [lo, hi) of a piece from src to dst with the block's threads: 16-byte moves where
 // both ends are aligned (four loads in flight per thread before their stores), bytes otherwise.
-__device__ __forceinline__ void copy(char* dst, const char* src, u64 lo, u64 hi) {
-  if (hi <= lo || dst == src) return;
+// True if this thread stored anything.
+__device__ __forceinline__ bool copy(char* dst, const char* src, u64 lo, u64 hi) {
+  if (hi <= lo || dst == src) return false;
   dst += lo;
   src += lo;
   u64 n = hi - lo, head = 0;
@@ -191,6 +198,7 @@ __device__ __forceinline__ void copy(char* dst, const char* src, u64 lo, u64 hi)
     head = n16 * 16;
   }
   for (u64 i = head + threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+  return threadIdx.x < n;
 }
 
 // This block's share [lo, hi) of `len` bytes: 16-byte aligned pieces, the same on every rank.
@@ -348,9 +356,10 @@ extern "C" __global__ void __launch_bounds__(512) accord_allgather(Ctx c, const 
       u64 len = clamp_len(bytes, off, c.chunk);
       u32 h = r & 1;
       share(len, lo, hi);
+      bool wrote = false;
       for (u32 q = 0; q < c.size; ++q)
-        if (q != c.rank) copy(slot(c, q, h, 0, c.rank), src + off, lo, hi);
-      if (!barrier(c, s)) break;
+        if (q != c.rank) wrote |= copy(slot(c, q, h, 0, c.rank), src + off, lo, hi);
+      if (!barrier(c, s, wrote)) break;
       for (u32 q = 0; q < c.size; ++q)
         if (q != c.rank) copy(dst + q * bytes + off, slot(c, c.rank, h, 0, q), lo, hi);
     }
@@ -371,10 +380,11 @@ extern "C" __global__ void __launch_bounds__(512) accord_broadcast(Ctx c, const 
       u64 len = clamp_len(bytes, off, c.chunk);
       u32 h = r & 1;
       share(len, lo, hi);
+      bool wrote = false;
       if (c.rank == root)
         for (u32 q = 0; q < c.size; ++q)
-          if (q != root) copy(slot(c, q, h, 0, root), src + off, lo, hi);
-      if (!barrier(c, s)) break;
+          if (q != root) wrote |= copy(slot(c, q, h, 0, root), src + off, lo, hi);
+      if (!barrier(c, s, wrote)) break;
       if (c.rank != root) copy(dst + off, slot(c, c.rank, h, 0, root), lo, hi);
     }
   }
@@ -398,7 +408,7 @@ extern "C" __global__ void __launch_bounds__(512) accord_alltoall(Ctx c, const c
     meta[threadIdx.x][0] = threadIdx.x < c.size ? p.send_len[threadIdx.x] : 0;
     meta[threadIdx.x][1] = mine;
   }
-  if (barrier(c, s, meta)) {
+  if (barrier(c, s, false, meta)) {
     u64 most = mine;
     bool agree = true;
     for (u32 q = 0; q < c.size; ++q) {
@@ -416,12 +426,13 @@ extern "C" __global__ void __launch_bounds__(512) accord_alltoall(Ctx c, const c
       copy(dst + p.recv_off[c.rank], src + p.send_off[c.rank], lo, hi);
       for (u64 off = 0; off < most; off += c.chunk, ++r) {
         u32 h = r & 1;
+        bool wrote = false;
         for (u32 q = 0; q < c.size; ++q) {
           if (q == c.rank) continue;
           share(clamp_len(p.send_len[q], off, c.chunk), lo, hi);
-          copy(slot(c, q, h, 0, c.rank), src + p.send_off[q] + off, lo, hi);
+          wrote |= copy(slot(c, q, h, 0, c.rank), src + p.send_off[q] + off, lo, hi);
         }
-        if (!barrier(c, s)) break;
+        if (!barrier(c, s, wrote)) break;
         for (u32 q = 0; q < c.size; ++q) {
           if (q == c.rank) continue;
           share(clamp_len(p.recv_len[q], off, c.chunk), lo, hi);
@@ -579,9 +590,10 @@ extern "C" __global__ void __launch_bounds__(512) accord_reduce_scatter(Ctx c, c
       u64 len = clamp_len(bytes, off, c.chunk), lo, hi;
       u32 h = r & 1;
       share(len, lo, hi);
+      bool wrote = false;
       for (u32 q = 0; q < c.size; ++q)
-        if (q != c.rank) copy(slot(c, q, h, 0, c.rank), in + q * bytes + off, lo, hi);
-      if (!barrier(c, s)) break;
+        if (q != c.rank) wrote |= copy(slot(c, q, h, 0, c.rank), in + q * bytes + off, lo, hi);
+      if (!barrier(c, s, wrote)) break;
       reduce_piece(c, (char*)dst + off, in + c.rank * bytes + off, slot(c, c.rank, h, 0, 0), lo, hi);
     }
   }
@@ -600,15 +612,16 @@ extern "C" __global__ void __launch_bounds__(512) accord_allreduce_2shot(Ctx c, 
     for (u64 off = 0, r = 0; off < seg_bytes; off += c.chunk, ++r) {
       u32 h = r & 1;
       u64 lo, hi;
+      bool wrote = false;
       for (u32 q = 0; q < c.size; ++q) {
         if (q == c.rank) continue;
         u64 start = q * seg_bytes;
         u64 have = start < total ? total - start : 0;
         if (have > seg_bytes) have = seg_bytes;
         share(clamp_len(have, off, c.chunk), lo, hi);
-        copy(slot(c, q, h, 0, c.rank), in + start + off, lo, hi);
+        wrote |= copy(slot(c, q, h, 0, c.rank), in + start + off, lo, hi);
       }
-      if (!barrier(c, s)) break;
+      if (!barrier(c, s, wrote)) break;
       u64 start = c.rank * seg_bytes;
       u64 have = start < total ? total - start : 0;
       if (have > seg_bytes) have = seg_bytes;
@@ -616,9 +629,10 @@ extern "C" __global__ void __launch_bounds__(512) accord_allreduce_2shot(Ctx c, 
       char* out = outp + start + off;
       reduce_piece(c, out, in + start + off, slot(c, c.rank, h, 0, 0), lo, hi);
       __syncthreads();
+      wrote = false;
       for (u32 q = 0; q < c.size; ++q)
-        if (q != c.rank) copy(slot(c, q, h, 1, c.rank), out, lo, hi);
-      if (!barrier(c, s)) break;
+        if (q != c.rank) wrote |= copy(slot(c, q, h, 1, c.rank), out, lo, hi);
+      if (!barrier(c, s, wrote)) break;
       for (u32 q = 0; q < c.size; ++q) {
         if (q == c.rank) continue;
         u64 qs = q * seg_bytes;

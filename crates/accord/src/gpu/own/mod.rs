@@ -247,7 +247,7 @@ pub(crate) struct OwnEngine {
     ll_bytes: usize,
     timeout: AtomicDuration,
     /// The last call launched, for messages about a failure the kernels recorded.
-    last: Mutex<String>,
+    last: Mutex<Option<crate::fingerprint::Fingerprint>>,
     closed: AtomicBool,
 }
 
@@ -307,7 +307,7 @@ impl OwnEngine {
             kernels,
             ll_bytes: crate::config::get().gpu_ll_bytes,
             timeout: AtomicDuration::new(host.timeout()),
-            last: Mutex::new(String::new()),
+            last: Mutex::new(None),
             closed: AtomicBool::new(false),
         })
     }
@@ -323,7 +323,7 @@ impl OwnEngine {
     fn launch(&self, algo: Algo, op: &Op, grid: u32, args: KernelArgs, s: CuStream) -> Result<()> {
         let kernel = self.kernels.get(algo, op.dtype, op.reduce_or_sum())?;
         if let Ok(mut last) = self.last.lock() {
-            *last = op.fp.to_string();
+            *last = Some(op.fp);
         }
         self.cu.make_current(self.ctx as CuContext)?;
         // SAFETY: the arguments follow the kernel's parameter list (Ctx, then the pointers and
@@ -354,6 +354,18 @@ impl DeviceEngine for OwnEngine {
         let algo = plan::algorithm(op, self.size, self.ll_bytes)?;
         plan::chosen(self.mode, op, algo, self.size)
             .map_err(|why| format!("{}: {why}", algo.describe()))
+    }
+
+    fn accepts(&self, op: &Op, _bytes: usize) -> bool {
+        let Some(algo) = plan::kernel_for(op, self.size, self.ll_bytes) else {
+            return false;
+        };
+        self.alone.is_some()
+            || match self.mode {
+                GpuEngine::Nccl => false,
+                GpuEngine::Accord => true,
+                GpuEngine::Auto => plan::in_auto_range(op, algo),
+            }
     }
 
     fn explain(&self, op: &Op) -> String {
@@ -492,7 +504,10 @@ impl DeviceEngine for OwnEngine {
         if word == 0 {
             return None;
         }
-        let last = self.last.lock().map(|l| l.clone()).unwrap_or_default();
+        let last = match self.last.lock().ok().and_then(|l| *l) {
+            Some(fp) => fp.to_string(),
+            None => "a collective".into(),
+        };
         Some(scratch::decode(
             word,
             &self.comm,

@@ -97,12 +97,21 @@ pub(crate) fn algorithm(op: &Op, size: usize, ll_bytes: usize) -> Result<Algo, S
             "Accord's GPU kernels run on at most {MAX_RANKS} ranks, this communicator has {size}"
         ));
     }
+    kernel_for(op, size, ll_bytes)
+        .ok_or_else(|| format!("{} has no Accord GPU kernel (NCCL runs it)", op.kind()))
+}
+
+/// [`algorithm`] without the reason (on every call's path: no allocation).
+pub(crate) fn kernel_for(op: &Op, size: usize, ll_bytes: usize) -> Option<Algo> {
+    if size > MAX_RANKS {
+        return None;
+    }
     // By the kind the caller chose, never by the counts it passed: a `v` call whose counts on
     // this rank happen to be equal must plan like the other ranks of the same call.
     let ll = ll_bytes.min(LL_MAX_BYTES);
     // The uniform kinds' block per rank (alltoall: per pair): equal on every rank.
     let block = op.bytes() / size.max(1);
-    Ok(match (op.kind(), &op.coll) {
+    Some(match (op.kind(), &op.coll) {
         (_, Collective::Barrier) => Algo::Barrier,
         (_, Collective::AllReduce { .. }) if op.bytes() <= ll => Algo::AllReduceOneShot,
         (_, Collective::AllReduce { .. }) => Algo::AllReduceTwoShot,
@@ -113,49 +122,61 @@ pub(crate) fn algorithm(op: &Op, size: usize, ll_bytes: usize) -> Result<Algo, S
         (_, Collective::Broadcast { .. }) => Algo::Broadcast,
         (OpKind::AllToAll, _) if block <= ll => Algo::AllToAllLl,
         (OpKind::AllToAll | OpKind::AllToAllV, _) => Algo::AllToAll,
-        (kind, _) => return Err(format!("{kind} has no Accord GPU kernel (NCCL runs it)")),
+        _ => return None,
     })
 }
 
-/// Whether `mode` gives `algo` (of `bytes` in total, on `size` ranks) to these kernels rather
-/// than to NCCL; the reason when not. Under `auto` the limits are where NCCL became faster in
-/// `bench/gpu_engines.sh` on H200s with NVLink; alltoallv (whose sizes ranks do not share)
-/// goes to NCCL.
-pub(crate) fn chosen(mode: GpuEngine, op: &Op, algo: Algo, size: usize) -> Result<(), String> {
+/// Whether `mode` gives `algo` (on `size` ranks) to these kernels rather than to NCCL; the
+/// reason when not. Under `auto` a call goes to the kernels inside the range of total bytes
+/// where they beat NCCL ([`auto_range`]); alltoallv (whose sizes ranks do not share) goes to
+/// NCCL.
+pub(crate) fn chosen(mode: GpuEngine, op: &Op, algo: Algo, _size: usize) -> Result<(), String> {
     match mode {
         GpuEngine::Nccl => return Err("ACCORD_GPU_ENGINE=nccl".into()),
         GpuEngine::Accord => return Ok(()),
         GpuEngine::Auto => {}
     }
+    if algo == Algo::AllToAll && op.kind() == OpKind::AllToAllV {
+        return Err("alltoallv: ranks' sizes differ, so NCCL runs it under auto".into());
+    }
     let bytes = op.bytes();
-    let limit = match algo {
-        Algo::Barrier => usize::MAX,
-        Algo::AllReduceOneShot | Algo::AllGatherLl | Algo::ReduceScatterLl | Algo::AllToAllLl => {
-            usize::MAX
-        }
-        Algo::AllReduceTwoShot => AUTO_ALLREDUCE_MAX,
-        Algo::ReduceScatter | Algo::AllGather => AUTO_GATHER_MAX_PER_RANK * size,
-        Algo::Broadcast => AUTO_BROADCAST_MAX,
-        Algo::AllToAll if op.kind() == OpKind::AllToAll => AUTO_GATHER_MAX_PER_RANK * size,
-        Algo::AllToAll => {
-            return Err("alltoallv: ranks' sizes differ, so NCCL runs it under auto".into())
-        }
-    };
-    match bytes <= limit {
+    let (above, upto) = auto_range(algo);
+    match in_auto_range(op, algo) {
         true => Ok(()),
         false => Err(format!(
-            "{bytes} B is above {limit} B, where NCCL is faster (ACCORD_GPU_ENGINE=accord forces \
-             Accord's kernels)"
+            "NCCL is faster at {bytes} B (the kernel runs {above} < bytes <= {upto} under auto; \
+             ACCORD_GPU_ENGINE=accord forces it)"
         )),
     }
 }
 
-/// Under `auto`: the largest allreduce the two-shot kernel runs.
-pub(crate) const AUTO_ALLREDUCE_MAX: usize = 4 << 20;
-/// Under `auto`: the largest per-rank block of allgather, reduce-scatter and alltoall.
-pub(crate) const AUTO_GATHER_MAX_PER_RANK: usize = 1 << 20;
-/// Under `auto`: the largest broadcast.
-pub(crate) const AUTO_BROADCAST_MAX: usize = 1 << 20;
+/// Whether `auto` gives `algo` for `op` to the kernels ([`chosen`] without the reason).
+pub(crate) fn in_auto_range(op: &Op, algo: Algo) -> bool {
+    if algo == Algo::AllToAll && op.kind() == OpKind::AllToAllV {
+        return false;
+    }
+    let (above, upto) = auto_range(algo);
+    op.bytes() > above && op.bytes() <= upto
+}
+
+/// Under `auto`: the total bytes (exclusive lower bound, inclusive upper bound) each kernel
+/// runs. Measured with `bench/gpu_engines.sh` on two H200s (NVLink; BENCHMARKS.md): the packet
+/// kernels beat NCCL at every size they take; the two-shot allreduce between NCCL's protocol
+/// switch (above 1 MiB) and 4 MiB; the bulk gathers up to 1-2 MiB. NCCL's broadcast was as fast
+/// or faster at every size, so `auto` leaves broadcast to it.
+pub(crate) fn auto_range(algo: Algo) -> (usize, usize) {
+    const MIB: usize = 1 << 20;
+    match algo {
+        Algo::Barrier => (0, usize::MAX),
+        Algo::AllReduceOneShot | Algo::AllGatherLl | Algo::ReduceScatterLl | Algo::AllToAllLl => {
+            (0, usize::MAX)
+        }
+        Algo::AllReduceTwoShot => (MIB, 4 * MIB),
+        Algo::AllGather => (0, 2 * MIB),
+        Algo::ReduceScatter | Algo::AllToAll => (0, MIB),
+        Algo::Broadcast => (0, 0),
+    }
+}
 
 /// The grid of a bulk kernel whose rounds move `round_bytes` per pair: a block per
 /// [`BYTES_PER_BLOCK`], at most [`BULK_BLOCKS`]. `round_bytes` must be agreed by all ranks.

@@ -30,7 +30,10 @@ fn op(kind: OpKind, dtype: DataType, send: &[usize], recv: &[usize], size: usize
 fn allreduce_is_one_shot_up_to_the_packet_limit_then_two_shot() {
     let n = LL_MAX_BYTES / 4;
     let small = op(OpKind::AllReduce, DataType::F32, &[n], &[n], 4);
-    assert_eq!(algorithm(&small, 4, LL_MAX_BYTES), Ok(Algo::AllReduceOneShot));
+    assert_eq!(
+        algorithm(&small, 4, LL_MAX_BYTES),
+        Ok(Algo::AllReduceOneShot)
+    );
     let big = op(OpKind::AllReduce, DataType::F32, &[n + 1], &[n + 1], 4);
     assert_eq!(algorithm(&big, 4, LL_MAX_BYTES), Ok(Algo::AllReduceTwoShot));
 }
@@ -50,7 +53,9 @@ fn v_variants_plan_by_kind_not_by_this_ranks_counts() {
     assert!(chosen(GpuEngine::Auto, &a2av, Algo::AllToAll, 2).is_err());
     assert!(chosen(GpuEngine::Accord, &a2av, Algo::AllToAll, 2).is_ok());
     let red = op(OpKind::Reduce, DataType::F32, &[4], &[4], 2);
-    assert!(algorithm(&red, 2, LL_MAX_BYTES).unwrap_err().contains("NCCL"));
+    assert!(algorithm(&red, 2, LL_MAX_BYTES)
+        .unwrap_err()
+        .contains("NCCL"));
 }
 
 #[test]
@@ -60,28 +65,40 @@ fn too_many_ranks_are_refused_with_the_limit() {
 }
 
 #[test]
-fn auto_sends_large_calls_to_nccl_and_the_switch_overrides() {
-    let n = AUTO_ALLREDUCE_MAX / 4;
-    let at = op(OpKind::AllReduce, DataType::F32, &[n], &[n], 2);
-    let above = op(OpKind::AllReduce, DataType::F32, &[n + 4], &[n + 4], 2);
+fn auto_sends_calls_outside_the_measured_ranges_to_nccl_and_the_switch_overrides() {
     let two = Algo::AllReduceTwoShot;
-    assert!(chosen(GpuEngine::Auto, &at, two, 2).is_ok());
-    let why = chosen(GpuEngine::Auto, &above, two, 2).unwrap_err();
+    let (above, upto) = auto_range(two);
+    let f32s = |bytes: usize| {
+        op(
+            OpKind::AllReduce,
+            DataType::F32,
+            &[bytes / 4],
+            &[bytes / 4],
+            2,
+        )
+    };
+    assert!(chosen(GpuEngine::Auto, &f32s(upto), two, 2).is_ok());
+    assert!(chosen(GpuEngine::Auto, &f32s(above + 4), two, 2).is_ok());
+    let why = chosen(GpuEngine::Auto, &f32s(upto + 4), two, 2).unwrap_err();
     assert!(why.contains("ACCORD_GPU_ENGINE=accord"), "{why}");
-    assert!(chosen(GpuEngine::Accord, &above, two, 2).is_ok());
-    assert!(chosen(GpuEngine::Nccl, &at, two, 2).is_err());
-    // Per-rank limits scale with the world for the gathering kinds.
-    let per = AUTO_GATHER_MAX_PER_RANK / 4;
-    let ag = op(OpKind::AllGather, DataType::F32, &[per], &[per * 8], 8);
-    assert!(chosen(GpuEngine::Auto, &ag, Algo::AllGather, 8).is_ok());
-    let ag = op(
+    assert!(chosen(GpuEngine::Auto, &f32s(above), two, 2).is_err());
+    assert!(chosen(GpuEngine::Accord, &f32s(upto + 4), two, 2).is_ok());
+    assert!(chosen(GpuEngine::Nccl, &f32s(upto), two, 2).is_err());
+    // Packets and the barrier always beat NCCL's latency.
+    let small = f32s(64);
+    assert!(chosen(GpuEngine::Auto, &small, Algo::AllReduceOneShot, 2).is_ok());
+    let (_, ag) = auto_range(Algo::AllGather);
+    let per = ag / 8 / 4;
+    let gather = op(OpKind::AllGather, DataType::F32, &[per], &[per * 8], 8);
+    assert!(chosen(GpuEngine::Auto, &gather, Algo::AllGather, 8).is_ok());
+    let gather = op(
         OpKind::AllGather,
         DataType::F32,
         &[per + 1],
         &[(per + 1) * 8],
         8,
     );
-    assert!(chosen(GpuEngine::Auto, &ag, Algo::AllGather, 8).is_err());
+    assert!(chosen(GpuEngine::Auto, &gather, Algo::AllGather, 8).is_err());
 }
 
 #[test]
@@ -129,7 +146,36 @@ fn packets_carry_small_blocks_up_to_the_limit() {
     let n = LL_MAX_BYTES + 8;
     let ar = op(OpKind::AllReduce, DataType::U8, &[n], &[n], 2);
     assert_eq!(algorithm(&ar, 2, usize::MAX), Ok(Algo::AllReduceTwoShot));
-    for a in [Algo::AllReduceOneShot, Algo::AllGatherLl, Algo::ReduceScatterLl] {
+    for a in [
+        Algo::AllReduceOneShot,
+        Algo::AllGatherLl,
+        Algo::ReduceScatterLl,
+    ] {
         assert!(a.kernel().ends_with("_ll"));
+    }
+}
+
+#[test]
+fn the_quick_answers_agree_with_the_explained_ones() {
+    let mut ops = Vec::new();
+    for bytes in [0usize, 8, 4096, 1 << 20, (1 << 20) + 16, 3 << 20, 64 << 20] {
+        let n = bytes / 4;
+        ops.push(op(OpKind::AllReduce, DataType::F32, &[n], &[n], 4));
+        ops.push(op(OpKind::AllGather, DataType::F32, &[n / 4], &[n / 4 * 4], 4));
+        ops.push(op(OpKind::ReduceScatter, DataType::F32, &[n / 4 * 4], &[n / 4], 4));
+        ops.push(op(OpKind::AllToAll, DataType::F32, &[n / 4 * 4], &[n / 4 * 4], 4));
+        ops.push(op(OpKind::Broadcast, DataType::F32, &[n], &[n], 4));
+        ops.push(op(OpKind::Reduce, DataType::F32, &[n], &[n], 4));
+    }
+    ops.push(op(OpKind::AllToAll, DataType::I8, &[1, 2, 3, 4], &[1, 2, 3, 4], 4));
+    for o in &ops {
+        for size in [4, 17] {
+            let algo = algorithm(o, size, LL_MAX_BYTES);
+            assert_eq!(kernel_for(o, size, LL_MAX_BYTES), algo.clone().ok(), "{}", o.fp);
+            if let Ok(a) = algo {
+                let slow = chosen(GpuEngine::Auto, o, a, size).is_ok();
+                assert_eq!(in_auto_range(o, a), slow, "{}", o.fp);
+            }
+        }
     }
 }
