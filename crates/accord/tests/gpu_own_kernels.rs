@@ -238,7 +238,7 @@ fn check_dtype(g: &Communicator, dtype: DataType, count: usize, seed: u64) -> Re
     )?;
 
     // broadcast from every root, in and out of place.
-    for root in 0..n {
+    for (root, theirs) in inputs.iter().enumerate() {
         let b = up(g, &vec![0x5a; count * es]);
         let what = format!("broadcast from {root}");
         wait(
@@ -248,14 +248,14 @@ fn check_dtype(g: &Communicator, dtype: DataType, count: usize, seed: u64) -> Re
                 root,
             ),
         )?;
-        same(dtype, &what, &down(&b, count * es), &inputs[root])?;
+        same(dtype, &what, &down(&b, count * es), theirs)?;
         let c = up(g, mine);
         wait(&what, g.broadcast(r(slice(&c, count, dtype)), root))?;
         same(
             dtype,
             &format!("{what} in place"),
             &down(&c, count * es),
-            &inputs[root],
+            theirs,
         )?;
     }
 

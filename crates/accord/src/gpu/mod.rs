@@ -7,10 +7,35 @@
 //! [`Communicator::split_devices`]: crate::Communicator::split_devices
 //! [`Communicator::set_timeout`]: crate::Communicator::set_timeout
 //!
-//! CUDA (the driver, `libcuda.so.1`) and NCCL are opened at run time, so this module builds and
-//! its tests run on machines without either; every entry point then returns
+//! CUDA (the driver, `libcuda.so.1`), NCCL and NVRTC are opened at run time, so this module
+//! builds and its tests run on machines without them; every entry point then returns
 //! [`Error::Unsupported`](crate::Error::Unsupported) saying what is missing. See
-//! [`nccl::nccl`] for where NCCL is looked for.
+//! [`nccl::nccl`] for where NCCL is looked for, [`cuda::nvrtc`] for NVRTC.
+//!
+//! ## Two engines: Accord's own kernels and NCCL
+//!
+//! Collectives among the ranks of one host run on Accord's own kernels where they beat NCCL,
+//! and on NCCL elsewhere (`own`): one-shot allreduce, allgather, reduce-scatter and alltoall as
+//! LL packets (flag and data in every 8-byte store) up to 256 KiB, a two-shot allreduce and
+//! bulk allgather, reduce-scatter, broadcast, alltoall and alltoallv through a symmetric scratch
+//! every rank of the host maps ([`symm`]), for every element type and reduce operator (the
+//! bitwise ones too, which NCCL lacks). Every rank reduces in rank order, so results are
+//! bit-identical across ranks. The kernels are CUDA C++ compiled at run time with NVRTC (cached
+//! in the process and in `~/.cache/accord`), so nothing needs CUDA at build time.
+//!
+//! `ACCORD_GPU_ENGINE` chooses: `auto` (the default) gives the kernels the sizes where they were
+//! measured faster than NCCL on NVLink (about 0.4-0.6x NCCL's time up to 512 KiB on two H200s;
+//! BENCHMARKS.md) and NCCL the rest and everything multi-host; `accord` runs every call the
+//! kernels can; `nccl` never loads them (the kill switch). `ACCORD_EXPLAIN=1` makes rank 0 print
+//! which engine and kernel each kind of call got, and why the others declined. Where NCCL
+//! cannot run at all (not installed, or ranks sharing one GPU, which NCCL refuses) the kernels
+//! are the communicator's only engine, so several processes can share a GPU; operations they
+//! lack then fail with [`Error::Unsupported`](crate::Error::Unsupported) saying so.
+//!
+//! Calls on either engine can be captured in a CUDA graph: nothing synchronises the host inside
+//! a call, and the kernels' flags and barrier epochs live in device memory and advance at each
+//! replay. A captured call's [`Completion`](crate::Completion) is complete at once (the work
+//! runs at each replay, on the stream it was captured on).
 //!
 //! ## Attaching a device
 //!
@@ -63,22 +88,25 @@
 //!   driven from one thread), `watchdog` and `health` (the failure policy, a pure function)
 //!   belong to it;
 //! - `engine`: the `DeviceEngine` trait, all the neutral layer knows of an engine; `select`
-//!   picks the engine per operation from an ordered list that ends with NCCL;
+//!   creates a communicator's engines and picks one per operation from an ordered list that
+//!   ends with NCCL (or with Accord's kernels where NCCL cannot run);
+//! - `own`: Accord's kernels (`collectives.cu`), their plans (`plan`: kernel, grid, the `auto`
+//!   ranges) and memory (`scratch`);
 //! - [`nccl`]: the NCCL engine, its loader and its deadline-bound initialisation;
 //! - [`cuda`]: the driver's entry points; `device`: slices, buffers, streams, events;
 //! - `link`: what the layer needs from the host communicator (implemented in `comm::device`),
 //!   so nothing here depends on the host communicator's type.
 //!
-//! ## Operations
+//! ## Operations on NCCL
 //!
 //! broadcast, reduce, allreduce, allgather, reduce_scatter map to NCCL's own collectives. The
 //! variable-count variants, gather, scatter, alltoall(v) and send/recv use grouped `ncclSend` /
 //! `ncclRecv` (allgatherv as grouped broadcasts, reduce_scatterv as grouped reduces). Barrier is
 //! a one-element allreduce, ordered on the stream. [`ReduceOp::Avg`](crate::ReduceOp::Avg) uses
-//! `ncclAvg`; the bitwise operators do not exist in NCCL and fail with
-//! [`Error::Unsupported`](crate::Error::Unsupported). Device splits use `ncclCommSplit`. Another
-//! engine may run an operation before NCCL (module `select`); NCCL runs whatever the others do
-//! not.
+//! `ncclAvg`; the bitwise operators do not exist in NCCL (Accord's kernels run them; without
+//! the kernels they fail with [`Error::Unsupported`](crate::Error::Unsupported)). Device splits
+//! use `ncclCommSplit`; children of a split, and communicators of several GPUs per process, use
+//! NCCL only.
 //!
 //! ## Several GPUs per process
 //!
@@ -125,6 +153,13 @@
 //! but their fingerprint hashes differ, both get [`Error::Desync`](crate::Error::Desync) naming
 //! each side's last call, and the communicator is aborted instead of hanging or reducing
 //! mismatched buffers.
+//!
+//! Accord's kernels add checks on the device: every barrier compares a hash of the call with
+//! the peers' (ranks in different collectives stop with [`Error::Desync`](crate::Error::Desync)
+//! within microseconds, before writing their output), every wait gives up at the communicator's
+//! deadline recording which peer never came, and an abort raises a word in host memory that every
+//! waiting kernel polls. A kernel's recorded failure is read before an operation's completion is
+//! believed, so a kernel that gave up never passes for one that finished.
 
 pub mod cuda;
 pub mod nccl;

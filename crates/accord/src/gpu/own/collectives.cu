@@ -320,9 +320,6 @@ extern "C" __global__ void __launch_bounds__(512) accord_exchange_ll(Ctx c, cons
       Eight e = load8(src + (mode ? q * block : 0) + i * 8, block - i * 8);
       st_line(ll_slot(c, q, h, c.rank) + i, Line{e.h[0], flag, e.h[1], flag});
     }
-  u64 lo, hi;
-  share(block, lo, hi);
-  copy(dst + c.rank * block, src + (mode ? c.rank * block : 0), lo, hi);
   bool ok = true;
   for (u64 i = first; ok && i < lines; i += stride)
     for (u32 q = 0; ok && q < c.size; ++q) {
@@ -332,6 +329,13 @@ extern "C" __global__ void __launch_bounds__(512) accord_exchange_ll(Ctx c, cons
       if (ok) store8(dst + q * block + i * 8, e, block - i * 8);
     }
   if (!ok) s.failed = 1;
+  __syncthreads();
+  // This rank's own block last: a call that failed (a desync, a peer gone) leaves it alone.
+  if (!s.failed) {
+    u64 lo, hi;
+    share(block, lo, hi);
+    copy(dst + c.rank * block, src + (mode ? c.rank * block : 0), lo, hi);
+  }
   leave(c, s);
 }
 

@@ -90,7 +90,7 @@ impl Scratch {
         )?;
         let mut scratch = Scratch {
             cu,
-            ctx: ctx as usize,
+            ctx,
             buf,
             counters: 0,
             control: control.cast(),

@@ -161,17 +161,46 @@ fn the_quick_answers_agree_with_the_explained_ones() {
     for bytes in [0usize, 8, 4096, 1 << 20, (1 << 20) + 16, 3 << 20, 64 << 20] {
         let n = bytes / 4;
         ops.push(op(OpKind::AllReduce, DataType::F32, &[n], &[n], 4));
-        ops.push(op(OpKind::AllGather, DataType::F32, &[n / 4], &[n / 4 * 4], 4));
-        ops.push(op(OpKind::ReduceScatter, DataType::F32, &[n / 4 * 4], &[n / 4], 4));
-        ops.push(op(OpKind::AllToAll, DataType::F32, &[n / 4 * 4], &[n / 4 * 4], 4));
+        ops.push(op(
+            OpKind::AllGather,
+            DataType::F32,
+            &[n / 4],
+            &[n / 4 * 4],
+            4,
+        ));
+        ops.push(op(
+            OpKind::ReduceScatter,
+            DataType::F32,
+            &[n / 4 * 4],
+            &[n / 4],
+            4,
+        ));
+        ops.push(op(
+            OpKind::AllToAll,
+            DataType::F32,
+            &[n / 4 * 4],
+            &[n / 4 * 4],
+            4,
+        ));
         ops.push(op(OpKind::Broadcast, DataType::F32, &[n], &[n], 4));
         ops.push(op(OpKind::Reduce, DataType::F32, &[n], &[n], 4));
     }
-    ops.push(op(OpKind::AllToAll, DataType::I8, &[1, 2, 3, 4], &[1, 2, 3, 4], 4));
+    ops.push(op(
+        OpKind::AllToAll,
+        DataType::I8,
+        &[1, 2, 3, 4],
+        &[1, 2, 3, 4],
+        4,
+    ));
     for o in &ops {
         for size in [4, 17] {
             let algo = algorithm(o, size, LL_MAX_BYTES);
-            assert_eq!(kernel_for(o, size, LL_MAX_BYTES), algo.clone().ok(), "{}", o.fp);
+            assert_eq!(
+                kernel_for(o, size, LL_MAX_BYTES),
+                algo.clone().ok(),
+                "{}",
+                o.fp
+            );
             if let Ok(a) = algo {
                 let slow = chosen(GpuEngine::Auto, o, a, size).is_ok();
                 assert_eq!(in_auto_range(o, a), slow, "{}", o.fp);
