@@ -9,9 +9,10 @@
 // survive the kernel, so CUDA graph replays keep advancing them. A word with the same epoch but
 // another op hash is a desync: the kernel records it and returns without writing its output.
 //
-// LL packets (one-shot allreduce): 16-byte lines holding 8 data bytes and the flag twice; the
-// flag carries the block's packet sequence number and the op hash, so data and "it arrived"
-// travel together. Two halves of the packet area alternate between consecutive LL calls.
+// LL packets (small allreduce, allgather, reduce-scatter, alltoall): 16-byte lines holding 8
+// data bytes and two flags, which carry the block's packet sequence number and the op hash, so
+// data and "it arrived" travel together. Two halves of the packet area alternate between
+// consecutive LL calls.
 //
 // Bulk kernels: each round moves up to `chunk` bytes per (source, destination) pair through
 // the destination's slot of the source, in one of two halves that alternate between rounds.
@@ -225,8 +226,8 @@ __device__ __forceinline__ char* slot(const Ctx& c, u32 owner, u32 h, u32 region
 }
 
 // ------------------------------------------------------------------------------------------
-// LL packets: 16-byte lines, 8 data bytes and the flag twice (each 8-byte half is one store).
-// The flag carries the block's packet sequence number (never zero) and the op hash. Every LL
+// LL packets: 16-byte lines, 8 data bytes and two flags (each 8-byte half, data and flag, is
+// one store). The flags carry the block's packet sequence number and the op hash. Every LL
 // kernel runs LL_BLOCKS blocks, so line i always belongs to the same block and the halves of
 // the packet area alternate per line between consecutive LL calls; every LL call exchanges data
 // with every peer, so no rank gets two calls ahead of another. A call of no lines is no call.
@@ -276,8 +277,16 @@ __device__ __forceinline__ void store8(char* p, Eight e, u64 avail) {
   }
 }
 
-__device__ __forceinline__ u32 ll_flag(const Ctx& c, u32 seq) {
-  return ((seq & 0xffffu) << 16) | (c.hash & 0xfffeu) | 1u;
+// The two flags of a line: the block's 32-bit packet sequence number, and the same mixed with
+// the op hash (ranks in different calls never see each other's packets arrive). A stale line of
+// an earlier call in the same half would need the sequence number to have wrapped 2^32 calls.
+struct Flag {
+  u32 a, b;
+};
+
+__device__ __forceinline__ Flag ll_flag(const Ctx& c, u32 seq) {
+  Flag f = {seq, seq ^ c.hash ^ 0x80000000u};
+  return f;
 }
 
 // Source `src_rank`'s packet slot in rank `owner`'s area (as mapped here), half h.
@@ -293,10 +302,10 @@ __device__ __forceinline__ void ll_enter(const Ctx& c, BlockState& s) {
 }
 
 // Line i from source q of this rank's area, once its flags say it arrived.
-__device__ __forceinline__ bool ll_read(const Ctx& c, const Line* p, u32 flag, u32 q, Eight& out) {
+__device__ __forceinline__ bool ll_read(const Ctx& c, const Line* p, Flag flag, u32 q, Eight& out) {
   Spin spin;
   Line v = ld_line(p);
-  while (v.f0 != flag || v.f1 != flag) {
+  while (v.f0 != flag.a || v.f1 != flag.b) {
     if (!spin.go_on(c, q)) return false;
     v = ld_line(p);
   }
@@ -312,13 +321,14 @@ extern "C" __global__ void __launch_bounds__(512) accord_exchange_ll(Ctx c, cons
   u64 lines = (block + 7) / 8;
   if (lines == 0) return;
   ll_enter(c, s);
-  u32 flag = ll_flag(c, s.seq), h = s.seq & 1;
+  Flag flag = ll_flag(c, s.seq);
+  u32 h = s.seq & 1;
   u64 stride = (u64)gridDim.x * blockDim.x, first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
   for (u64 i = first; i < lines; i += stride)
     for (u32 q = 0; q < c.size; ++q) {
       if (q == c.rank) continue;
       Eight e = load8(src + (mode ? q * block : 0) + i * 8, block - i * 8);
-      st_line(ll_slot(c, q, h, c.rank) + i, Line{e.h[0], flag, e.h[1], flag});
+      st_line(ll_slot(c, q, h, c.rank) + i, Line{e.h[0], flag.a, e.h[1], flag.b});
     }
   bool ok = true;
   for (u64 i = first; ok && i < lines; i += stride)
@@ -652,7 +662,7 @@ extern "C" __global__ void __launch_bounds__(512) accord_allreduce_2shot(Ctx c, 
 
 // Fold lane by lane, in rank order, what source q holds at line i: this rank's own line `mine`,
 // the others' packets. False if a packet never came.
-__device__ __forceinline__ bool ll_fold(const Ctx& c, u32 h, u32 flag, u64 i, Eight mine,
+__device__ __forceinline__ bool ll_fold(const Ctx& c, u32 h, Flag flag, u64 i, Eight mine,
                                         Eight& out) {
   A acc[LANES];
   for (u32 q = 0; q < c.size; ++q) {
@@ -681,12 +691,13 @@ extern "C" __global__ void __launch_bounds__(512) accord_allreduce_ll(Ctx c, con
   u64 lines = (bytes + 7) / 8;
   if (lines == 0) return;
   ll_enter(c, s);
-  u32 flag = ll_flag(c, s.seq), h = s.seq & 1;
+  Flag flag = ll_flag(c, s.seq);
+  u32 h = s.seq & 1;
   u64 stride = (u64)gridDim.x * blockDim.x, first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
   for (u64 i = first; i < lines; i += stride) {
     Eight e = load8(src + i * 8, bytes - i * 8);
     for (u32 q = 0; q < c.size; ++q)
-      if (q != c.rank) st_line(ll_slot(c, q, h, c.rank) + i, Line{e.h[0], flag, e.h[1], flag});
+      if (q != c.rank) st_line(ll_slot(c, q, h, c.rank) + i, Line{e.h[0], flag.a, e.h[1], flag.b});
   }
   bool ok = true;
   for (u64 i = first; ok && i < lines; i += stride) {
@@ -705,13 +716,14 @@ extern "C" __global__ void __launch_bounds__(512) accord_reduce_scatter_ll(Ctx c
   u64 block = count * sizeof(T), lines = (block + 7) / 8;
   if (lines == 0) return;
   ll_enter(c, s);
-  u32 flag = ll_flag(c, s.seq), h = s.seq & 1;
+  Flag flag = ll_flag(c, s.seq);
+  u32 h = s.seq & 1;
   u64 stride = (u64)gridDim.x * blockDim.x, first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
   for (u64 i = first; i < lines; i += stride)
     for (u32 q = 0; q < c.size; ++q) {
       if (q == c.rank) continue;
       Eight e = load8(src + q * block + i * 8, block - i * 8);
-      st_line(ll_slot(c, q, h, c.rank) + i, Line{e.h[0], flag, e.h[1], flag});
+      st_line(ll_slot(c, q, h, c.rank) + i, Line{e.h[0], flag.a, e.h[1], flag.b});
     }
   bool ok = true;
   for (u64 i = first; ok && i < lines; i += stride) {
