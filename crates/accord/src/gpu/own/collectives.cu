@@ -73,10 +73,24 @@ __device__ __forceinline__ bool aborted(const Ctx& c) {
   return *(volatile u32*)c.control != 0;
 }
 
+// This rank's dead word (device memory, after the counters): set once a kernel of this rank
+// failed or saw an abort. Later kernels then stop before signalling anyone: a peer still in an
+// earlier call would take their arrival for that of the kernel that gave up, and read slots it
+// never filled.
+__device__ __forceinline__ volatile u32* dead_word(const Ctx& c) {
+  return (volatile u32*)c.epochs + 2 * MAXB;
+}
+
+__device__ __forceinline__ void die(const Ctx& c) {
+  *dead_word(c) = 1;
+  __threadfence();
+}
+
 // Record the first failure and stop every kernel of this communicator.
 __device__ void record(const Ctx& c, u64 code, u32 peer) {
   atomicCAS((u64*)(c.control + 8), 0ull, (1ull << 63) | (code << 32) | peer);
   *(volatile u32*)c.control = 1;
+  die(c);
   __threadfence_system();
 }
 
@@ -87,7 +101,10 @@ struct Spin {
   __device__ Spin() : start(0), n(0) {}
   __device__ __forceinline__ bool go_on(const Ctx& c, u32 peer) {
     if ((++n & 255) != 0) return true;
-    if (aborted(c)) return false;
+    if (aborted(c)) {
+      die(c);
+      return false;
+    }
     u64 t = now_ns();
     if (start == 0) start = t;
     if (t - start > c.timeout_ns) {
@@ -104,8 +121,9 @@ __device__ __forceinline__ void enter(const Ctx& c, BlockState& s) {
     s.epoch = e[blockIdx.x];
     s.seq = e[MAXB + blockIdx.x];
     // The abort word is host memory: a read costs a PCIe round trip (many blocks reading at
-    // once serialise), so kernels look at it only while they wait (Spin).
-    s.failed = 0;
+    // once serialise), so kernels look at it only while they wait (Spin); the dead word, which
+    // a failure or a seen abort sets, is this GPU's.
+    s.failed = *dead_word(c) != 0;
   }
   __syncthreads();
 }
@@ -130,8 +148,11 @@ __device__ __forceinline__ void leave(const Ctx& c, BlockState& s) {
 __device__ bool barrier(const Ctx& c, BlockState& s, bool wrote = false,
                         const u64 (*meta)[2] = 0) {
   if (wrote) __threadfence_system();
+  // Read before the block meets: waiting threads may set it afterwards, and every thread must
+  // take the same branch around the __syncthreads below.
+  int was = s.failed;
   __syncthreads();
-  if (s.failed) return false;
+  if (was) return false;
   u32 e = s.epoch + 1;
   u32 t = threadIdx.x;
   if (t < c.size && t != c.rank) {
@@ -321,6 +342,10 @@ extern "C" __global__ void __launch_bounds__(512) accord_exchange_ll(Ctx c, cons
   u64 lines = (block + 7) / 8;
   if (lines == 0) return;
   ll_enter(c, s);
+  if (s.failed) {
+    leave(c, s);
+    return;
+  }
   Flag flag = ll_flag(c, s.seq);
   u32 h = s.seq & 1;
   u64 stride = (u64)gridDim.x * blockDim.x, first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -691,6 +716,10 @@ extern "C" __global__ void __launch_bounds__(512) accord_allreduce_ll(Ctx c, con
   u64 lines = (bytes + 7) / 8;
   if (lines == 0) return;
   ll_enter(c, s);
+  if (s.failed) {
+    leave(c, s);
+    return;
+  }
   Flag flag = ll_flag(c, s.seq);
   u32 h = s.seq & 1;
   u64 stride = (u64)gridDim.x * blockDim.x, first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -716,6 +745,10 @@ extern "C" __global__ void __launch_bounds__(512) accord_reduce_scatter_ll(Ctx c
   u64 block = count * sizeof(T), lines = (block + 7) / 8;
   if (lines == 0) return;
   ll_enter(c, s);
+  if (s.failed) {
+    leave(c, s);
+    return;
+  }
   Flag flag = ll_flag(c, s.seq);
   u32 h = s.seq & 1;
   u64 stride = (u64)gridDim.x * blockDim.x, first = (u64)blockIdx.x * blockDim.x + threadIdx.x;

@@ -20,6 +20,11 @@
 //! reduce, gather, scatter, the `v` variants of allgather and reduce-scatter, splits) fail with
 //! [`Error::Unsupported`] saying so.
 //!
+//! Calls of one communicator must not run at the same time on two streams: the kernels share
+//! the communicator's counters and scratch, so a call issued on another stream than the
+//! previous one must be ordered after it (e.g. with `Completion::stream_wait`), as the calls of
+//! a NCCL communicator are best ordered too.
+//!
 //! Guarantees are the NCCL path's: the neutral layer's ordering, fingerprints, watchdog and
 //! timeouts apply unchanged. In addition every barrier compares a hash of the call with the
 //! peers', so ranks that issue different collectives stop with [`Error::Desync`] before writing

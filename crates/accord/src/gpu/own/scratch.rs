@@ -5,7 +5,8 @@
 //!   allreduce (`[2 halves][size sources][2 x LL_MAX_BYTES]`: a 16-byte line carries 8 data
 //!   bytes) and the bulk area (`[2 halves][in, out][size sources][chunk]`);
 //! - per-block counters in this rank's device memory (barrier epochs, packet sequence numbers),
-//!   which outlive every kernel so that CUDA graph replays keep counting;
+//!   which outlive every kernel so that CUDA graph replays keep counting, and the dead word a
+//!   failed or aborted kernel sets, after which this rank's kernels signal no one;
 //! - two words of pinned host memory the kernels map: the abort word (the host raises it to
 //!   make running kernels return; a failing kernel raises it for the others) and the error word
 //!   (the first failure: `(1 << 63) | (code << 32) | peer`).
@@ -58,7 +59,7 @@ pub(crate) struct Scratch {
     cu: &'static Driver,
     ctx: usize,
     pub buf: SymmetricBuffer,
-    /// `u32 [2][MAX_BLOCKS]`, this rank's.
+    /// `u32 [2][MAX_BLOCKS]` and the dead word, this rank's.
     pub counters: CuDevicePtr,
     /// Pinned host memory: the abort word (u32 at 0), the error word (u64 at 8).
     control: *mut u8,
@@ -104,7 +105,8 @@ impl Scratch {
             unsafe { (launch.mem_host_get_device_pointer)(&mut scratch.control_dev, control, 0) },
             "cuMemHostGetDevicePointer",
         )?;
-        let counter_bytes = 2 * MAX_BLOCKS as usize * 4;
+        // The counters, then the dead word (`collectives.cu`).
+        let counter_bytes = 2 * MAX_BLOCKS as usize * 4 + 16;
         // SAFETY: out-pointer to a field; cleared below before any kernel runs.
         cu.check(
             unsafe { (cu.mem_alloc)(&mut scratch.counters, counter_bytes) },
@@ -176,7 +178,8 @@ pub(crate) fn decode(word: u64, comm: &str, me: usize, mine: &str, after: Durati
         },
         SIZES_DIFFER => Error::invalid(format!(
             "alltoallv on {comm}: rank {peer} sends rank {me} a different number of elements \
-             than rank {me} expects from it ({mine}); nothing was written"
+             than rank {me} expects from it ({mine}); nothing was written here (the other ranks stop at \
+             their deadline waiting for this one)"
         )),
         _ => Error::Timeout {
             op: mine.to_string(),
