@@ -25,6 +25,8 @@ const ANSWER_GRACE: Duration = Duration::from_secs(5);
 const MAX_IDLE: usize = 8;
 /// How long a probe waits to learn whether anything still listens at the store's address.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Probes of a store that accepted but did not greet, before it counts as alive.
+const PROBE_ROUNDS: usize = 3;
 
 /// A connection to a [`super::StoreServer`] (or any Accord store).
 #[derive(Clone)]
@@ -308,37 +310,64 @@ impl StoreClient {
     /// Whether no store serves at its address any more: connections are refused, closed before
     /// the store's greeting (the listener of a process being torn down can still complete a
     /// connect), or greeted by something else (another process that took the freed port, such
-    /// as a rank's peer listener).
+    /// as a rank's peer listener). A probe that is accepted but never greeted is asked again a
+    /// few times: a killed process's listener can accept until its teardown ends, and a live
+    /// store greets at once.
     fn store_is_gone(&self) -> bool {
+        for _ in 0..PROBE_ROUNDS {
+            match self.probe() {
+                Some(gone) => return gone,
+                None => continue,
+            }
+        }
+        false
+    }
+
+    /// One probe of the store's address: `Some(gone)`, or `None` if a connection was accepted
+    /// and nothing was said on it in time.
+    fn probe(&self) -> Option<bool> {
         let Ok(addrs) = self.inner.addr.to_socket_addrs() else {
-            return false;
+            return Some(false);
         };
         let addrs: Vec<SocketAddr> = addrs.collect();
-        !addrs.is_empty()
-            && addrs
-                .iter()
-                .all(|a| match TcpStream::connect_timeout(a, PROBE_TIMEOUT) {
-                    // Reset: the listener went away during the connect.
-                    Err(e) => matches!(
+        if addrs.is_empty() {
+            return Some(false);
+        }
+        let mut gone = true;
+        for a in &addrs {
+            match TcpStream::connect_timeout(a, PROBE_TIMEOUT) {
+                // Reset: the listener went away during the connect.
+                Err(e) => {
+                    gone &= matches!(
                         e.kind(),
                         ErrorKind::ConnectionRefused
                             | ErrorKind::ConnectionReset
                             | ErrorKind::ConnectionAborted
-                    ),
-                    Ok(mut s) => {
-                        let _ = s.set_read_timeout(Some(PROBE_TIMEOUT));
-                        let mut hello = [0u8; 9];
-                        match s.read_exact(&mut hello) {
-                            Ok(()) => !auth::greets_as(&hello, Role::Store),
-                            Err(e) => matches!(
+                    )
+                }
+                Ok(mut s) => {
+                    let _ = s.set_read_timeout(Some(PROBE_TIMEOUT));
+                    let mut hello = [0u8; 9];
+                    match s.read_exact(&mut hello) {
+                        Ok(()) => gone &= !auth::greets_as(&hello, Role::Store),
+                        Err(e)
+                            if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
+                        {
+                            return None
+                        }
+                        Err(e) => {
+                            gone &= matches!(
                                 e.kind(),
                                 ErrorKind::UnexpectedEof
                                     | ErrorKind::ConnectionReset
                                     | ErrorKind::ConnectionAborted
-                            ),
+                            )
                         }
                     }
-                })
+                }
+            }
+        }
+        Some(gone)
     }
 
     /// An I/O error on an established connection: the end of the connection, or another error.
