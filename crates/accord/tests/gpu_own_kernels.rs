@@ -141,23 +141,103 @@ fn same(dtype: DataType, what: &str, got: &[u8], want: &[u8]) -> Result<(), Stri
     Ok(())
 }
 
-fn up(g: &Communicator, bytes: &[u8]) -> DeviceBuffer<u8> {
+/// A device array of a test: an ordinary allocation, or a piece of the symmetric heap.
+enum Arr {
+    Plain(DeviceBuffer<u8>),
+    /// Address, device.
+    Heap(u64, usize),
+}
+
+/// The driver, with `device`'s primary context current on this thread.
+fn on_device(device: usize) -> &'static cuda::Driver {
+    let cu = cuda::driver().unwrap();
+    let ctx = cu.primary_context(device).unwrap();
+    // SAFETY: the device's primary context, retained by the driver for the process.
+    cu.check(unsafe { (cu.ctx_set_current)(ctx) }, "cuCtxSetCurrent")
+        .unwrap();
+    cu
+}
+
+impl Arr {
+    fn ptr(&self) -> u64 {
+        match self {
+            Arr::Plain(b) => b.slice().ptr(),
+            Arr::Heap(p, _) => *p,
+        }
+    }
+
+    fn copy_from_host(&self, bytes: &[u8]) -> accord::Result<()> {
+        match self {
+            Arr::Plain(b) => b.copy_from_host(bytes),
+            Arr::Heap(p, device) => {
+                let cu = on_device(*device);
+                // SAFETY: `up` placed at least `bytes.len()` bytes at p, in the heap buffer.
+                cu.check(
+                    unsafe { (cu.memcpy_htod)(*p, bytes.as_ptr().cast(), bytes.len()) },
+                    "cuMemcpyHtoD",
+                )
+            }
+        }
+    }
+}
+
+/// Where `up` places arrays while a test runs on the symmetric heap: the buffer and the next
+/// free byte.
+static HEAP: std::sync::Mutex<Option<(accord::gpu::symm::SymmetricBuffer, usize)>> =
+    std::sync::Mutex::new(None);
+
+/// Run `f` with `up` placing arrays in `buf` (from its start), then give the buffer back.
+fn on_heap<R>(
+    buf: accord::gpu::symm::SymmetricBuffer,
+    f: impl FnOnce() -> R,
+) -> (R, accord::gpu::symm::SymmetricBuffer) {
+    *HEAP.lock().unwrap() = Some((buf, 0));
+    let r = f();
+    let (buf, _) = HEAP.lock().unwrap().take().unwrap();
+    (r, buf)
+}
+
+fn up(g: &Communicator, bytes: &[u8]) -> Arr {
     let mut b = bytes.to_vec();
     if b.is_empty() {
         b.push(0);
     }
-    g.device_copy(&b).expect("device copy")
+    let mut heap = HEAP.lock().unwrap();
+    if let Some((buf, next)) = heap.as_mut() {
+        // 16-byte aligned, plus an odd multiple of 16 so arrays start anywhere in a buffer.
+        let at = next.next_multiple_of(16) + 16;
+        assert!(at + b.len() <= buf.len(), "the test's heap buffer is full");
+        *next = at + b.len();
+        let a = Arr::Heap(buf.ptr() + at as u64, buf.device());
+        a.copy_from_host(&b).expect("upload to the heap");
+        return a;
+    }
+    Arr::Plain(g.device_copy(&b).expect("device copy"))
 }
 
-fn slice(b: &DeviceBuffer<u8>, count: usize, dtype: DataType) -> DeviceSlice {
-    // SAFETY: the buffer holds at least count * size bytes (or is a one-byte stand-in for
+fn slice(b: &Arr, count: usize, dtype: DataType) -> DeviceSlice {
+    // SAFETY: the array holds at least count * size bytes (or is a one-byte stand-in for
     // count 0) and outlives the call, which is waited for.
-    unsafe { DeviceSlice::from_raw(b.slice().ptr(), count, dtype) }
+    unsafe { DeviceSlice::from_raw(b.ptr(), count, dtype) }
 }
 
-fn down(b: &DeviceBuffer<u8>, bytes: usize) -> Vec<u8> {
-    let mut v = b.to_host().expect("download");
-    v.truncate(bytes);
+fn down(b: &Arr, bytes: usize) -> Vec<u8> {
+    let device = match b {
+        Arr::Plain(b) => {
+            let mut v = b.to_host().expect("download");
+            v.truncate(bytes);
+            return v;
+        }
+        Arr::Heap(_, device) => *device,
+    };
+    let mut v = vec![0u8; bytes];
+    let cu = on_device(device);
+    // SAFETY: the array holds at least `bytes` (it was uploaded with them).
+    cu.check(
+        unsafe { (cu.memcpy_dtoh)(v.as_mut_ptr().cast(), b.ptr(), bytes) },
+        "cuMemcpyDtoH",
+    )
+    .expect("download");
     v
 }
 
@@ -332,6 +412,60 @@ fn processes_every_kernel_dtype_and_op_matches_the_host() {
     );
 }
 
+/// Arrays of the symmetric heap go zero-copy in the bulk kernels, on every rank (one round, no
+/// scratch) or on even ranks only (the others copy through the scratch; each rank reads some
+/// peers where they lie and others from its slots), bit for bit like ordinary arrays.
+#[test]
+fn processes_symmetric_heap_arrays_go_zero_copy_and_match_the_host() {
+    let test = "processes_symmetric_heap_arrays_go_zero_copy_and_match_the_host";
+    let Some((_, g)) = launched(test) else {
+        return;
+    };
+    if std::env::var("ACCORD_GPU_ENGINE").as_deref() != Ok("accord") {
+        println!("{test}: skipping: needs ACCORD_GPU_ENGINE=accord (every size to the kernels)");
+        return;
+    }
+    let mut buf = g.alloc_symmetric(128 << 20).expect("symmetric heap");
+    let dtypes = [DataType::F32, DataType::BF16, DataType::I64, DataType::U8];
+    for (k, mode) in ["every rank", "even ranks"].into_iter().enumerate() {
+        let mine = k == 0 || g.rank() % 2 == 0;
+        let before = accord::testing::gpu_zero_copy_calls();
+        let mut expected = 0;
+        for (i, dtype) in dtypes.into_iter().enumerate() {
+            // Above the packet kernels' 256 KiB, so the bulk kernels run, in several rounds
+            // through the scratch with ACCORD_GPU_CHUNK_BYTES=65536.
+            let count = 300_000 / dtype.size() + 1;
+            let seed = 7000 + 10 * k as u64 + i as u64;
+            let run = || check_dtype(g, dtype, count, seed);
+            let done = match mine {
+                true => {
+                    let (r, b) = on_heap(buf, run);
+                    buf = b;
+                    r
+                }
+                false => run(),
+            };
+            done.unwrap_or_else(|e| panic!("rank {}: heap on {mode}: {dtype}: {e}", g.rank()));
+            // Per operator: allreduce out of place and in place, reduce_scatter; then
+            // allgather, broadcast as the root (out of place and in place), alltoall(v).
+            expected += 3 * ops_for(dtype).len() + 5;
+        }
+        let zero_copy = accord::testing::gpu_zero_copy_calls() - before;
+        let want = if mine { expected as u64 } else { 0 };
+        assert_eq!(
+            zero_copy,
+            want,
+            "rank {}: heap on {mode}: calls that went zero-copy",
+            g.rank()
+        );
+        println!(
+            "{test}: rank {}: heap on {mode}: {zero_copy} calls zero-copy, results bit-identical",
+            g.rank()
+        );
+    }
+    buf.free().expect("free the heap buffer");
+}
+
 /// A stream of our own, to capture on (the legacy default stream cannot be captured).
 fn new_stream() -> CuStream {
     cuda::driver().unwrap().new_stream().unwrap()
@@ -503,9 +637,15 @@ fn processes_desync_is_named_before_any_output_is_written() {
         started.elapsed()
     );
     // Nothing was written into the output.
+    let out = down(&b, g.size() * count * 4);
+    let written: Vec<usize> = (0..out.len()).filter(|&i| out[i] != 0x77).collect();
     assert!(
-        down(&b, g.size() * count * 4).iter().all(|&x| x == 0x77),
-        "rank {me}: output written"
+        written.is_empty(),
+        "rank {me}: output written at {} of {} bytes, from byte {:?}: {:02x?}",
+        written.len(),
+        out.len(),
+        written.first(),
+        &out[written.first().copied().unwrap_or(0)..][..16.min(out.len())]
     );
     println!(
         "{test}: rank {me}: {e} after {:?}; output untouched",
@@ -558,4 +698,49 @@ fn processes_rank_killed_is_named() {
         .is_err());
     // Stay a moment: a survivor that exits now would be the next rank the others see leave.
     std::thread::sleep(Duration::from_secs(2));
+}
+
+/// Under `auto`, where the call's arrays lie picks the engine (heap arrays go to the kernels at
+/// sizes where ordinary ones go to NCCL): ranks that disagree must get a desync naming it, not
+/// a hang. Needs NCCL (one GPU per rank) and ACCORD_GPU_ENGINE=auto.
+#[test]
+fn processes_desync_when_only_some_ranks_pass_heap_arrays_under_auto() {
+    let test = "processes_desync_when_only_some_ranks_pass_heap_arrays_under_auto";
+    if std::env::var("ACCORD_GPU_DESYNC_TEST").is_err() {
+        println!("{test}: skipping: set ACCORD_GPU_DESYNC_TEST=1 (fails the communicator)");
+        return;
+    }
+    if std::env::var("ACCORD_GPU_ENGINE").as_deref() != Ok("auto") {
+        println!("{test}: skipping: needs ACCORD_GPU_ENGINE=auto");
+        return;
+    }
+    let Some((_, g)) = launched(test) else {
+        return;
+    };
+    if g.device_info().is_some_and(|i| i.engine != "NCCL") {
+        println!("{test}: skipping: NCCL cannot run here (ranks share a GPU?)");
+        return;
+    }
+    let me = g.rank();
+    // 16 MiB: the two-shot kernel on heap arrays, NCCL on ordinary ones.
+    let count = 4 << 20;
+    let heap = g.alloc_symmetric(count * 4).expect("symmetric heap");
+    let plain = up(g, &vec![0; count * 4]);
+    let x = match me {
+        // SAFETY: the heap buffer holds count f32 and outlives the call (forgotten below).
+        0 => unsafe { DeviceSlice::from_raw(heap.ptr(), count, DataType::F32) },
+        _ => slice(&plain, count, DataType::F32),
+    };
+    let started = Instant::now();
+    let e = g
+        .all_reduce(r(x), ReduceOp::Sum)
+        .and_then(|c| c.wait())
+        .expect_err("ranks on different engines must fail");
+    let took = started.elapsed();
+    println!("{test}: rank {me}: {e} after {took:?}");
+    assert!(matches!(e, Error::Desync { .. }), "rank {me}: {e}");
+    assert!(e.to_string().contains("symmetric-heap"), "rank {me}: {e}");
+    assert!(took < Duration::from_secs(10), "rank {me}: {took:?}");
+    // The device communicator failed; its memory goes with the process.
+    std::mem::forget(heap);
 }

@@ -51,6 +51,10 @@ impl HostLink for AttachedHost {
         HostLink::store(&self.host().ok()?, prefix)
     }
 
+    fn heap_name(&self) -> String {
+        self.host().map(|h| h.heap_name()).unwrap_or_default()
+    }
+
     fn members_failure(&self, members: &[usize]) -> Option<Error> {
         match self.host() {
             Ok(h) => h.members_failure(members),
@@ -84,6 +88,10 @@ impl HostLink for Communicator {
 
     fn store(&self, prefix: &str) -> Option<StoreClient> {
         Communicator::store(self).map(|s| s.with_prefix(prefix))
+    }
+
+    fn heap_name(&self) -> String {
+        format!("{}/{:x}", self.name(), self.inner.id)
     }
 
     fn members_failure(&self, members: &[usize]) -> Option<Error> {

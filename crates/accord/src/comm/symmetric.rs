@@ -65,7 +65,7 @@ impl Communicator {
         // Weak: the communicator holds the group.
         let link: Arc<dyn crate::gpu::HostLink> =
             Arc::new(super::device::AttachedHost(Arc::downgrade(&self.inner)));
-        let name = format!("{}/{:x}", self.name(), self.inner.id);
+        let name = crate::gpu::HostLink::heap_name(self);
         let g = LocalGroup::join(link, (cu, ctx as usize), device, &name)?;
         *slot = Some(g.clone());
         Ok(g)

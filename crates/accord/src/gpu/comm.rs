@@ -58,6 +58,9 @@ pub(crate) struct OpState {
     pub cseq: u64,
     pub hash: u64,
     pub last: Option<Fingerprint>,
+    /// Which engine ran the last collective (its place in the list; ranks must agree, so it
+    /// enters `hash`) and whether on symmetric-heap arrays (for messages).
+    pub route: (usize, bool),
     pub outstanding: VecDeque<Outstanding>,
 }
 
@@ -265,8 +268,32 @@ impl DeviceComm {
                 recv
             }
         };
-        let engine = self.engines.pick(op, op.bytes(), self.rank)?;
-        self.launch(op.fp, true, stream, |s| engine.enqueue(op, send, recv, s))
+        let heap = self.engines.heap_arrays(op, send, recv);
+        let (at, engine) = self.engines.pick(op, heap, self.rank)?;
+        self.launch(op.fp, Some((at, heap)), stream, |s| {
+            engine.enqueue(op, send, recv, s)
+        })
+    }
+
+    /// The last collective, for messages: with the engine that ran it where there are several
+    /// (ranks that passed symmetric-heap arrays and ranks that did not may have picked
+    /// different ones).
+    pub(super) fn last_call(&self, st: &OpState) -> String {
+        let Some(fp) = st.last else {
+            return String::new();
+        };
+        match self.engines.len() {
+            1 => fp.to_string(),
+            _ => format!(
+                "{fp} on {}{}",
+                self.engines.name_at(st.route.0),
+                if st.route.1 {
+                    ", symmetric-heap arrays"
+                } else {
+                    ""
+                }
+            ),
+        }
     }
 
     /// Enqueue point-to-point sends and receives (one group when several) on `stream`, named
@@ -289,14 +316,15 @@ impl DeviceComm {
             }
         }
         let engine = self.engines.fallback();
-        self.launch(fp, false, stream, |s| engine.enqueue_p2p(ops, s))
+        self.launch(fp, None, stream, |s| engine.enqueue_p2p(ops, s))
     }
 
-    /// Give the operation its place and event, and enqueue it with `f`.
+    /// Give the operation its place and event, and enqueue it with `f`. `route`: for a
+    /// collective, the engine's place and whether on symmetric-heap arrays.
     fn launch(
         self: &Arc<Self>,
         fp: Fingerprint,
-        collective: bool,
+        route: Option<(usize, bool)>,
         stream: Stream,
         f: impl FnOnce(CuStream) -> EngineResult<()>,
     ) -> Result<GpuRequest> {
@@ -311,10 +339,11 @@ impl DeviceComm {
         let (seq, cseq) = {
             let mut st = self.state.lock().expect("gpu op state");
             st.seq += 1;
-            if collective {
+            if let Some(route) = route {
                 st.cseq += 1;
-                st.hash = mix(st.hash, &fp);
+                st.hash = mix(st.hash, &fp) ^ route_bits(route);
                 st.last = Some(fp);
+                st.route = route;
             }
             (st.seq, st.cseq)
         };
@@ -337,7 +366,7 @@ impl DeviceComm {
         }
         st.outstanding.push_back(Outstanding {
             seq,
-            cseq: collective.then_some(cseq),
+            cseq: route.map(|_| cseq),
             fp,
             event: event.clone(),
             since: Instant::now(),
@@ -358,10 +387,14 @@ impl DeviceComm {
 
     /// The error of an engine's failure, after failing the communicator if the failure is fatal.
     pub(super) fn fault(&self, fault: Fault) -> Error {
-        if fault.fatal {
-            self.fail((*fault.error).clone());
+        if !fault.fatal {
+            return *fault.error;
         }
-        *fault.error
+        // A peer that found a desync gives up, and this rank's engine may fail because of it
+        // (NCCL reports an internal error once the peer aborted): the desync is what to name.
+        let error = super::watchdog::desync_now(self).unwrap_or(*fault.error);
+        self.fail(error.clone());
+        error
     }
 
     /// After a launch group ended with work still being enqueued: wait for every engine.
@@ -538,6 +571,13 @@ fn fits(op: &Op, rank: usize, send: Option<DeviceSlice>, recv: DeviceSlice) -> R
         )));
     }
     Ok(())
+}
+
+/// What the engine choice adds to the rolling hash: its place in the list (nothing for the
+/// first, so communicators of one engine hash as before). Whether the arrays are in the heap
+/// stays out: ranks may mix heap and ordinary arrays in a call that one engine runs.
+fn route_bits((at, _heap): (usize, bool)) -> u64 {
+    (at as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 /// Fold one fingerprint into the rolling hash (order-sensitive).

@@ -72,14 +72,21 @@ pub(crate) trait DeviceEngine: Send + Sync {
     /// For messages and `ACCORD_EXPLAIN`, e.g. `NCCL`.
     fn name(&self) -> &'static str;
 
-    /// Whether this engine runs `op` (of `bytes` per rank); the reason when it does not. Checked
-    /// before the operation takes its place in the communicator's order.
-    fn supports(&self, op: &Op, bytes: usize) -> std::result::Result<(), String>;
+    /// Whether this engine runs `op` (`heap`: on arrays of the communicator's symmetric heap,
+    /// [`DeviceEngine::heap_arrays`]); the reason when it does not. Checked before the operation
+    /// takes its place in the communicator's order.
+    fn supports(&self, op: &Op, heap: bool) -> std::result::Result<(), String>;
 
     /// [`DeviceEngine::supports`] without the reason: asked on every call, so engines that
     /// decline often answer without building a message.
-    fn accepts(&self, op: &Op, bytes: usize) -> bool {
-        self.supports(op, bytes).is_ok()
+    fn accepts(&self, op: &Op, heap: bool) -> bool {
+        self.supports(op, heap).is_ok()
+    }
+
+    /// Whether every array `op` touches on this rank lies in the communicator's symmetric heap,
+    /// which this engine takes zero-copy (and may therefore prefer at more sizes).
+    fn heap_arrays(&self, _op: &Op, _send: Option<DeviceSlice>, _recv: DeviceSlice) -> bool {
+        false
     }
 
     /// How it runs `op`, for `ACCORD_EXPLAIN`.

@@ -29,6 +29,10 @@ pub(crate) trait HostLink: Send + Sync {
     /// The rendezvous store under `prefix`, if the host was bootstrapped through one.
     fn store(&self, prefix: &str) -> Option<StoreClient>;
 
+    /// The name of the communicator's symmetric heap (unique in this process), through which
+    /// Accord's kernels recognise the heap's arrays.
+    fn heap_name(&self) -> String;
+
     /// Without waiting: a world abort, or a lost connection to one of `members` (host ranks),
     /// as the host already knows it.
     fn members_failure(&self, members: &[usize]) -> Option<Error>;

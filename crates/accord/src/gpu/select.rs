@@ -5,6 +5,7 @@
 //! A new engine (say, copies through memory mapped between the processes of one host) joins by
 //! implementing [`DeviceEngine`] and being built in [`preferred`]; nothing else changes.
 
+use super::device::DeviceSlice;
 use super::engine::{DeviceEngine, LaunchGroup};
 use super::link::HostLink;
 use super::nccl;
@@ -32,17 +33,20 @@ impl Engines {
         }
     }
 
-    /// The first engine that supports `op` of `bytes` per rank; the fallback's reason when none
-    /// does. With `ACCORD_EXPLAIN=1`, rank 0 prints each choice (once per kind of call and
-    /// engine) and why the engines before it declined.
-    pub fn pick(&self, op: &Op, bytes: usize, rank: usize) -> Result<&dyn DeviceEngine> {
+    /// Whether some engine takes this call's arrays zero-copy
+    /// ([`DeviceEngine::heap_arrays`]).
+    pub fn heap_arrays(&self, op: &Op, send: Option<DeviceSlice>, recv: DeviceSlice) -> bool {
+        self.list.len() > 1 && self.list.iter().any(|e| e.heap_arrays(op, send, recv))
+    }
+
+    /// The first engine that supports `op` (`heap`: on symmetric-heap arrays), with its place
+    /// in the list; the fallback's reason when none does. With `ACCORD_EXPLAIN=1`, rank 0
+    /// prints each choice (once per kind of call and engine) and why the engines before it
+    /// declined.
+    pub fn pick(&self, op: &Op, heap: bool, rank: usize) -> Result<(usize, &dyn DeviceEngine)> {
         // The common path asks yes or no; reasons are built only to be shown.
-        let Some(i) = self.list.iter().position(|e| e.accepts(op, bytes)) else {
-            let why = self
-                .fallback()
-                .supports(op, bytes)
-                .err()
-                .unwrap_or_default();
+        let Some(i) = self.list.iter().position(|e| e.accepts(op, heap)) else {
+            let why = self.fallback().supports(op, heap).err().unwrap_or_default();
             return Err(Error::Unsupported(why));
         };
         let engine = self.list[i].as_ref();
@@ -53,17 +57,20 @@ impl Engines {
                     format!(
                         "{}: {}",
                         e.name(),
-                        e.supports(op, bytes).err().unwrap_or_default()
+                        e.supports(op, heap).err().unwrap_or_default()
                     )
                 })
                 .collect();
-            self.explain(op, engine, &declined);
+            self.explain(op, heap, engine, &declined);
         }
-        Ok(engine)
+        Ok((i, engine))
     }
 
-    fn explain(&self, op: &Op, engine: &dyn DeviceEngine, declined: &[String]) {
-        let how = engine.explain(op);
+    fn explain(&self, op: &Op, heap: bool, engine: &dyn DeviceEngine, declined: &[String]) {
+        let how = match heap {
+            true => format!("{} (on symmetric-heap arrays)", engine.explain(op)),
+            false => engine.explain(op),
+        };
         let key = format!("{}/{}/{how}", op.kind(), op.dtype);
         let mut seen = self.explained.lock().unwrap_or_else(|e| e.into_inner());
         if seen.insert(key) {
@@ -85,6 +92,16 @@ impl Engines {
     }
 
     /// The engine the communicator was created with.
+    /// How many engines there are.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// The name of the engine at `at` in the list.
+    pub fn name_at(&self, at: usize) -> &'static str {
+        self.list.get(at).map_or("?", |e| e.name())
+    }
+
     pub fn fallback(&self) -> &dyn DeviceEngine {
         self.list
             .last()

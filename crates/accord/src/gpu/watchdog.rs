@@ -30,11 +30,16 @@ struct Published {
 }
 
 fn run(weak: Weak<DeviceComm>) {
+    super::exit::register();
     let mut published = Published::default();
     let mut memory = Memory::default();
     let mut ctx_set = false;
     loop {
         let period = {
+            // No CUDA call once the process exits (see `exit`).
+            let Some(_running) = super::exit::running() else {
+                return;
+            };
             let Some(comm) = weak.upgrade() else { return };
             if comm.stop.load(Ordering::Acquire) || comm.aborted.load(Ordering::Acquire) {
                 return;
@@ -176,9 +181,9 @@ fn publish_and_compare(
     head: Option<Head>,
     timeout: Duration,
 ) -> Option<Option<Error>> {
-    let (seq_now, hash_now, last_fp) = {
+    let (seq_now, hash_now, last_call) = {
         let st = comm.state.lock().ok()?;
-        (st.cseq, st.hash, st.last)
+        (st.cseq, st.hash, comm.last_call(&st))
     };
     let Some(store) = &comm.store else {
         return Some(None);
@@ -186,7 +191,7 @@ fn publish_and_compare(
     let age = head.map(|h| h.since.elapsed());
     let suspicious = age.is_some_and(|age| age > timeout / 2 || age > PUBLISH_EVERY);
     let due = published.at.is_none_or(|t| t.elapsed() >= PUBLISH_EVERY);
-    let last = || last_fp.map(|f| f.to_string()).unwrap_or_default();
+    let last = || last_call.clone();
     let mut check = false;
     if seq_now != published.seq && (due || suspicious) {
         let value = format!("{seq_now} {hash_now:016x} {}", last());
@@ -214,10 +219,10 @@ fn publish_and_compare(
 }
 
 /// A desync between this rank's calls so far and what the peers published, if there is one.
-fn desync_now(comm: &DeviceComm) -> Option<Error> {
+pub(super) fn desync_now(comm: &DeviceComm) -> Option<Error> {
     let st = comm.state.lock().ok()?;
     let (seq, hash) = (st.cseq, st.hash);
-    let last = st.last.map(|f| f.to_string()).unwrap_or_default();
+    let last = comm.last_call(&st);
     drop(st);
     compare(comm, seq, hash, &last)
 }

@@ -27,6 +27,13 @@ pub fn soak() -> usize {
     crate::config::get().soak
 }
 
+/// How many calls of Accord's GPU kernels in this process took this rank's input or output
+/// zero-copy (an array of the symmetric heap, which peers read where it lies); tests check that
+/// zero-copy happened.
+pub fn gpu_zero_copy_calls() -> u64 {
+    crate::gpu::own::zero_copy_calls()
+}
+
 /// Run `f` on `n` ranks (threads) over the in-process transport and collect the results in rank
 /// order. Panics in any rank propagate.
 pub fn run_world<R: Send>(n: usize, f: impl Fn(Communicator) -> R + Sync) -> Vec<R> {

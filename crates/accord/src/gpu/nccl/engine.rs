@@ -252,7 +252,7 @@ impl DeviceEngine for NcclEngine {
         "NCCL"
     }
 
-    fn supports(&self, op: &Op, _bytes: usize) -> std::result::Result<(), String> {
+    fn supports(&self, op: &Op, _heap: bool) -> std::result::Result<(), String> {
         match op.reduce {
             Some(r) => nccl_op(r).map(|_| ()),
             None => Ok(()),

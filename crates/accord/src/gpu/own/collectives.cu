@@ -16,21 +16,34 @@
 //
 // Bulk kernels: each round moves up to `chunk` bytes per (source, destination) pair through
 // the destination's slot of the source, in one of two halves that alternate between rounds.
-// A rank writes a half of a peer only after a barrier that follows the peer's last read of it.
+// A rank writes a half of a peer only after a barrier that follows the peer's last read of it;
+// since blocks meet only their namesakes, each block keeps the same bytes of every slot for
+// the whole call (`part`).
+//
+// Zero-copy. A rank whose array lies in the communicator's symmetric heap tells its peers at the
+// first barrier (a descriptor: the heap buffer's number and the offset, 0 for an ordinary array);
+// they look the buffer up in their table of the heap (`sym_table`) and read the array where it
+// lies instead of from their slots, and that rank copies nothing into the slots. Ranks may mix
+// both kinds of array in one call. When every rank's arrays are in the heap, a kernel moves
+// everything in one round. A kernel whose array a peer reads directly meets the peers once more
+// before returning, so the caller cannot change the array under a reader.
 //
 // No hangs. Every wait gives up after `timeout_ns` on the GPU's global timer, or when the host
 // (or another block) raises the abort word; the first failure is recorded in the error word as
-// (1 << 63) | (code << 32) | peer: code 1 timed out, 3 desync, 4 alltoallv sizes disagree.
+// (1 << 63) | (code << 32) | peer: code 1 timed out, 3 desync, 4 alltoallv sizes disagree,
+// 5 a peer's symmetric array is not in this rank's table.
 // NVRTC has no standard library.
 
 #define MAXR 16
 #define MAXB 64
+#define SLOTS 64  // entries of the heap table (registry.rs)
+#define META 4    // meta words per block and rank
 
 typedef unsigned long long u64;
 typedef unsigned int u32;
 
 struct Ctx {
-  u64 sig;                 // this rank's signal words [MAXB][MAXR], then meta [MAXB][MAXR][2]
+  u64 sig;                 // this rank's signal words [MAXB][MAXR], then meta [MAXB][MAXR][META]
   u64 peer_sig[MAXR];      // each rank's signal words as mapped here
   u64 peer_scratch[MAXR];  // each rank's scratch as mapped here (this rank's own at [rank])
   u64 epochs;              // this rank's counters: u32 barrier epochs [MAXB], LL sequences [MAXB]
@@ -40,6 +53,8 @@ struct Ctx {
   u64 ll_slot;
   u64 bulk_off;            // bulk area: [2 halves][in, out][size sources][chunk bytes]
   u64 chunk;
+  u64 sym_table;           // the heap's buffers: [SLOTS][1 + MAXR] (number + 1, each rank's base)
+  u64 din, dout;           // this call's input and output: heap descriptors, 0 if ordinary
   u32 rank, size, hash, pad;
 };
 
@@ -138,7 +153,7 @@ __device__ __forceinline__ void leave(const Ctx& c, BlockState& s) {
 }
 
 // Meet block blockIdx.x of every rank. Called by every thread of the block; false if the
-// kernel must stop. With `meta` (shared memory, [MAXR][2]), meta[q] is published to rank q with
+// kernel must stop. With `meta` (shared memory, [MAXR][META]), meta[q] is published to rank q with
 // the arrival, and what each peer published here is readable with peer_meta() afterwards.
 //
 // `wrote`: whether this thread wrote into a peer's memory since the last barrier. Such a thread
@@ -146,7 +161,7 @@ __device__ __forceinline__ void leave(const Ctx& c, BlockState& s) {
 // signalling thread alone was seen to let a peer read a slot before another thread's bytes had
 // landed.
 __device__ bool barrier(const Ctx& c, BlockState& s, bool wrote = false,
-                        const u64 (*meta)[2] = 0) {
+                        const u64 (*meta)[META] = 0) {
   if (wrote) __threadfence_system();
   // Read before the block meets: waiting threads may set it afterwards, and every thread must
   // take the same branch around the __syncthreads below.
@@ -158,9 +173,8 @@ __device__ bool barrier(const Ctx& c, BlockState& s, bool wrote = false,
   if (t < c.size && t != c.rank) {
     u64* theirs = (u64*)c.peer_sig[t];
     if (meta) {
-      u64* m = theirs + MAXB * MAXR + (blockIdx.x * MAXR + c.rank) * 2;
-      m[0] = meta[t][0];
-      m[1] = meta[t][1];
+      u64* m = theirs + MAXB * MAXR + (blockIdx.x * MAXR + c.rank) * META;
+      for (u32 k = 0; k < META; ++k) m[k] = meta[t][k];
     }
     // A release at system scope: the meta words are visible before this word is.
     st_release(theirs + blockIdx.x * MAXR + c.rank, ((u64)e << 32) | c.hash);
@@ -190,7 +204,59 @@ __device__ bool barrier(const Ctx& c, BlockState& s, bool wrote = false,
 
 // Word k of what rank q published with its arrival at the last barrier with meta.
 __device__ __forceinline__ u64 peer_meta(const Ctx& c, u32 q, u32 k) {
-  return *(volatile u64*)((const u64*)c.sig + MAXB * MAXR + (blockIdx.x * MAXR + q) * 2 + k);
+  return *(volatile u64*)((const u64*)c.sig + MAXB * MAXR + (blockIdx.x * MAXR + q) * META + k);
+}
+
+// What a bulk kernel publishes at its first barrier: words 2 and 3 its input's and output's
+// heap descriptors (words 0 and 1 are the kernel's own).
+__device__ __forceinline__ void publish(const Ctx& c, u64 (*meta)[META]) {
+  if (threadIdx.x < MAXR) {
+    meta[threadIdx.x][0] = 0;
+    meta[threadIdx.x][1] = 0;
+    meta[threadIdx.x][2] = c.din;
+    meta[threadIdx.x][3] = c.dout;
+  }
+}
+
+// After the first barrier: from[q] = rank q's array of meta word k as mapped here, 0 where q's
+// array is ordinary (and for this rank). A descriptor this rank's table does not hold (the peer
+// dropped the buffer alone, or holds more than SLOTS) is recorded against the peer: false.
+__device__ bool find_direct(const Ctx& c, BlockState& s, u32 k, const char** from) {
+  u32 t = threadIdx.x;
+  if (t < c.size) {
+    const char* p = 0;
+    u64 d = t == c.rank ? 0 : peer_meta(c, t, k);
+    if (d != 0) {
+      u64 n1 = d >> 40;
+      const u64* e = (const u64*)c.sym_table + ((n1 - 1) % SLOTS) * (MAXR + 1);
+      u64 base = e[1 + t];
+      if (e[0] != n1 || base == 0) {
+        record(c, 5, t);
+        s.failed = 1;
+      } else {
+        p = (const char*)(base + (d & ((1ull << 40) - 1)));
+      }
+    }
+    from[t] = p;
+  }
+  __syncthreads();
+  return !s.failed;
+}
+
+// Whether any rank's array (this rank's descriptor `mine`, the peers' as found) is read where it
+// lies, and whether every rank's is. Every rank computes the same.
+struct Direct {
+  bool any, all;
+};
+
+__device__ __forceinline__ Direct directs(const Ctx& c, u64 mine, const char* const* from) {
+  Direct d = {mine != 0, mine != 0};
+  for (u32 q = 0; q < c.size; ++q) {
+    if (q == c.rank) continue;
+    d.any |= from[q] != 0;
+    d.all &= from[q] != 0;
+  }
+  return d;
 }
 
 struct alignas(16) V16 {
@@ -223,15 +289,23 @@ __device__ __forceinline__ bool copy(char* dst, const char* src, u64 lo, u64 hi)
   return threadIdx.x < n;
 }
 
-// This block's share [lo, hi) of `len` bytes: 16-byte aligned pieces, the same on every rank.
-__device__ __forceinline__ void share(u64 len, u64& lo, u64& hi) {
-  u64 per = (len + gridDim.x - 1) / gridDim.x;
+// This block's part [lo, hi) of a round of `len` bytes in a call whose rounds are at most
+// `span` bytes (16-byte aligned pieces, the same on every rank): the same bytes of every slot
+// for the whole call, whatever the round's or the pair's length. Blocks meet only their
+// namesakes on the peers, so a block may reuse a half of a slot only where the block that last
+// read those bytes is its namesake: a shorter last round shared out afresh once let a block
+// overwrite bytes another block was still reading.
+__device__ __forceinline__ void part(u64 span, u64 len, u64& lo, u64& hi) {
+  u64 per = (span + gridDim.x - 1) / gridDim.x;
   per = (per + 15) & ~15ull;
   lo = per * blockIdx.x;
   hi = lo + per;
   if (lo > len) lo = len;
   if (hi > len) hi = len;
 }
+
+// This block's share of `len` bytes that go through no slot (a copy within this rank).
+__device__ __forceinline__ void share(u64 len, u64& lo, u64& hi) { part(len, len, lo, hi); }
 
 __device__ __forceinline__ u64 clamp_len(u64 total, u64 off, u64 chunk) {
   if (off >= total) return 0;
@@ -356,21 +430,21 @@ extern "C" __global__ void __launch_bounds__(512) accord_exchange_ll(Ctx c, cons
       st_line(ll_slot(c, q, h, c.rank) + i, Line{e.h[0], flag.a, e.h[1], flag.b});
     }
   bool ok = true;
-  for (u64 i = first; ok && i < lines; i += stride)
+  for (u64 i = first; ok && i < lines; i += stride) {
     for (u32 q = 0; ok && q < c.size; ++q) {
       if (q == c.rank) continue;
       Eight e;
       ok = ll_read(c, ll_slot(c, c.rank, h, q) + i, flag, q, e);
       if (ok) store8(dst + q * block + i * 8, e, block - i * 8);
     }
-  if (!ok) s.failed = 1;
-  __syncthreads();
-  // This rank's own block last: a call that failed (a desync, a peer gone) leaves it alone.
-  if (!s.failed) {
-    u64 lo, hi;
-    share(block, lo, hi);
-    copy(dst + c.rank * block, src + (mode ? c.rank * block : 0), lo, hi);
+    // This rank's own line only once every peer's line i arrived: after a desync no line
+    // arrives, and the output stays as it was.
+    if (ok) {
+      const char* own = src + (mode ? c.rank * block : 0) + i * 8;
+      store8(dst + c.rank * block + i * 8, load8(own, block - i * 8), block - i * 8);
+    }
   }
+  if (!ok) s.failed = 1;
   leave(c, s);
 }
 
@@ -384,70 +458,104 @@ extern "C" __global__ void accord_barrier(Ctx c) {
 // ------------------------------------------------------------------------------------------
 // Data movement (any type: bytes).
 
+// Every bulk kernel ends with `if (d.any || !met) barrier(c, s)`: a peer may still read this
+// rank's array where it lies, and the meta words must be read before a peer, done with this
+// call, can rewrite them for the next (`met`: a barrier came after they were read).
+
 extern "C" __global__ void __launch_bounds__(512) accord_allgather(Ctx c, const char* src, char* dst, u64 bytes) {
   __shared__ BlockState s;
+  __shared__ u64 meta[MAXR][META];
+  __shared__ const char* from[MAXR];
   enter(c, s);
-  if (barrier(c, s)) {
+  publish(c, meta);
+  if (barrier(c, s, false, meta) && find_direct(c, s, 2, from)) {
+    Direct d = directs(c, c.din, from);
     u64 lo, hi;
     share(bytes, lo, hi);
     copy(dst + c.rank * bytes, src, lo, hi);
-    for (u64 off = 0, r = 0; off < bytes; off += c.chunk, ++r) {
-      u64 len = clamp_len(bytes, off, c.chunk);
+    // Nothing through the slots: one round.
+    u64 step = d.all ? bytes : c.chunk, span = step < bytes ? step : bytes;
+    bool met = false;
+    for (u64 off = 0, r = 0; off < bytes; off += step, ++r) {
+      u64 len = clamp_len(bytes, off, step);
       u32 h = r & 1;
-      share(len, lo, hi);
+      part(span, len, lo, hi);
       bool wrote = false;
+      if (c.din == 0)
+        for (u32 q = 0; q < c.size; ++q)
+          if (q != c.rank) wrote |= copy(slot(c, q, h, 0, c.rank), src + off, lo, hi);
+      if (!d.all) {
+        if (!barrier(c, s, wrote)) break;
+        met = true;
+      }
       for (u32 q = 0; q < c.size; ++q)
-        if (q != c.rank) wrote |= copy(slot(c, q, h, 0, c.rank), src + off, lo, hi);
-      if (!barrier(c, s, wrote)) break;
-      for (u32 q = 0; q < c.size; ++q)
-        if (q != c.rank) copy(dst + q * bytes + off, slot(c, c.rank, h, 0, q), lo, hi);
+        if (q != c.rank)
+          copy(dst + q * bytes + off, from[q] ? from[q] + off : slot(c, c.rank, h, 0, q), lo, hi);
     }
+    if (d.any || !met) barrier(c, s);
   }
   leave(c, s);
 }
 
 extern "C" __global__ void __launch_bounds__(512) accord_broadcast(Ctx c, const char* src, char* dst, u64 bytes, u32 root) {
   __shared__ BlockState s;
+  __shared__ u64 meta[MAXR][META];
+  __shared__ const char* from[MAXR];
   enter(c, s);
-  if (barrier(c, s)) {
+  publish(c, meta);
+  if (barrier(c, s, false, meta) && find_direct(c, s, 2, from)) {
+    // Only the root's array matters: the others read it where it lies if it is in the heap.
+    bool dir = c.rank == root ? c.din != 0 : from[root] != 0;
     u64 lo, hi;
     if (c.rank == root) {
       share(bytes, lo, hi);
       copy(dst, src, lo, hi);
     }
-    for (u64 off = 0, r = 0; off < bytes; off += c.chunk, ++r) {
-      u64 len = clamp_len(bytes, off, c.chunk);
+    u64 step = dir ? bytes : c.chunk, span = step < bytes ? step : bytes;
+    bool met = false;
+    for (u64 off = 0, r = 0; off < bytes; off += step, ++r) {
+      u64 len = clamp_len(bytes, off, step);
       u32 h = r & 1;
-      share(len, lo, hi);
+      part(span, len, lo, hi);
       bool wrote = false;
-      if (c.rank == root)
+      if (c.rank == root && !dir)
         for (u32 q = 0; q < c.size; ++q)
           if (q != root) wrote |= copy(slot(c, q, h, 0, root), src + off, lo, hi);
-      if (!barrier(c, s, wrote)) break;
-      if (c.rank != root) copy(dst + off, slot(c, c.rank, h, 0, root), lo, hi);
+      if (!dir) {
+        if (!barrier(c, s, wrote)) break;
+        met = true;
+      }
+      if (c.rank != root)
+        copy(dst + off, dir ? from[root] + off : slot(c, c.rank, h, 0, root), lo, hi);
     }
+    if (dir || !met) barrier(c, s);
   }
   leave(c, s);
 }
 
 // alltoall(v): the pair (r -> q) moves p.send_len[q] bytes from r's send_off[q] to q's
 // recv_off[r]. The first barrier publishes to each peer what this rank sends it (checked
-// against what the peer expects: a mismatch is code 4, nothing is written) and the largest
-// pair this rank has, so every rank runs as many rounds as the largest pair anywhere needs.
+// against what the peer expects: a mismatch is code 4, nothing is written), the largest pair
+// this rank has, so every rank runs as many rounds as the largest pair anywhere needs, and
+// where in its array the peer's block starts (for a peer that reads it where it lies).
 extern "C" __global__ void __launch_bounds__(512) accord_alltoall(Ctx c, const char* src, char* dst, Parts p) {
   __shared__ BlockState s;
-  __shared__ u64 meta[MAXR][2];
+  __shared__ u64 meta[MAXR][META];
+  __shared__ const char* from[MAXR];
   enter(c, s);
   u64 mine = 0;
   for (u32 q = 0; q < c.size; ++q) {
     if (p.send_len[q] > mine) mine = p.send_len[q];
     if (p.recv_len[q] > mine) mine = p.recv_len[q];
   }
+  publish(c, meta);
   if (threadIdx.x < MAXR) {
     meta[threadIdx.x][0] = threadIdx.x < c.size ? p.send_len[threadIdx.x] : 0;
     meta[threadIdx.x][1] = mine;
+    meta[threadIdx.x][3] = threadIdx.x < c.size ? p.send_off[threadIdx.x] : 0;
   }
-  if (barrier(c, s, false, meta)) {
+  if (barrier(c, s, false, meta) && find_direct(c, s, 2, from)) {
+    Direct d = directs(c, c.din, from);
     u64 most = mine;
     bool agree = true;
     for (u32 q = 0; q < c.size; ++q) {
@@ -459,28 +567,32 @@ extern "C" __global__ void __launch_bounds__(512) accord_alltoall(Ctx c, const c
       }
     }
     u64 lo, hi;
-    u64 r = 0;
     if (agree) {
       share(p.send_len[c.rank], lo, hi);
       copy(dst + p.recv_off[c.rank], src + p.send_off[c.rank], lo, hi);
-      for (u64 off = 0; off < most; off += c.chunk, ++r) {
+      u64 step = d.all ? most : c.chunk, span = step < most ? step : most;
+      bool met = false;
+      for (u64 off = 0, r = 0; off < most; off += step, ++r) {
         u32 h = r & 1;
         bool wrote = false;
-        for (u32 q = 0; q < c.size; ++q) {
-          if (q == c.rank) continue;
-          share(clamp_len(p.send_len[q], off, c.chunk), lo, hi);
-          wrote |= copy(slot(c, q, h, 0, c.rank), src + p.send_off[q] + off, lo, hi);
+        if (c.din == 0)
+          for (u32 q = 0; q < c.size; ++q) {
+            if (q == c.rank) continue;
+            part(span, clamp_len(p.send_len[q], off, step), lo, hi);
+            wrote |= copy(slot(c, q, h, 0, c.rank), src + p.send_off[q] + off, lo, hi);
+          }
+        if (!d.all) {
+          if (!barrier(c, s, wrote)) break;
+          met = true;
         }
-        if (!barrier(c, s, wrote)) break;
         for (u32 q = 0; q < c.size; ++q) {
           if (q == c.rank) continue;
-          share(clamp_len(p.recv_len[q], off, c.chunk), lo, hi);
-          copy(dst + p.recv_off[q] + off, slot(c, c.rank, h, 0, q), lo, hi);
+          part(span, clamp_len(p.recv_len[q], off, step), lo, hi);
+          const char* in = from[q] ? from[q] + peer_meta(c, q, 3) + off : slot(c, c.rank, h, 0, q);
+          copy(dst + p.recv_off[q] + off, in, lo, hi);
         }
       }
-      // The meta words are read after the first barrier: a peer may rewrite them only after
-      // another one.
-      if (r == 0) barrier(c, s);
+      if (d.any || !met) barrier(c, s);
     }
   }
   leave(c, s);
@@ -584,23 +696,25 @@ union Lanes16 {
   T t[PACK];
 };
 
-// out[lo, hi) (bytes) = the fold, in rank order, of every rank's piece: this rank's from `own`,
-// rank q's from `slots + q * c.chunk`. 16-byte packs where the buffers allow, elements otherwise.
-__device__ __forceinline__ void reduce_piece(const Ctx& c, char* out, const char* own,
-                                             const char* slots, u64 lo, u64 hi) {
+// out[lo, hi) (bytes) = the fold, in rank order, of every rank's piece, rank q's at `in[q]`
+// (shared memory: this rank's array, a slot, or a peer's array where it lies). 16-byte packs
+// where the buffers allow, elements otherwise.
+__device__ __forceinline__ void reduce_piece(const Ctx& c, char* out, const char* const* in,
+                                             u64 lo, u64 hi) {
   if (hi <= lo) return;
-  u64 tail = lo;
-  if ((((u64)out | (u64)own) & 15) == 0) {
+  u64 tail = lo, bits = (u64)out;
+  for (u32 q = 0; q < c.size; ++q) bits |= (u64)in[q];
+  if ((bits & 15) == 0) {
     u64 packs = (hi - lo) / 16;
     for (u64 p = threadIdx.x; p < packs; p += blockDim.x) {
       u64 off = lo + p * 16;
       Lanes16 x;
-      x.v = *(const V16*)((c.rank == 0 ? own : slots) + off);
+      x.v = *(const V16*)(in[0] + off);
       A acc[PACK];
 #pragma unroll
       for (u32 k = 0; k < PACK; ++k) acc[k] = widen(x.t[k]);
       for (u32 q = 1; q < c.size; ++q) {
-        x.v = *(const V16*)((q == c.rank ? own : slots + q * c.chunk) + off);
+        x.v = *(const V16*)(in[q] + off);
 #pragma unroll
         for (u32 k = 0; k < PACK; ++k) acc[k] = step(acc[k], widen(x.t[k]));
       }
@@ -611,76 +725,119 @@ __device__ __forceinline__ void reduce_piece(const Ctx& c, char* out, const char
     tail = lo + packs * 16;
   }
   for (u64 i = tail / sizeof(T) + threadIdx.x; i < hi / sizeof(T); i += blockDim.x) {
-    A acc = widen(c.rank == 0 ? ((const T*)own)[i] : ((const T*)slots)[i]);
-    for (u32 q = 1; q < c.size; ++q)
-      acc = step(acc, widen(q == c.rank ? ((const T*)own)[i] : ((const T*)(slots + q * c.chunk))[i]));
+    A acc = widen(((const T*)in[0])[i]);
+    for (u32 q = 1; q < c.size; ++q) acc = step(acc, widen(((const T*)in[q])[i]));
     ((T*)out)[i] = finish(acc, c.size);
   }
+}
+
+// in[q] for every rank (thread q sets it): this rank's `own`, a peer's array where it lies
+// (`from[q] + at`), or its slot of half h. The block meets before and after using it.
+__device__ __forceinline__ void sources(const Ctx& c, const char** in, const char* own,
+                                        const char* const* from, u64 at, u32 h, u32 region) {
+  __syncthreads();
+  u32 q = threadIdx.x;
+  if (q < c.size)
+    in[q] = q == c.rank ? own : from[q] ? from[q] + at : slot(c, c.rank, h, region, q);
+  __syncthreads();
 }
 
 // Reduce-scatter of `count` elements per rank (rank q's block of `src` starts at q * count).
 extern "C" __global__ void __launch_bounds__(512) accord_reduce_scatter(Ctx c, const T* src, T* dst, u64 count) {
   __shared__ BlockState s;
+  __shared__ u64 meta[MAXR][META];
+  __shared__ const char* from[MAXR];
+  __shared__ const char* ins[MAXR];
   enter(c, s);
   u64 bytes = count * sizeof(T);
   const char* in = (const char*)src;
-  if (barrier(c, s)) {
-    for (u64 off = 0, r = 0; off < bytes; off += c.chunk, ++r) {
-      u64 len = clamp_len(bytes, off, c.chunk), lo, hi;
+  publish(c, meta);
+  if (barrier(c, s, false, meta) && find_direct(c, s, 2, from)) {
+    Direct d = directs(c, c.din, from);
+    u64 step = d.all ? bytes : c.chunk, span = step < bytes ? step : bytes;
+    bool met = false;
+    for (u64 off = 0, r = 0; off < bytes; off += step, ++r) {
+      u64 len = clamp_len(bytes, off, step), lo, hi;
       u32 h = r & 1;
-      share(len, lo, hi);
+      part(span, len, lo, hi);
       bool wrote = false;
-      for (u32 q = 0; q < c.size; ++q)
-        if (q != c.rank) wrote |= copy(slot(c, q, h, 0, c.rank), in + q * bytes + off, lo, hi);
-      if (!barrier(c, s, wrote)) break;
-      reduce_piece(c, (char*)dst + off, in + c.rank * bytes + off, slot(c, c.rank, h, 0, 0), lo, hi);
+      if (c.din == 0)
+        for (u32 q = 0; q < c.size; ++q)
+          if (q != c.rank) wrote |= copy(slot(c, q, h, 0, c.rank), in + q * bytes + off, lo, hi);
+      if (!d.all) {
+        if (!barrier(c, s, wrote)) break;
+        met = true;
+      }
+      u64 at = c.rank * bytes + off;
+      sources(c, ins, in + at, from, at, h, 0);
+      reduce_piece(c, (char*)dst + off, ins, lo, hi);
     }
+    if (d.any || !met) barrier(c, s);
   }
   leave(c, s);
 }
 
 // Two-shot allreduce of `count` elements: rank q reduces segment q (`seg` elements, the last
 // ones shorter) from everyone's pieces, then hands the result to every rank.
+// With arrays in the heap: peers' inputs are reduced where they lie, and peers' reduced
+// segments read from their outputs. In place, a rank overwrites segment q of its array (a
+// peer's input to segment q) only after the barrier that follows the peer's reads of it.
 extern "C" __global__ void __launch_bounds__(512) accord_allreduce_2shot(Ctx c, const T* src, T* dst, u64 count, u64 seg) {
   __shared__ BlockState s;
+  __shared__ u64 meta[MAXR][META];
+  __shared__ const char* from[MAXR];
+  __shared__ const char* outs[MAXR];
+  __shared__ const char* ins[MAXR];
   enter(c, s);
   u64 seg_bytes = seg * sizeof(T), total = count * sizeof(T);
   const char* in = (const char*)src;
   char* outp = (char*)dst;
-  if (barrier(c, s)) {
-    for (u64 off = 0, r = 0; off < seg_bytes; off += c.chunk, ++r) {
+  publish(c, meta);
+  if (barrier(c, s, false, meta) && find_direct(c, s, 2, from) && find_direct(c, s, 3, outs)) {
+    Direct din = directs(c, c.din, from), dout = directs(c, c.dout, outs);
+    u64 step = din.all && dout.all ? seg_bytes : c.chunk;
+    u64 span = step < seg_bytes ? step : seg_bytes;
+    bool met = false;
+    for (u64 off = 0, r = 0; off < seg_bytes; off += step, ++r) {
       u32 h = r & 1;
       u64 lo, hi;
       bool wrote = false;
-      for (u32 q = 0; q < c.size; ++q) {
-        if (q == c.rank) continue;
-        u64 start = q * seg_bytes;
-        u64 have = start < total ? total - start : 0;
-        if (have > seg_bytes) have = seg_bytes;
-        share(clamp_len(have, off, c.chunk), lo, hi);
-        wrote |= copy(slot(c, q, h, 0, c.rank), in + start + off, lo, hi);
-      }
-      if (!barrier(c, s, wrote)) break;
+      if (c.din == 0)
+        for (u32 q = 0; q < c.size; ++q) {
+          if (q == c.rank) continue;
+          u64 start = q * seg_bytes;
+          u64 have = start < total ? total - start : 0;
+          if (have > seg_bytes) have = seg_bytes;
+          part(span, clamp_len(have, off, step), lo, hi);
+          wrote |= copy(slot(c, q, h, 0, c.rank), in + start + off, lo, hi);
+        }
+      if (!din.all && !barrier(c, s, wrote)) break;
       u64 start = c.rank * seg_bytes;
       u64 have = start < total ? total - start : 0;
       if (have > seg_bytes) have = seg_bytes;
-      share(clamp_len(have, off, c.chunk), lo, hi);
+      part(span, clamp_len(have, off, step), lo, hi);
       char* out = outp + start + off;
-      reduce_piece(c, out, in + start + off, slot(c, c.rank, h, 0, 0), lo, hi);
+      sources(c, ins, in + start + off, from, start + off, h, 0);
+      reduce_piece(c, out, ins, lo, hi);
       __syncthreads();
       wrote = false;
-      for (u32 q = 0; q < c.size; ++q)
-        if (q != c.rank) wrote |= copy(slot(c, q, h, 1, c.rank), out, lo, hi);
-      if (!barrier(c, s, wrote)) break;
+      if (c.dout == 0)
+        for (u32 q = 0; q < c.size; ++q)
+          if (q != c.rank) wrote |= copy(slot(c, q, h, 1, c.rank), out, lo, hi);
+      // Peers reading this segment where it lies need it visible at system scope too.
+      if (!barrier(c, s, wrote || (c.dout != 0 && hi > lo))) break;
+      met = true;
       for (u32 q = 0; q < c.size; ++q) {
         if (q == c.rank) continue;
         u64 qs = q * seg_bytes;
         u64 qhave = qs < total ? total - qs : 0;
         if (qhave > seg_bytes) qhave = seg_bytes;
-        share(clamp_len(qhave, off, c.chunk), lo, hi);
-        copy(outp + qs + off, slot(c, c.rank, h, 1, q), lo, hi);
+        part(span, clamp_len(qhave, off, step), lo, hi);
+        copy(outp + qs + off, outs[q] ? outs[q] + qs + off : slot(c, c.rank, h, 1, q), lo, hi);
       }
     }
+    // Inputs are read before each round's second barrier; outputs after it.
+    if (dout.any || !met) barrier(c, s);
   }
   leave(c, s);
 }

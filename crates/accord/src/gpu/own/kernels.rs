@@ -27,6 +27,9 @@ pub(crate) struct Ctx {
     pub ll_slot: u64,
     pub bulk_off: u64,
     pub chunk: u64,
+    pub sym_table: u64,
+    pub din: u64,
+    pub dout: u64,
     pub rank: u32,
     pub size: u32,
     pub hash: u32,
@@ -50,7 +53,7 @@ pub(crate) fn bytes_of<T: Copy>(v: &T) -> &[u8] {
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
 }
 
-const _: () = assert!(std::mem::size_of::<Ctx>() == 8 * (1 + 2 * MAX_RANKS + 7) + 16);
+const _: () = assert!(std::mem::size_of::<Ctx>() == 8 * (1 + 2 * MAX_RANKS + 10) + 16);
 const _: () = assert!(std::mem::size_of::<Parts>() == 4 * 8 * MAX_RANKS);
 
 /// The NVRTC options of the module holding `algo` for `dtype` and `op`.
@@ -154,6 +157,9 @@ mod tests {
             "ll_slot",
             "bulk_off",
             "chunk",
+            "sym_table",
+            "din",
+            "dout",
             "rank",
             "size",
             "hash",
@@ -164,6 +170,9 @@ mod tests {
         assert_eq!(fields("Parts"), parts);
         assert!(SOURCE.contains(&format!("#define MAXR {MAX_RANKS}")));
         assert!(SOURCE.contains(&format!("#define MAXB {}", super::super::plan::MAX_BLOCKS)));
+        let slots = crate::gpu::symm::registry::SLOTS;
+        assert!(SOURCE.contains(&format!("#define SLOTS {slots}")));
+        assert_eq!(crate::gpu::symm::registry::RANKS, MAX_RANKS);
     }
 
     #[test]

@@ -9,7 +9,12 @@
 //!
 //! Buffers of any device allocation work: the kernels copy through the scratch (`scratch`),
 //! rounds of `ACCORD_GPU_CHUNK_BYTES` per pair of ranks, two halves alternating, so no host
-//! synchronisation is ever needed and the calls can be captured in CUDA graphs.
+//! synchronisation is ever needed and the calls can be captured in CUDA graphs. Arrays of the
+//! communicator's symmetric heap ([`crate::Communicator::alloc_symmetric`]) go zero-copy in the
+//! bulk kernels (two-shot allreduce, allgather, reduce_scatter, broadcast, alltoall): peers read
+//! them where they lie, in one round when every rank's array is in the heap; ranks may mix heap
+//! and ordinary arrays in one call. The packet (LL) kernels always send packets: their data
+//! travels with its arrival flags, which a read of the peer's array would need a barrier for.
 //!
 //! Which engine runs a call ([`plan::chosen`]): `ACCORD_GPU_ENGINE=auto` (the default) gives
 //! these kernels the sizes where they beat NCCL and NCCL the rest; `accord` gives them
@@ -40,7 +45,7 @@ use super::device::DeviceSlice;
 use super::engine::{DeviceEngine, EngineResult, Fault, P2p, PendingChild};
 use super::link::HostLink;
 use super::select::Joined;
-use super::symm::LocalGroup;
+use super::symm::{registry, LocalGroup};
 use crate::atomic_duration::AtomicDuration;
 use crate::config::GpuEngine;
 use crate::dtype::DataType;
@@ -49,9 +54,16 @@ use crate::op::{Collective, Op};
 use kernels::{bytes_of, Ctx, Loaded, Parts};
 use plan::{Algo, MAX_RANKS};
 use scratch::Scratch;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// Launches whose input or output a peer reads where it lies (`crate::testing`).
+static ZERO_COPY: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn zero_copy_calls() -> u64 {
+    ZERO_COPY.load(Ordering::Relaxed)
+}
 
 /// The engine's name, in messages and [`crate::DeviceInfo`].
 pub(crate) const NAME: &str = "Accord";
@@ -244,6 +256,11 @@ pub(crate) struct OwnEngine {
     /// Why NCCL cannot run this communicator, when this engine is its only one.
     alone: Option<String>,
     scratch: Scratch,
+    /// The communicator's symmetric heap as the kernels look it up (after `scratch`: dropped
+    /// once the scratch's drop drained the device).
+    _table: Arc<registry::Table>,
+    /// The heap's name, to recognise its arrays.
+    heap: String,
     /// Keeps the mesh the scratch was shared over.
     _group: Arc<LocalGroup>,
     base: Ctx,
@@ -276,7 +293,10 @@ impl OwnEngine {
             ));
         }
         let scratch = Scratch::new(&group, crate::config::get().gpu_chunk_bytes)?;
+        let heap = host.heap_name();
+        let table = registry::table(&heap, cu, ctx)?;
         let mut base = Ctx {
+            sym_table: table.ptr(),
             sig: scratch.buf.ptr(),
             epochs: scratch.counters,
             control: scratch.control_dev,
@@ -307,6 +327,8 @@ impl OwnEngine {
             mode,
             alone,
             scratch,
+            _table: table,
+            heap,
             _group: group,
             base,
             kernels,
@@ -323,6 +345,46 @@ impl OwnEngine {
         c.hash = call_hash(op);
         c.timeout_ns = self.timeout.get().as_nanos().min(u64::MAX as u128) as u64;
         c
+    }
+
+    /// What this rank tells its peers about the call's input and output: where they lie in the
+    /// symmetric heap (`registry::describe`), or 0 for arrays the kernel copies through the
+    /// scratch. Only the bulk kernels read peers' arrays; they may in place only where no rank
+    /// writes what a peer still reads (the two-shot allreduce and the broadcast, whose writes to
+    /// an aliased array follow the reads).
+    fn directs(
+        &self,
+        algo: Algo,
+        op: &Op,
+        send: Option<DeviceSlice>,
+        recv: DeviceSlice,
+    ) -> (u64, u64) {
+        let es = op.dtype.size();
+        let input = send.unwrap_or(recv);
+        let reads = match op.coll {
+            Collective::Broadcast { count, root } if root == self.rank => count,
+            Collective::Broadcast { .. } => 0,
+            _ => op.send_len(self.rank),
+        } * es;
+        let aliased = input.ptr() == recv.ptr();
+        let overlap = input.ptr() < recv.ptr() + recv.bytes() as u64
+            && recv.ptr() < input.ptr() + input.bytes() as u64;
+        let safe = match algo {
+            Algo::AllReduceTwoShot | Algo::Broadcast => aliased || !overlap,
+            Algo::AllGather | Algo::ReduceScatter | Algo::AllToAll => !overlap,
+            _ => false,
+        };
+        let din = match safe && reads > 0 {
+            true => registry::describe(&self.heap, input.ptr(), reads),
+            false => 0,
+        };
+        let dout = match algo {
+            Algo::AllReduceTwoShot => {
+                registry::describe(&self.heap, recv.ptr(), op.recv_len(self.rank) * es)
+            }
+            _ => 0,
+        };
+        (din, dout)
     }
 
     fn launch(&self, algo: Algo, op: &Op, grid: u32, args: KernelArgs, s: CuStream) -> Result<()> {
@@ -349,7 +411,7 @@ impl DeviceEngine for OwnEngine {
         NAME
     }
 
-    fn supports(&self, op: &Op, _bytes: usize) -> std::result::Result<(), String> {
+    fn supports(&self, op: &Op, heap: bool) -> std::result::Result<(), String> {
         // Alone, this engine runs whatever it can: there is nothing to fall back to.
         if let Some(no_nccl) = &self.alone {
             return plan::algorithm(op, self.size, self.ll_bytes)
@@ -357,11 +419,32 @@ impl DeviceEngine for OwnEngine {
                 .map_err(|why| format!("{why}; but NCCL cannot run this communicator: {no_nccl}"));
         }
         let algo = plan::algorithm(op, self.size, self.ll_bytes)?;
-        plan::chosen(self.mode, op, algo, self.size)
-            .map_err(|why| format!("{}: {why}", algo.describe()))
+        plan::chosen(self.mode, op, algo, heap).map_err(|why| format!("{}: {why}", algo.describe()))
     }
 
-    fn accepts(&self, op: &Op, _bytes: usize) -> bool {
+    fn heap_arrays(&self, op: &Op, send: Option<DeviceSlice>, recv: DeviceSlice) -> bool {
+        let Some(algo) = plan::kernel_for(op, self.size, self.ll_bytes) else {
+            return false;
+        };
+        let (din, dout) = self.directs(algo, op, send, recv);
+        let es = op.dtype.size();
+        // Every array the call touches here, and at least one: the input where this rank
+        // reads one (zero-copy), the output.
+        let reads = match op.coll {
+            Collective::Broadcast { count, root } if root == self.rank => count,
+            Collective::Broadcast { .. } => 0,
+            _ => op.send_len(self.rank),
+        };
+        let writes = op.recv_len(self.rank) * es;
+        let input = reads == 0 || din != 0;
+        let output = writes == 0 || registry::describe(&self.heap, recv.ptr(), writes) != 0;
+        (reads > 0 || writes > 0)
+            && input
+            && output
+            && (dout != 0 || algo != Algo::AllReduceTwoShot)
+    }
+
+    fn accepts(&self, op: &Op, heap: bool) -> bool {
         let Some(algo) = plan::kernel_for(op, self.size, self.ll_bytes) else {
             return false;
         };
@@ -369,7 +452,7 @@ impl DeviceEngine for OwnEngine {
             || match self.mode {
                 GpuEngine::Nccl => false,
                 GpuEngine::Accord => true,
-                GpuEngine::Auto => plan::in_auto_range(op, algo),
+                GpuEngine::Auto => plan::in_auto_range(op, algo, heap),
             }
     }
 
@@ -388,7 +471,11 @@ impl DeviceEngine for OwnEngine {
         s: CuStream,
     ) -> EngineResult<()> {
         let algo = plan::algorithm(op, self.size, self.ll_bytes).map_err(Error::Unsupported)?;
-        let c = self.ctx_for(op);
+        let mut c = self.ctx_for(op);
+        (c.din, c.dout) = self.directs(algo, op, send, recv);
+        if c.din | c.dout != 0 {
+            ZERO_COPY.fetch_add(1, Ordering::Relaxed);
+        }
         let input = send.unwrap_or(recv);
         let es = op.dtype.size();
         let chunk = self.scratch.layout.chunk as usize;

@@ -126,11 +126,11 @@ pub(crate) fn kernel_for(op: &Op, size: usize, ll_bytes: usize) -> Option<Algo> 
     })
 }
 
-/// Whether `mode` gives `algo` (on `size` ranks) to these kernels rather than to NCCL; the
-/// reason when not. Under `auto` a call goes to the kernels inside the range of total bytes
-/// where they beat NCCL ([`auto_range`]); alltoallv (whose sizes ranks do not share) goes to
-/// NCCL.
-pub(crate) fn chosen(mode: GpuEngine, op: &Op, algo: Algo, _size: usize) -> Result<(), String> {
+/// Whether `mode` gives `algo` to these kernels rather than to NCCL (`heap`: the call's arrays
+/// are in the symmetric heap on this rank); the reason when not. Under `auto` a call goes to
+/// the kernels inside the range of total bytes where they beat NCCL ([`auto_range`]);
+/// alltoallv (whose sizes ranks do not share) goes to NCCL.
+pub(crate) fn chosen(mode: GpuEngine, op: &Op, algo: Algo, heap: bool) -> Result<(), String> {
     match mode {
         GpuEngine::Nccl => return Err("ACCORD_GPU_ENGINE=nccl".into()),
         GpuEngine::Accord => return Ok(()),
@@ -140,32 +140,46 @@ pub(crate) fn chosen(mode: GpuEngine, op: &Op, algo: Algo, _size: usize) -> Resu
         return Err("alltoallv: ranks' sizes differ, so NCCL runs it under auto".into());
     }
     let bytes = op.bytes();
-    let (above, upto) = auto_range(algo);
-    match in_auto_range(op, algo) {
+    let (above, upto) = auto_range(algo, heap);
+    let arrays = if heap {
+        "symmetric-heap arrays"
+    } else {
+        "ordinary arrays"
+    };
+    match in_auto_range(op, algo, heap) {
         true => Ok(()),
         false => Err(format!(
-            "NCCL is faster at {bytes} B (the kernel runs {above} < bytes <= {upto} under auto; \
-             ACCORD_GPU_ENGINE=accord forces it)"
+            "NCCL is faster at {bytes} B on {arrays} (the kernel runs {above} < bytes <= {upto} \
+             under auto; ACCORD_GPU_ENGINE=accord forces it)"
         )),
     }
 }
 
 /// Whether `auto` gives `algo` for `op` to the kernels ([`chosen`] without the reason).
-pub(crate) fn in_auto_range(op: &Op, algo: Algo) -> bool {
+pub(crate) fn in_auto_range(op: &Op, algo: Algo, heap: bool) -> bool {
     if algo == Algo::AllToAll && op.kind() == OpKind::AllToAllV {
         return false;
     }
-    let (above, upto) = auto_range(algo);
+    let (above, upto) = auto_range(algo, heap);
     op.bytes() > above && op.bytes() <= upto
 }
 
 /// Under `auto`: the total bytes (exclusive lower bound, inclusive upper bound) each kernel
-/// runs. Measured with `bench/gpu_engines.sh` on two H200s (NVLink; BENCHMARKS.md): the packet
-/// kernels beat NCCL at every size they take; the two-shot allreduce between NCCL's protocol
-/// switch (above 1 MiB) and 4 MiB; the bulk gathers up to 1-2 MiB. NCCL's broadcast was as fast
-/// or faster at every size, so `auto` leaves broadcast to it.
-pub(crate) fn auto_range(algo: Algo) -> (usize, usize) {
+/// runs, on ordinary arrays or (`heap`) on symmetric-heap arrays, which the bulk kernels take
+/// zero-copy. Measured with `bench/gpu_engines.sh` on two H200s and two H100s (NVLink;
+/// BENCHMARKS.md): the packet kernels beat NCCL at every size they take. Through the scratch,
+/// the two-shot allreduce wins between NCCL's protocol switch (above 1 MiB) and 4 MiB, the bulk
+/// gathers up to 1-2 MiB, and NCCL's broadcast was as fast or faster at every size. Zero-copy,
+/// every bulk kernel is at least as fast as NCCL from 1 MiB up (0.3-0.9x of its time) but the
+/// two-shot allreduce at 1 MiB, NCCL's fastest size.
+pub(crate) fn auto_range(algo: Algo, heap: bool) -> (usize, usize) {
     const MIB: usize = 1 << 20;
+    if heap {
+        return match algo {
+            Algo::AllReduceTwoShot => (MIB, usize::MAX),
+            _ => (0, usize::MAX),
+        };
+    }
     match algo {
         Algo::Barrier => (0, usize::MAX),
         Algo::AllReduceOneShot | Algo::AllGatherLl | Algo::ReduceScatterLl | Algo::AllToAllLl => {

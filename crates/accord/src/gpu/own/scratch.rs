@@ -1,7 +1,7 @@
 //! The memory Accord's kernels work in, per communicator:
 //!
 //! - a symmetric scratch buffer (every rank of the host maps every other's): signal words
-//!   `[MAX_BLOCKS][MAX_RANKS]`, meta words `[MAX_BLOCKS][MAX_RANKS][2]`, the packet area of the one-shot
+//!   `[MAX_BLOCKS][MAX_RANKS]`, meta words `[MAX_BLOCKS][MAX_RANKS][4]`, the packet area of the one-shot
 //!   allreduce (`[2 halves][size sources][2 x LL_MAX_BYTES]`: a 16-byte line carries 8 data
 //!   bytes) and the bulk area (`[2 halves][in, out][size sources][chunk]`);
 //! - per-block counters in this rank's device memory (barrier epochs, packet sequence numbers),
@@ -32,7 +32,8 @@ pub(crate) struct Layout {
 impl Layout {
     /// For `size` ranks and rounds of `chunk` bytes.
     pub fn new(size: usize, chunk: usize) -> Layout {
-        let words = 3 * (MAX_BLOCKS as u64) * MAX_RANKS as u64 * 8;
+        // Signal words, then four meta words per block and rank.
+        let words = 5 * (MAX_BLOCKS as u64) * MAX_RANKS as u64 * 8;
         let ll_off = words.next_multiple_of(4096);
         let ll_slot = 2 * LL_MAX_BYTES as u64;
         let bulk_off = ll_off + 2 * size as u64 * ll_slot;
@@ -53,6 +54,7 @@ const HOST_ALLOC_FLAGS: u32 = 0x01 | 0x02;
 /// Error word codes (`collectives.cu`); any other (1) is a wait that timed out.
 pub(crate) const DESYNC: u64 = 3;
 pub(crate) const SIZES_DIFFER: u64 = 4;
+pub(crate) const UNKNOWN_ARRAY: u64 = 5;
 
 /// The scratch, counters and control words of one communicator.
 pub(crate) struct Scratch {
@@ -181,6 +183,11 @@ pub(crate) fn decode(word: u64, comm: &str, me: usize, mine: &str, after: Durati
              than rank {me} expects from it ({mine}); nothing was written here (the other ranks stop at \
              their deadline waiting for this one)"
         )),
+        UNKNOWN_ARRAY => Error::invalid(format!(
+            "{mine} on {comm}: rank {peer} passed an array of the symmetric heap that rank {me} \
+             does not map (freed or dropped on some ranks only?); nothing was written here (the \
+             other ranks stop at their deadline waiting for this one)"
+        )),
         _ => Error::Timeout {
             op: mine.to_string(),
             seq: 0,
@@ -204,7 +211,7 @@ mod tests {
     fn areas_do_not_overlap_and_stay_aligned() {
         for size in [1, 2, 3, 8, 16] {
             let l = Layout::new(size, 1 << 20);
-            assert!(l.ll_off >= 3 * 64 * 16 * 8);
+            assert!(l.ll_off >= 5 * 64 * 16 * 8);
             assert_eq!(l.ll_off % 4096, 0);
             assert_eq!(l.bulk_off, l.ll_off + 2 * size as u64 * l.ll_slot);
             assert_eq!(l.bulk_off % 16, 0);

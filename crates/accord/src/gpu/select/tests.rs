@@ -16,7 +16,7 @@ impl DeviceEngine for Fake {
     fn name(&self) -> &'static str {
         self.name
     }
-    fn supports(&self, op: &Op, _bytes: usize) -> std::result::Result<(), String> {
+    fn supports(&self, op: &Op, _heap: bool) -> std::result::Result<(), String> {
         match (self.takes)(op) {
             true => Ok(()),
             false => Err(format!("{} does not run {}", self.name, op.kind())),
@@ -77,15 +77,9 @@ fn the_first_engine_that_supports_the_op_runs_it() {
         fake("fallback", |_| true),
     );
     let sum = all_reduce(ReduceOp::Sum);
-    assert_eq!(
-        engines.pick(&sum, sum.bytes(), 1).unwrap().name(),
-        "sum-only"
-    );
+    assert_eq!(engines.pick(&sum, false, 1).unwrap().1.name(), "sum-only");
     let max = all_reduce(ReduceOp::Max);
-    assert_eq!(
-        engines.pick(&max, max.bytes(), 1).unwrap().name(),
-        "fallback"
-    );
+    assert_eq!(engines.pick(&max, false, 1).unwrap().1.name(), "fallback");
     assert_eq!(engines.fallback().name(), "fallback");
     let order: Vec<_> = engines.iter().map(|e| e.name()).collect();
     assert_eq!(order, ["sum-only", "fallback"]);
@@ -95,10 +89,10 @@ fn the_first_engine_that_supports_the_op_runs_it() {
 fn when_no_engine_runs_the_op_the_fallbacks_reason_is_the_error() {
     let engines = Engines::new(vec![fake("first", |_| false)], fake("fallback", |_| false));
     let op = all_reduce(ReduceOp::BXor);
-    match engines.pick(&op, op.bytes(), 1) {
+    match engines.pick(&op, false, 1) {
         Err(Error::Unsupported(why)) => assert_eq!(why, "fallback does not run allreduce"),
         Err(e) => panic!("wrong error {e}"),
-        Ok(e) => panic!("picked {}", e.name()),
+        Ok((_, e)) => panic!("picked {}", e.name()),
     }
 }
 

@@ -31,6 +31,7 @@
 mod alloc;
 mod channels;
 mod fdpass;
+pub(crate) mod registry;
 
 pub use channels::MemoryChannels;
 
@@ -184,6 +185,13 @@ impl LocalGroup {
             };
             buf.peers.insert(r, p);
         }
+        if self.size <= registry::RANKS {
+            let mut bases = [0u64; registry::RANKS];
+            for &r in &self.local {
+                bases[r] = buf.peer_ptr(r).unwrap_or(0);
+            }
+            registry::add(&self.comm, step, ptr, len, bases);
+        }
         Ok(buf)
     }
 }
@@ -275,6 +283,8 @@ impl SymmetricBuffer {
     }
 
     fn release_peers(&mut self) {
+        // Out of the kernels' tables before any mapping goes.
+        registry::remove(self.ptr);
         let g = &self.group;
         if g.current().is_err() {
             return;

@@ -50,12 +50,23 @@ fn v_variants_plan_by_kind_not_by_this_ranks_counts() {
     let a2av = op(OpKind::AllToAll, DataType::I8, &[1, 1], &[1, 1], 2);
     assert_eq!(a2av.kind(), OpKind::AllToAllV);
     assert_eq!(algorithm(&a2av, 2, LL_MAX_BYTES), Ok(Algo::AllToAll));
-    assert!(chosen(GpuEngine::Auto, &a2av, Algo::AllToAll, 2).is_err());
-    assert!(chosen(GpuEngine::Accord, &a2av, Algo::AllToAll, 2).is_ok());
+    assert!(chosen(GpuEngine::Auto, &a2av, Algo::AllToAll, false).is_err());
+    assert!(chosen(GpuEngine::Accord, &a2av, Algo::AllToAll, false).is_ok());
     let red = op(OpKind::Reduce, DataType::F32, &[4], &[4], 2);
     assert!(algorithm(&red, 2, LL_MAX_BYTES)
         .unwrap_err()
         .contains("NCCL"));
+}
+
+/// An f32 allreduce of `bytes` on two ranks.
+fn f32s(bytes: usize) -> Op {
+    op(
+        OpKind::AllReduce,
+        DataType::F32,
+        &[bytes / 4],
+        &[bytes / 4],
+        2,
+    )
 }
 
 #[test]
@@ -67,30 +78,21 @@ fn too_many_ranks_are_refused_with_the_limit() {
 #[test]
 fn auto_sends_calls_outside_the_measured_ranges_to_nccl_and_the_switch_overrides() {
     let two = Algo::AllReduceTwoShot;
-    let (above, upto) = auto_range(two);
-    let f32s = |bytes: usize| {
-        op(
-            OpKind::AllReduce,
-            DataType::F32,
-            &[bytes / 4],
-            &[bytes / 4],
-            2,
-        )
-    };
-    assert!(chosen(GpuEngine::Auto, &f32s(upto), two, 2).is_ok());
-    assert!(chosen(GpuEngine::Auto, &f32s(above + 4), two, 2).is_ok());
-    let why = chosen(GpuEngine::Auto, &f32s(upto + 4), two, 2).unwrap_err();
+    let (above, upto) = auto_range(two, false);
+    assert!(chosen(GpuEngine::Auto, &f32s(upto), two, false).is_ok());
+    assert!(chosen(GpuEngine::Auto, &f32s(above + 4), two, false).is_ok());
+    let why = chosen(GpuEngine::Auto, &f32s(upto + 4), two, false).unwrap_err();
     assert!(why.contains("ACCORD_GPU_ENGINE=accord"), "{why}");
-    assert!(chosen(GpuEngine::Auto, &f32s(above), two, 2).is_err());
-    assert!(chosen(GpuEngine::Accord, &f32s(upto + 4), two, 2).is_ok());
-    assert!(chosen(GpuEngine::Nccl, &f32s(upto), two, 2).is_err());
+    assert!(chosen(GpuEngine::Auto, &f32s(above), two, false).is_err());
+    assert!(chosen(GpuEngine::Accord, &f32s(upto + 4), two, false).is_ok());
+    assert!(chosen(GpuEngine::Nccl, &f32s(upto), two, false).is_err());
     // Packets and the barrier always beat NCCL's latency.
     let small = f32s(64);
-    assert!(chosen(GpuEngine::Auto, &small, Algo::AllReduceOneShot, 2).is_ok());
-    let (_, ag) = auto_range(Algo::AllGather);
+    assert!(chosen(GpuEngine::Auto, &small, Algo::AllReduceOneShot, false).is_ok());
+    let (_, ag) = auto_range(Algo::AllGather, false);
     let per = ag / 8 / 4;
     let gather = op(OpKind::AllGather, DataType::F32, &[per], &[per * 8], 8);
-    assert!(chosen(GpuEngine::Auto, &gather, Algo::AllGather, 8).is_ok());
+    assert!(chosen(GpuEngine::Auto, &gather, Algo::AllGather, false).is_ok());
     let gather = op(
         OpKind::AllGather,
         DataType::F32,
@@ -98,7 +100,7 @@ fn auto_sends_calls_outside_the_measured_ranges_to_nccl_and_the_switch_overrides
         &[(per + 1) * 8],
         8,
     );
-    assert!(chosen(GpuEngine::Auto, &gather, Algo::AllGather, 8).is_err());
+    assert!(chosen(GpuEngine::Auto, &gather, Algo::AllGather, false).is_err());
 }
 
 #[test]
@@ -202,9 +204,26 @@ fn the_quick_answers_agree_with_the_explained_ones() {
                 o.fp
             );
             if let Ok(a) = algo {
-                let slow = chosen(GpuEngine::Auto, o, a, size).is_ok();
-                assert_eq!(in_auto_range(o, a), slow, "{}", o.fp);
+                for heap in [false, true] {
+                    let slow = chosen(GpuEngine::Auto, o, a, heap).is_ok();
+                    assert_eq!(in_auto_range(o, a, heap), slow, "{}", o.fp);
+                }
             }
         }
     }
+}
+
+#[test]
+fn auto_gives_symmetric_heap_arrays_to_the_kernels_at_every_measured_winning_size() {
+    let two = Algo::AllReduceTwoShot;
+    let big = f32s(256 << 20);
+    // Through the scratch NCCL wins at 256 MiB; zero-copy the kernel does.
+    assert!(chosen(GpuEngine::Auto, &big, two, false).is_err());
+    assert!(chosen(GpuEngine::Auto, &big, two, true).is_ok());
+    // At 1 MiB NCCL's allreduce is faster either way.
+    let why = chosen(GpuEngine::Auto, &f32s(1 << 20), two, true).unwrap_err();
+    assert!(why.contains("symmetric-heap"), "{why}");
+    let b = op(OpKind::Broadcast, DataType::F32, &[1 << 24], &[1 << 24], 2);
+    assert!(chosen(GpuEngine::Auto, &b, Algo::Broadcast, false).is_err());
+    assert!(chosen(GpuEngine::Auto, &b, Algo::Broadcast, true).is_ok());
 }
