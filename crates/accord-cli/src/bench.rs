@@ -44,6 +44,8 @@ pub struct BenchOpts {
     pub device: String,
     /// With `cuda`: the engine forced with `--engine` (else `ACCORD_GPU_ENGINE` applies).
     pub engine: Option<accord::config::GpuEngine>,
+    /// With `cuda`: buffers in the symmetric heap.
+    pub symmetric: bool,
 }
 
 /// One row of the table.

@@ -4,9 +4,13 @@
 //! Timing follows nccl-tests and PyTorch's usual method: CUDA events around `iters`
 //! back-to-back operations on the communicator's stream, divided by `iters`; the slowest rank's
 //! time is reported. Results are checked once per size (small integers, exact in every type).
+//!
+//! `--symmetric` places the buffers in the symmetric heap (`alloc_symmetric`, on the process's
+//! own communicator with the device attached), which Accord's kernels take zero-copy.
 
 use crate::bench::{size_unit, BenchOpts, Row};
-use accord::gpu::{cuda, DeviceBuffer};
+use accord::gpu::symm::SymmetricBuffer;
+use accord::gpu::{cuda, DeviceBuffer, DeviceSlice};
 use accord::{Communicator, DataType, Error, ReduceOp, Result};
 
 fn val(r: usize, i: usize) -> f32 {
@@ -14,15 +18,56 @@ fn val(r: usize, i: usize) -> f32 {
 }
 
 struct Bufs {
-    send: DeviceBuffer<f32>,
-    recv: DeviceBuffer<f32>,
+    send: DeviceSlice,
+    recv: DeviceSlice,
+    /// The memory behind the slices.
+    own: Memory,
+}
+
+enum Memory {
+    Plain(DeviceBuffer<f32>, DeviceBuffer<f32>),
+    Heap(SymmetricBuffer),
+}
+
+impl Bufs {
+    /// Give the memory back (a heap buffer collectively, as allocated).
+    fn release(self) -> Result<()> {
+        match self.own {
+            Memory::Plain(s, r) => {
+                drop((s, r));
+                Ok(())
+            }
+            Memory::Heap(h) => h.free(),
+        }
+    }
+}
+
+/// `v` into the heap at `at` (the device's context current, as the communicator left it).
+fn upload(at: u64, v: &[f32]) -> Result<()> {
+    let cu = cuda::driver()?;
+    // SAFETY: `at` starts at least `v.len()` f32 of heap memory (`make`).
+    cu.check(
+        unsafe { (cu.memcpy_htod)(at, v.as_ptr().cast(), std::mem::size_of_val(v)) },
+        "cuMemcpyHtoD",
+    )
+}
+
+fn download(x: DeviceSlice) -> Result<Vec<f32>> {
+    let mut v = vec![0f32; x.count()];
+    let cu = cuda::driver()?;
+    // SAFETY: the slice covers `count` f32 of device memory.
+    cu.check(
+        unsafe { (cu.memcpy_dtoh)(v.as_mut_ptr().cast(), x.ptr(), x.bytes()) },
+        "cuMemcpyDtoH",
+    )?;
+    Ok(v)
 }
 
 /// Enqueue one operation on the communicator's stream (the barrier also waits for it).
 fn run_once(g: &Communicator, op: &str, b: &Bufs) -> Result<()> {
     let n = g.size();
     let me = g.rank();
-    let (s, r) = (b.send.slice(), b.recv.slice());
+    let (s, r) = (b.send, b.recv);
     let req = match op {
         // In place, as torch's `all_reduce(x)`: out of place doubles the memory touched, which
         // from 8 to 32 MiB no longer fits the GPU's L2 across iterations.
@@ -42,7 +87,7 @@ fn run_once(g: &Communicator, op: &str, b: &Bufs) -> Result<()> {
     req.map(|_| ())
 }
 
-fn make(g: &Communicator, op: &str, count: usize) -> Result<Bufs> {
+fn make(g: &Communicator, op: &str, count: usize, symmetric: bool) -> Result<Bufs> {
     let n = g.size();
     let me = g.rank();
     let block = count / n.max(1);
@@ -70,16 +115,37 @@ fn make(g: &Communicator, op: &str, count: usize) -> Result<Bufs> {
     } else {
         vec![0f32; recv]
     };
+    if symmetric {
+        // Both buffers in one heap allocation, the receive one 256-byte aligned after the send.
+        let at = (send.len() * 4).next_multiple_of(256);
+        let heap = g.alloc_symmetric(at + first.len().max(1) * 4)?;
+        upload(heap.ptr(), &send)?;
+        upload(heap.ptr() + at as u64, &first)?;
+        // SAFETY: both ranges lie inside the heap buffer, which `own` keeps.
+        let (s, r) = unsafe {
+            (
+                DeviceSlice::from_raw(heap.ptr(), send.len(), DataType::F32),
+                DeviceSlice::from_raw(heap.ptr() + at as u64, first.len(), DataType::F32),
+            )
+        };
+        return Ok(Bufs {
+            send: s,
+            recv: r,
+            own: Memory::Heap(heap),
+        });
+    }
+    let (s, r) = (g.device_copy(&send)?, g.device_copy(&first)?);
     Ok(Bufs {
-        send: g.device_copy(&send)?,
-        recv: g.device_copy(&first)?,
+        send: s.slice(),
+        recv: r.slice(),
+        own: Memory::Plain(s, r),
     })
 }
 
 fn wrong(g: &Communicator, op: &str, b: &Bufs) -> Result<u64> {
     let n = g.size();
     let me = g.rank();
-    let got = b.recv.to_host()?;
+    let got = download(b.recv)?;
     let block = got.len() / n.max(1);
     let tri = (n * (n + 1) / 2) as f32;
     let bad = |want: &dyn Fn(usize) -> f32| {
@@ -153,7 +219,7 @@ fn bench(host: &Communicator, g: &Communicator, o: &BenchOpts) -> Result<Vec<Row
         let unit = size_unit(&o.op, n, esz);
         let count = (bytes / unit) * unit / esz;
         let shown = count * esz;
-        let b = make(g, &o.op, count)?;
+        let b = make(g, &o.op, count, o.symmetric)?;
         let (warm, iters) = iterations(shown, o.iters);
         // Check one call on fresh buffers (in place, later calls keep reducing the result).
         run_once(g, &o.op, &b)?;
@@ -168,6 +234,7 @@ fn bench(host: &Communicator, g: &Communicator, o: &BenchOpts) -> Result<Vec<Row
         host.all_reduce(&mut t, ReduceOp::Max)?;
         host.all_reduce(&mut w, ReduceOp::Sum)?;
         rows.push(Row::new(&o.op, n, shown, count, t[0], w[0]));
+        b.release()?;
         if bytes >= o.max_bytes || o.op == "barrier" {
             break;
         }
@@ -194,9 +261,18 @@ pub fn rank_main(o: &BenchOpts) -> i32 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(host.rank());
-    // A communicator of one GPU per process: its barrier runs on the device.
-    let g = match host.attach_devices(&[local % ndev.max(1)]) {
-        Ok(mut g) => g.remove(0),
+    // A communicator of one GPU per process: its barrier runs on the device. The symmetric heap
+    // belongs to a communicator with host buffers: the process's own, with the device attached.
+    let attached = match o.symmetric {
+        true => host
+            .attach_device(local % ndev.max(1))
+            .map(|_| host.clone()),
+        false => host
+            .attach_devices(&[local % ndev.max(1)])
+            .map(|mut g| g.remove(0)),
+    };
+    let g = match attached {
+        Ok(g) => g,
         Err(e) => {
             eprintln!("accord bench: rank {}: {e}", host.rank());
             return 1;

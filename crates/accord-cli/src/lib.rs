@@ -62,6 +62,10 @@ struct BenchArgs {
     /// `accord` (Accord's kernels wherever they apply) or `nccl` (sets ACCORD_GPU_ENGINE).
     #[arg(long)]
     engine: Option<String>,
+    /// With --device cuda: place the buffers in the symmetric heap (`alloc_symmetric`), which
+    /// Accord's kernels take zero-copy.
+    #[arg(long)]
+    symmetric: bool,
 }
 
 #[derive(Subcommand)]
@@ -156,6 +160,10 @@ fn bench_opts(a: &BenchArgs) -> Result<bench::BenchOpts, String> {
                 accord::config::GpuEngine::parse(e)
                     .ok_or_else(|| format!("unknown engine {e:?}; choose auto, accord or nccl"))?,
             ),
+        },
+        symmetric: match (a.symmetric, a.device.as_str()) {
+            (true, "cpu") => return Err("--symmetric places GPU buffers: use --device cuda".into()),
+            (on, _) => on,
         },
         device: match a.device.as_str() {
             "cuda" if a.op == "copy" => {
