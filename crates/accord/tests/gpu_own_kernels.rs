@@ -412,6 +412,40 @@ fn processes_every_kernel_dtype_and_op_matches_the_host() {
     );
 }
 
+/// Bulk calls of many rounds whose last round (or a pair of an alltoallv) is shorter, with the
+/// ranks set out of step before each batch: every block must keep to the slot bytes its
+/// namesakes use, or a fast block overwrites what a slow one is still reading (seen as data of
+/// the same slot two rounds later). Run with ACCORD_GPU_CHUNK_BYTES=65536 to keep it short.
+#[test]
+fn processes_many_rounds_with_short_last_rounds_stay_exact() {
+    let test = "processes_many_rounds_with_short_last_rounds_stay_exact";
+    let Some((_, g)) = launched(test) else {
+        return;
+    };
+    if std::env::var("ACCORD_GPU_ENGINE").as_deref() != Ok("accord") {
+        println!("{test}: skipping: needs ACCORD_GPU_ENGINE=accord (every size to the kernels)");
+        return;
+    }
+    let chunk: usize = std::env::var("ACCORD_GPU_CHUNK_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1 << 20);
+    // Four full rounds and a third of one, per rank and per pair.
+    let count = (4 * chunk + chunk / 3) / 4 + 1;
+    for i in 0..10u64 {
+        // A different rank starts late each time, by up to 3 ms.
+        if g.rank() == i as usize % g.size() {
+            std::thread::sleep(Duration::from_micros(300 * (i + 1)));
+        }
+        check_dtype(g, DataType::F32, count, 9000 + i)
+            .unwrap_or_else(|e| panic!("rank {}: batch {i}: {e}", g.rank()));
+    }
+    println!(
+        "{test}: rank {}: 10 batches of {count} f32 per rank exact",
+        g.rank()
+    );
+}
+
 /// Arrays of the symmetric heap go zero-copy in the bulk kernels, on every rank (one round, no
 /// scratch) or on even ranks only (the others copy through the scratch; each rank reads some
 /// peers where they lie and others from its slots), bit for bit like ordinary arrays.

@@ -3,6 +3,7 @@
 //! bytes, the world size), so every rank plans alike.
 
 use crate::config::GpuEngine;
+use crate::dtype::ReduceOp;
 use crate::fingerprint::OpKind;
 use crate::op::{Collective, Op};
 
@@ -157,6 +158,13 @@ pub(crate) fn chosen(mode: GpuEngine, op: &Op, algo: Algo, heap: bool) -> Result
 
 /// Whether `auto` gives `algo` for `op` to the kernels ([`chosen`] without the reason).
 pub(crate) fn in_auto_range(op: &Op, algo: Algo, heap: bool) -> bool {
+    // NCCL has no bitwise reductions: these kernels are the only GPU engine that runs them.
+    if matches!(
+        op.reduce,
+        Some(ReduceOp::BAnd | ReduceOp::BOr | ReduceOp::BXor)
+    ) {
+        return true;
+    }
     if algo == Algo::AllToAll && op.kind() == OpKind::AllToAllV {
         return false;
     }

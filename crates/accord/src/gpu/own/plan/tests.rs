@@ -227,3 +227,20 @@ fn auto_gives_symmetric_heap_arrays_to_the_kernels_at_every_measured_winning_siz
     assert!(chosen(GpuEngine::Auto, &b, Algo::Broadcast, false).is_err());
     assert!(chosen(GpuEngine::Auto, &b, Algo::Broadcast, true).is_ok());
 }
+
+#[test]
+fn auto_gives_bitwise_reductions_to_the_kernels_at_every_size_since_nccl_has_none() {
+    for count in [0usize, 1 << 24] {
+        let req = Request {
+            kind: OpKind::AllReduce,
+            dtype: DataType::I32,
+            reduce: Some(ReduceOp::BXor),
+            root: None,
+            send: Some(Extent::len(count)),
+            recv: Extent::len(count),
+        };
+        let o = Op::new(req, 0, 2).unwrap();
+        let algo = algorithm(&o, 2, LL_MAX_BYTES).unwrap();
+        assert!(chosen(GpuEngine::Auto, &o, algo, false).is_ok(), "{count}");
+    }
+}
