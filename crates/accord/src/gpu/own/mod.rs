@@ -17,7 +17,8 @@
 //! travels with its arrival flags, which a read of the peer's array would need a barrier for.
 //!
 //! Which engine runs a call ([`plan::chosen`]): `ACCORD_GPU_ENGINE=auto` (the default) gives
-//! these kernels the sizes where they beat NCCL and NCCL the rest; `accord` gives them
+//! these kernels the sizes where they beat NCCL (on ordinary or on heap arrays:
+//! [`plan::auto_range`]), the bitwise reductions NCCL lacks, and NCCL the rest; `accord` gives them
 //! everything they run; `nccl` never loads them. Every rank of a communicator must use the same
 //! setting (checked when the device is attached). Where NCCL cannot run at all — it is not
 //! installed, or ranks share a GPU, which NCCL refuses — and the ranks are on one host, these
