@@ -64,7 +64,13 @@ impl Table {
         }
         let at = self.ptr + (slot * WORDS * 8) as u64;
         // SAFETY: inside the table allocated in `table`; `words` lives through the copy.
-        let rc = unsafe { (self.cu.memcpy_htod)(at, words.as_ptr().cast(), WORDS * 8) };
+        let mut rc = unsafe { (self.cu.memcpy_htod)(at, words.as_ptr().cast(), WORDS * 8) };
+        if rc == 0 {
+            // From pageable memory the copy may land after it returns, on the legacy stream,
+            // which the kernels' non-blocking streams do not wait for.
+            // SAFETY: null is the legacy default stream of the current context.
+            rc = unsafe { (self.cu.stream_synchronize)(std::ptr::null_mut()) };
+        }
         if let Err(e) = self.cu.check(rc, "cuMemcpyHtoD") {
             // The slot keeps its old number: a peer's lookup fails with an error, never reads.
             tracing::warn!("symmetric heap table not updated: {e}");
@@ -160,8 +166,14 @@ pub(crate) fn table(heap: &str, cu: &'static Driver, ctx: usize) -> Result<Arc<T
         ptr,
         heap: heap.to_string(),
     });
-    // SAFETY: the allocation just made, whole.
-    cu.check(unsafe { (cu.memset_d8)(ptr, 0, bytes) }, "cuMemsetD8")?;
+    // SAFETY: the allocation just made, whole; then the legacy stream it was cleared on.
+    unsafe {
+        cu.check((cu.memset_d8)(ptr, 0, bytes), "cuMemsetD8")?;
+        cu.check(
+            (cu.stream_synchronize)(std::ptr::null_mut()),
+            "cuStreamSynchronize",
+        )?;
+    }
     let mut reg = registry();
     for e in reg.entries.iter().filter(|e| e.heap == heap && e.tabled) {
         table.write(e.number as usize % SLOTS, &e.words());
