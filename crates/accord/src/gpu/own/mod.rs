@@ -367,14 +367,11 @@ impl OwnEngine {
             Collective::Broadcast { .. } => 0,
             _ => op.send_len(self.rank),
         } * es;
-        let aliased = input.ptr() == recv.ptr();
-        let overlap = input.ptr() < recv.ptr() + recv.bytes() as u64
-            && recv.ptr() < input.ptr() + input.bytes() as u64;
-        let safe = match algo {
-            Algo::AllReduceTwoShot | Algo::Broadcast => aliased || !overlap,
-            Algo::AllGather | Algo::ReduceScatter | Algo::AllToAll => !overlap,
-            _ => false,
-        };
+        let safe = plan::readable_in_place(
+            algo,
+            (input.ptr(), input.bytes()),
+            (recv.ptr(), recv.bytes()),
+        );
         let din = match safe && reads > 0 {
             true => registry::describe(&self.heap, input.ptr(), reads),
             false => 0,

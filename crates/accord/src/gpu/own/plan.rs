@@ -200,6 +200,20 @@ pub(crate) fn auto_range(algo: Algo, heap: bool) -> (usize, usize) {
     }
 }
 
+/// Whether peers may read this rank's input `(address, bytes)` where it lies while `algo`
+/// writes its output: only the bulk kernels read peers' arrays; the two-shot allreduce and the
+/// broadcast may in place too (their writes to an aliased array follow the reads they could
+/// disturb, with a barrier between), the others only when input and output do not overlap.
+pub(crate) fn readable_in_place(algo: Algo, input: (u64, usize), output: (u64, usize)) -> bool {
+    let aliased = input.0 == output.0;
+    let overlap = input.0 < output.0 + output.1 as u64 && output.0 < input.0 + input.1 as u64;
+    match algo {
+        Algo::AllReduceTwoShot | Algo::Broadcast => aliased || !overlap,
+        Algo::AllGather | Algo::ReduceScatter | Algo::AllToAll => !overlap,
+        _ => false,
+    }
+}
+
 /// The grid of a bulk kernel whose rounds move `round_bytes` per pair: a block per
 /// [`BYTES_PER_BLOCK`], at most [`BULK_BLOCKS`]. `round_bytes` must be agreed by all ranks.
 pub(crate) fn bulk_blocks(round_bytes: usize) -> u32 {

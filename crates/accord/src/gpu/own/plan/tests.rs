@@ -244,3 +244,31 @@ fn auto_gives_bitwise_reductions_to_the_kernels_at_every_size_since_nccl_has_non
         assert!(chosen(GpuEngine::Auto, &o, algo, false).is_ok(), "{count}");
     }
 }
+
+#[test]
+fn peers_read_an_input_in_place_only_where_no_write_can_disturb_the_read() {
+    let (a, b) = ((0x1000, 4096), (0x9000, 4096));
+    let bulk = [
+        Algo::AllReduceTwoShot,
+        Algo::Broadcast,
+        Algo::AllGather,
+        Algo::ReduceScatter,
+        Algo::AllToAll,
+    ];
+    for algo in bulk {
+        assert!(readable_in_place(algo, a, b), "{algo:?} out of place");
+    }
+    // In place: the two-shot allreduce and the broadcast only.
+    for algo in bulk {
+        let ok = matches!(algo, Algo::AllReduceTwoShot | Algo::Broadcast);
+        assert_eq!(readable_in_place(algo, a, a), ok, "{algo:?} in place");
+    }
+    // Overlapping without being the same array: none.
+    for algo in bulk {
+        assert!(!readable_in_place(algo, a, (0x1800, 4096)), "{algo:?}");
+    }
+    // The packet kernels always send packets.
+    for algo in [Algo::AllReduceOneShot, Algo::AllGatherLl, Algo::AllToAllLl] {
+        assert!(!readable_in_place(algo, a, b), "{algo:?}");
+    }
+}
