@@ -21,6 +21,10 @@
 //! without freeing it releases this rank's mappings without meeting the others (fine for VMM
 //! memory, which lives until its last mapping goes; IPC memory should be freed).
 //!
+//! `registry`: every buffer of the heap is also registered (its number, the same on every rank,
+//! and every rank's mapping) in a table on each device engine of the communicator, so Accord's
+//! own collectives take arrays of the heap zero-copy: peers read them where they lie.
+//!
 //! `channels`: [`MemoryChannels`] over a symmetric buffer, the device handles of
 //! `<accord/channel.cuh>` (one `accord::MemoryChannel` per rank). Beside the buffer they own a
 //! small symmetric region per rank: a counter of each peer's signals (peers increment it
