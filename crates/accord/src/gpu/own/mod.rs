@@ -421,25 +421,18 @@ impl DeviceEngine for OwnEngine {
     }
 
     fn heap_arrays(&self, op: &Op, send: Option<DeviceSlice>, recv: DeviceSlice) -> bool {
-        let Some(algo) = plan::kernel_for(op, self.size, self.ll_bytes) else {
-            return false;
-        };
-        let (din, dout) = self.directs(algo, op, send, recv);
+        // Where the arrays lie, not whether this call may read them in place (in place or
+        // not is each rank's choice): ranks of a correct program must choose alike.
         let es = op.dtype.size();
-        // Every array the call touches here, and at least one: the input where this rank
-        // reads one (zero-copy), the output.
+        let input = send.unwrap_or(recv);
         let reads = match op.coll {
             Collective::Broadcast { count, root } if root == self.rank => count,
             Collective::Broadcast { .. } => 0,
             _ => op.send_len(self.rank),
-        };
+        } * es;
         let writes = op.recv_len(self.rank) * es;
-        let input = reads == 0 || din != 0;
-        let output = writes == 0 || registry::describe(&self.heap, recv.ptr(), writes) != 0;
-        (reads > 0 || writes > 0)
-            && input
-            && output
-            && (dout != 0 || algo != Algo::AllReduceTwoShot)
+        let lies = |ptr: u64, n: usize| n == 0 || registry::describe(&self.heap, ptr, n) != 0;
+        (reads > 0 || writes > 0) && lies(input.ptr(), reads) && lies(recv.ptr(), writes)
     }
 
     fn accepts(&self, op: &Op, heap: bool) -> bool {

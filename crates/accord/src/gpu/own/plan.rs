@@ -182,7 +182,8 @@ pub(crate) fn in_auto_range(op: &Op, algo: Algo, heap: bool) -> bool {
 /// two-shot allreduce at 1 MiB, NCCL's fastest size.
 pub(crate) fn auto_range(algo: Algo, heap: bool) -> (usize, usize) {
     const MIB: usize = 1 << 20;
-    if heap {
+    // Broadcast stays with NCCL: only the root's array matters, which the others cannot see.
+    if heap && algo != Algo::Broadcast {
         return match algo {
             Algo::AllReduceTwoShot => (MIB, usize::MAX),
             _ => (0, usize::MAX),
