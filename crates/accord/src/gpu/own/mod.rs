@@ -348,6 +348,16 @@ impl OwnEngine {
         c
     }
 
+    /// Bytes of its input this rank's kernel reads (a broadcast's non-roots read none).
+    fn read_bytes(&self, op: &Op) -> usize {
+        op.dtype.size()
+            * match op.coll {
+                Collective::Broadcast { count, root } if root == self.rank => count,
+                Collective::Broadcast { .. } => 0,
+                _ => op.send_len(self.rank),
+            }
+    }
+
     /// What this rank tells its peers about the call's input and output: where they lie in the
     /// symmetric heap (`registry::describe`), or 0 for arrays the kernel copies through the
     /// scratch. Only the bulk kernels read peers' arrays; they may in place only where no rank
@@ -362,11 +372,7 @@ impl OwnEngine {
     ) -> (u64, u64) {
         let es = op.dtype.size();
         let input = send.unwrap_or(recv);
-        let reads = match op.coll {
-            Collective::Broadcast { count, root } if root == self.rank => count,
-            Collective::Broadcast { .. } => 0,
-            _ => op.send_len(self.rank),
-        } * es;
+        let reads = self.read_bytes(op);
         let safe = plan::readable_in_place(
             algo,
             (input.ptr(), input.bytes()),
@@ -425,11 +431,7 @@ impl DeviceEngine for OwnEngine {
         // not is each rank's choice): ranks of a correct program must choose alike.
         let es = op.dtype.size();
         let input = send.unwrap_or(recv);
-        let reads = match op.coll {
-            Collective::Broadcast { count, root } if root == self.rank => count,
-            Collective::Broadcast { .. } => 0,
-            _ => op.send_len(self.rank),
-        } * es;
+        let reads = self.read_bytes(op);
         let writes = op.recv_len(self.rank) * es;
         let lies = |ptr: u64, n: usize| n == 0 || registry::describe(&self.heap, ptr, n) != 0;
         (reads > 0 || writes > 0) && lies(input.ptr(), reads) && lies(recv.ptr(), writes)
