@@ -9,6 +9,7 @@
 #   ACCORD_BIN, TESTS: a prebuilt accord binary and a directory of prebuilt test binaries
 #   (gpu_own_kernels, gpu_collectives, ...), e.g. carried to a machine without Rust; without
 #   them the script builds both. LOGS: where each job's output goes (default /tmp/accord-gpu-logs).
+#   JOBS="own_kernels symmetric ...": run only the jobs named (the names this script prints).
 set -uo pipefail
 cd "$(dirname "$0")"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
@@ -28,17 +29,19 @@ A=${ACCORD_BIN:-accord}
 failed=0
 job() { # job NAME SECONDS COMMAND...
   local name=$1 t=$2; shift 2
+  if [ -n "${JOBS:-}" ] && [[ " $JOBS " != *" $name "* ]]; then return; fi
+  local t0=$SECONDS
   timeout "$t" "$@" > "$logs/$name.log" 2>&1
   local rc=$?
   [ $rc = 0 ] || failed=1
   local skipped
   skipped=$(grep -c "skipping:" "$logs/$name.log")
   if [ $rc != 0 ]; then
-    echo "$name: FAILED (exit $rc, see $logs/$name.log)"
+    echo "$name: FAILED (exit $rc after $((SECONDS - t0)) s, see $logs/$name.log)"
   elif [ "$skipped" != 0 ]; then
-    echo "$name: ok, $skipped skipped: $(grep -m1 -o 'skipping: .*' "$logs/$name.log")"
+    echo "$name: ok in $((SECONDS - t0)) s, $skipped skipped: $(grep -m1 -o 'skipping: .*' "$logs/$name.log")"
   else
-    echo "$name: ok"
+    echo "$name: ok in $((SECONDS - t0)) s"
   fi
 }
 own() { # Accord's kernels forced, rounds small enough that large counts take many of them

@@ -392,7 +392,7 @@ impl DeviceComm {
         }
         // A peer that found a desync gives up, and this rank's engine may fail because of it
         // (NCCL reports an internal error once the peer aborted): the desync is what to name.
-        let error = super::watchdog::desync_now(self).unwrap_or(*fault.error);
+        let error = super::watchdog::desync_soon(self).unwrap_or(*fault.error);
         self.fail(error.clone());
         error
     }

@@ -18,8 +18,10 @@
 //!
 //! A desync explains everything else: a peer that found one gives up (its abort notice, its
 //! process ending, the engine's error all follow), and mismatched calls hang until the timeout.
-//! So before a lost peer or an engine error fails the communicator, the peers' progress records
-//! are read, and a desync they show is the verdict instead; otherwise the records are compared
+//! So before a lost peer, an engine error or a timeout fails the communicator, every peer's
+//! progress record is read (the rank that called something else need not be a neighbour of this
+//! one, and the neighbours that found it have given up, which is all this rank saw), and a desync
+//! they show is the verdict instead; otherwise the records are compared
 //! on their cadence ([`with_records`]), where a desync outranks a healthy look and a timeout.
 
 use crate::error::Error;
@@ -118,7 +120,7 @@ pub(super) fn decide(memory: &mut Memory, look: Look<'_>) -> Verdict {
         return Verdict::Healthy;
     }
     match overdue {
-        Some(age) => Verdict::Overdue(age),
+        Some(age) => failing(Verdict::Overdue(age)),
         None => Verdict::Healthy,
     }
 }
@@ -420,20 +422,28 @@ mod tests {
             None
         };
         let mut m = Memory::default();
-        // Healthy, in the grace, in the naming wait, overdue: no reads.
+        // Healthy, in the grace: no reads.
         let mut l = look(t0, 0, None, Some(0));
         l.probe = &probe;
         assert_eq!(decide(&mut m, l), Verdict::Healthy);
         let mut l = look(t0, 10, Some(lost(1)), Some(0));
         l.probe = &probe;
         assert_eq!(decide(&mut m, l), Verdict::Healthy);
+        assert_eq!(reads.get(), 0);
+        // Overdue is failing too: one read.
         let mut l = look(t0, 400_000, None, Some(0));
         l.probe = &probe;
         assert_eq!(
             decide(&mut Memory::default(), l),
             Verdict::Overdue(ms(400_000))
         );
-        assert_eq!(reads.get(), 0);
+        assert_eq!(reads.get(), 1);
+        reads.set(0);
+        // A timeout the records explain is a desync.
+        let found = || Some(desync());
+        let mut l = look(t0, 400_000, None, Some(0));
+        l.probe = &found;
+        assert_eq!(decide(&mut Memory::default(), l), Verdict::Desync(desync()));
         // Failing on a lost peer: one read, and no desync there.
         let mut l = look(
             t0,

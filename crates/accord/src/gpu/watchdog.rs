@@ -213,18 +213,65 @@ fn publish_and_compare(
     }
     if check {
         published.checked = Some(Instant::now());
-        return Some(compare(comm, seq_now, hash_now, &last()));
+        let n = comm.size;
+        let neighbours = [(comm.rank + 1) % n, (comm.rank + n - 1) % n];
+        return Some(compare(comm, seq_now, hash_now, &last(), neighbours));
     }
     Some(None)
 }
 
-/// A desync between this rank's calls so far and what the peers published, if there is one.
-pub(super) fn desync_now(comm: &DeviceComm) -> Option<Error> {
+/// This rank's calls so far: sequence number, rolling hash, and the last call in words.
+fn mine(comm: &DeviceComm) -> Option<(u64, u64, String)> {
     let st = comm.state.lock().ok()?;
-    let (seq, hash) = (st.cseq, st.hash);
-    let last = comm.last_call(&st);
-    drop(st);
-    compare(comm, seq, hash, &last)
+    Some((st.cseq, st.hash, comm.last_call(&st)))
+}
+
+/// A desync between this rank's calls so far and what any peer published, if there is one.
+/// Asked only when the communicator is about to fail, so it reads every rank's record: the rank
+/// that called something else need not be a ring neighbour of this one.
+pub(super) fn desync_now(comm: &DeviceComm) -> Option<Error> {
+    let (seq, hash, last) = mine(comm)?;
+    compare(comm, seq, hash, &last, others(comm))
+}
+
+/// How long an enqueue that failed waits for the peers' records of the call it failed in: a
+/// peer publishes within one cadence of entering a call.
+const RECORDS_WAIT: Duration = PUBLISH_EVERY.saturating_add(Duration::from_millis(250));
+
+/// [`desync_now`] for an engine that failed while enqueueing: a peer that found a desync first
+/// gave up, and NCCL's enqueue fails as soon as that peer's proxy is gone, possibly before the
+/// rank that called something else has published. So this rank publishes its own record, then
+/// waits (at most [`RECORDS_WAIT`]) until every live peer's record reaches this call.
+pub(super) fn desync_soon(comm: &DeviceComm) -> Option<Error> {
+    let (seq, hash, last) = mine(comm)?;
+    let store = comm.store.as_ref()?;
+    let _ = store.set(
+        &format!("progress/{}", comm.rank),
+        format!("{seq} {hash:016x} {last}"),
+    );
+    let deadline = Instant::now() + RECORDS_WAIT;
+    loop {
+        if let Some(e) = compare(comm, seq, hash, &last, others(comm)) {
+            return Some(e);
+        }
+        // A peer whose process is gone will not publish: not waited for.
+        let gone = |r: usize| {
+            comm.host_of
+                .as_ref()
+                .is_some_and(|m| comm.host.members_failure(&m[r..=r]).is_some())
+        };
+        let behind = others(comm)
+            .any(|r| read_progress(comm, r).is_none_or(|(s, _, _)| s < seq) && !gone(r));
+        if !behind || Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every rank but this one.
+fn others(comm: &DeviceComm) -> impl Iterator<Item = usize> + '_ {
+    (0..comm.size).filter(|&r| r != comm.rank)
 }
 
 fn read_progress(comm: &DeviceComm, rank: usize) -> Option<(u64, u64, String)> {
@@ -251,16 +298,18 @@ fn never_entered(comm: &DeviceComm, seq: u64) -> Vec<(usize, u64)> {
         .collect()
 }
 
-/// Compare with the two ring neighbours only: O(1) store reads per rank however large the
-/// world, and a disagreement anywhere breaks the chain somewhere.
-fn compare(comm: &DeviceComm, seq: u64, hash: u64, last: &str) -> Option<Error> {
-    let n = comm.size;
-    if n < 2 {
-        return None;
-    }
-    let mut peers = vec![(comm.rank + 1) % n, (comm.rank + n - 1) % n];
-    peers.dedup();
-    for r in peers {
+/// The first of `peers` whose record is at this rank's sequence number with another hash. On
+/// the cadence only the two ring neighbours are read (O(1) store reads per rank however large
+/// the world; a disagreement anywhere breaks the chain somewhere); when failing, every rank.
+fn compare(
+    comm: &DeviceComm,
+    seq: u64,
+    hash: u64,
+    last: &str,
+    peers: impl IntoIterator<Item = usize>,
+) -> Option<Error> {
+    comm.store.as_ref()?;
+    for r in peers.into_iter().filter(|&r| r != comm.rank) {
         if let Some((s, h, theirs)) = read_progress(comm, r) {
             if s == seq && h != hash {
                 return Some(Error::Desync {

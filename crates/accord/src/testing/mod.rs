@@ -27,6 +27,12 @@ pub fn soak() -> usize {
     crate::config::get().soak
 }
 
+/// How many collectives this process enqueued on Accord's own GPU kernels (not NCCL): tests
+/// under `ACCORD_GPU_ENGINE=auto` tell which engine ran a call by whether this grew.
+pub fn gpu_kernel_calls() -> u64 {
+    crate::gpu::own::calls()
+}
+
 /// How many calls of Accord's GPU kernels in this process took this rank's input or output
 /// zero-copy (an array of the symmetric heap, which peers read where it lies); tests check that
 /// zero-copy happened.

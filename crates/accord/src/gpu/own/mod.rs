@@ -17,8 +17,8 @@
 //! travels with its arrival flags, which a read of the peer's array would need a barrier for.
 //!
 //! Which engine runs a call ([`plan::chosen`]): `ACCORD_GPU_ENGINE=auto` (the default) gives
-//! these kernels the sizes where they beat NCCL (on ordinary or on heap arrays:
-//! [`plan::auto_range`]), the bitwise reductions NCCL lacks, and NCCL the rest; `accord` gives them
+//! these kernels the sizes where they beat NCCL (measured by world size, on ordinary or on heap
+//! arrays: [`plan::auto_range`]), the bitwise reductions NCCL lacks, and NCCL the rest; `accord` gives them
 //! everything they run; `nccl` never loads them. Every rank of a communicator must use the same
 //! setting (checked when the device is attached). Where NCCL cannot run at all — it is not
 //! installed, or ranks share a GPU, which NCCL refuses — and the ranks are on one host, these
@@ -59,8 +59,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Launches whose input or output a peer reads where it lies (`crate::testing`).
+/// Collectives enqueued on these kernels, and those of them whose input or output a peer reads
+/// where it lies (`crate::testing`).
+static CALLS: AtomicU64 = AtomicU64::new(0);
 static ZERO_COPY: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn calls() -> u64 {
+    CALLS.load(Ordering::Relaxed)
+}
 
 pub(crate) fn zero_copy_calls() -> u64 {
     ZERO_COPY.load(Ordering::Relaxed)
@@ -348,6 +354,14 @@ impl OwnEngine {
         c
     }
 
+    /// What `auto` decides on besides the call.
+    fn facts(&self, heap: bool) -> plan::Facts {
+        plan::Facts {
+            heap,
+            size: self.size,
+        }
+    }
+
     /// Bytes of its input this rank's kernel reads (a broadcast's non-roots read none).
     fn read_bytes(&self, op: &Op) -> usize {
         op.dtype.size()
@@ -423,7 +437,8 @@ impl DeviceEngine for OwnEngine {
                 .map_err(|why| format!("{why}; but NCCL cannot run this communicator: {no_nccl}"));
         }
         let algo = plan::algorithm(op, self.size, self.ll_bytes)?;
-        plan::chosen(self.mode, op, algo, heap).map_err(|why| format!("{}: {why}", algo.describe()))
+        plan::chosen(self.mode, op, algo, self.facts(heap))
+            .map_err(|why| format!("{}: {why}", algo.describe()))
     }
 
     fn heap_arrays(&self, op: &Op, send: Option<DeviceSlice>, recv: DeviceSlice) -> bool {
@@ -445,7 +460,7 @@ impl DeviceEngine for OwnEngine {
             || match self.mode {
                 GpuEngine::Nccl => false,
                 GpuEngine::Accord => true,
-                GpuEngine::Auto => plan::in_auto_range(op, algo, heap),
+                GpuEngine::Auto => plan::in_auto_range(op, algo, self.facts(heap)),
             }
     }
 
@@ -466,6 +481,7 @@ impl DeviceEngine for OwnEngine {
         let algo = plan::algorithm(op, self.size, self.ll_bytes).map_err(Error::Unsupported)?;
         let mut c = self.ctx_for(op);
         (c.din, c.dout) = self.directs(algo, op, send, recv);
+        CALLS.fetch_add(1, Ordering::Relaxed);
         if c.din | c.dout != 0 {
             ZERO_COPY.fetch_add(1, Ordering::Relaxed);
         }

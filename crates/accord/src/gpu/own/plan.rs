@@ -127,11 +127,20 @@ pub(crate) fn kernel_for(op: &Op, size: usize, ll_bytes: usize) -> Option<Algo> 
     })
 }
 
-/// Whether `mode` gives `algo` to these kernels rather than to NCCL (`heap`: the call's arrays
-/// are in the symmetric heap on this rank); the reason when not. Under `auto` a call goes to
-/// the kernels inside the range of total bytes where they beat NCCL ([`auto_range`]);
-/// alltoallv (whose sizes ranks do not share) goes to NCCL.
-pub(crate) fn chosen(mode: GpuEngine, op: &Op, algo: Algo, heap: bool) -> Result<(), String> {
+/// What `auto` decides on besides the call: facts every rank of the call agrees on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Facts {
+    /// The call's arrays are in the symmetric heap on this rank (the bulk kernels read them
+    /// zero-copy).
+    pub heap: bool,
+    /// Ranks of the communicator.
+    pub size: usize,
+}
+
+/// Whether `mode` gives `algo` to these kernels rather than to NCCL; the reason when not.
+/// Under `auto` a call goes to the kernels inside the range of total bytes where they beat
+/// NCCL ([`auto_range`]); alltoallv (whose sizes ranks do not share) goes to NCCL.
+pub(crate) fn chosen(mode: GpuEngine, op: &Op, algo: Algo, f: Facts) -> Result<(), String> {
     match mode {
         GpuEngine::Nccl => return Err("ACCORD_GPU_ENGINE=nccl".into()),
         GpuEngine::Accord => return Ok(()),
@@ -141,23 +150,28 @@ pub(crate) fn chosen(mode: GpuEngine, op: &Op, algo: Algo, heap: bool) -> Result
         return Err("alltoallv: ranks' sizes differ, so NCCL runs it under auto".into());
     }
     let bytes = op.bytes();
-    let (above, upto) = auto_range(algo, heap);
-    let arrays = if heap {
+    let (above, upto) = auto_range(algo, f);
+    let arrays = if f.heap {
         "symmetric-heap arrays"
     } else {
         "ordinary arrays"
     };
-    match in_auto_range(op, algo, heap) {
+    let range = match upto {
+        0 => "at no size".to_string(),
+        _ => format!("at {above} < bytes <= {upto}"),
+    };
+    match in_auto_range(op, algo, f) {
         true => Ok(()),
         false => Err(format!(
-            "NCCL is faster at {bytes} B on {arrays} (the kernel runs {above} < bytes <= {upto} \
-             under auto; ACCORD_GPU_ENGINE=accord forces it)"
+            "NCCL is faster at {bytes} B on {arrays} and {} ranks (the kernel runs {range} \
+             under auto; ACCORD_GPU_ENGINE=accord forces it)",
+            f.size
         )),
     }
 }
 
 /// Whether `auto` gives `algo` for `op` to the kernels ([`chosen`] without the reason).
-pub(crate) fn in_auto_range(op: &Op, algo: Algo, heap: bool) -> bool {
+pub(crate) fn in_auto_range(op: &Op, algo: Algo, f: Facts) -> bool {
     // NCCL has no bitwise reductions: these kernels are the only GPU engine that runs them.
     if matches!(
         op.reduce,
@@ -168,35 +182,51 @@ pub(crate) fn in_auto_range(op: &Op, algo: Algo, heap: bool) -> bool {
     if algo == Algo::AllToAll && op.kind() == OpKind::AllToAllV {
         return false;
     }
-    let (above, upto) = auto_range(algo, heap);
+    let (above, upto) = auto_range(algo, f);
     op.bytes() > above && op.bytes() <= upto
 }
 
 /// Under `auto`: the total bytes (exclusive lower bound, inclusive upper bound) each kernel
-/// runs, on ordinary arrays or (`heap`) on symmetric-heap arrays, which the bulk kernels take
-/// zero-copy. Measured with `bench/gpu_engines.sh` on two H200s and two H100s (NVLink;
-/// BENCHMARKS.md): the packet kernels beat NCCL at every size they take. Through the scratch,
-/// the two-shot allreduce wins between NCCL's protocol switch (above 1 MiB) and 4 MiB, the bulk
-/// gathers up to 1-2 MiB, and NCCL's broadcast was as fast or faster at every size. Zero-copy,
-/// every bulk kernel is at least as fast as NCCL from 1 MiB up (0.3-0.9x of its time) but the
-/// two-shot allreduce at 1 MiB, NCCL's fastest size.
-pub(crate) fn auto_range(algo: Algo, heap: bool) -> (usize, usize) {
+/// runs, on ordinary arrays or on symmetric-heap arrays (which the bulk kernels take
+/// zero-copy), by the number of ranks. Measured against NCCL in the same run
+/// (`bench/gpu_engines.sh`, `accord bench --symmetric`; BENCHMARKS.md) on two H200s, two H100s
+/// and four H200s, all NVLink:
+///
+/// - The packet kernels win at every size they take on two ranks. The one-shot allreduce, in
+///   which every rank reads every peer's whole message, wins on four up to 64 KiB (at 256 KiB
+///   NCCL was 1.09x faster).
+/// - The bulk allgather and reduce-scatter win while each rank's block is at most 1 MiB (2 MiB
+///   in all on two ranks, 4 MiB on four; 4x that lost on both), alltoall up to 1 MiB in all.
+/// - The two-shot allreduce through the scratch wins on two ranks only, between NCCL's protocol
+///   switch (above 1 MiB) and 4 MiB; on four, NCCL was faster at every size from 1 MiB.
+/// - Zero-copy on two ranks, every bulk kernel wins from 1 MiB up but the two-shot allreduce
+///   at 1 MiB. On four, reduce-scatter wins at every size, allgather and alltoall up to 1 MiB
+///   per rank (1.2-1.9x slower beyond), and the two-shot allreduce at none (1.03-1.5x slower).
+/// - Broadcast stays with NCCL: only the root's array matters, which the others cannot see, and
+///   NCCL's was as fast or faster through the scratch.
+///
+/// Three ranks and more than four were not measured; they take the four-rank ranges, which
+/// leave more sizes to NCCL.
+pub(crate) fn auto_range(algo: Algo, f: Facts) -> (usize, usize) {
+    const KIB: usize = 1 << 10;
     const MIB: usize = 1 << 20;
-    // Broadcast stays with NCCL: only the root's array matters, which the others cannot see.
-    if heap && algo != Algo::Broadcast {
-        return match algo {
-            Algo::AllReduceTwoShot => (MIB, usize::MAX),
-            _ => (0, usize::MAX),
-        };
-    }
+    const ALL: (usize, usize) = (0, usize::MAX);
+    let two = f.size <= 2;
+    // Every rank's block at most 1 MiB.
+    let blocks = (0, f.size.max(1) * MIB);
     match algo {
-        Algo::Barrier => (0, usize::MAX),
-        Algo::AllReduceOneShot | Algo::AllGatherLl | Algo::ReduceScatterLl | Algo::AllToAllLl => {
-            (0, usize::MAX)
-        }
+        Algo::Barrier | Algo::AllGatherLl | Algo::ReduceScatterLl | Algo::AllToAllLl => ALL,
+        Algo::AllReduceOneShot if two => ALL,
+        Algo::AllReduceOneShot => (0, 64 * KIB),
+        Algo::AllReduceTwoShot if !two => (0, 0),
+        Algo::AllReduceTwoShot if f.heap => (MIB, usize::MAX),
         Algo::AllReduceTwoShot => (MIB, 4 * MIB),
-        Algo::AllGather => (0, 2 * MIB),
-        Algo::ReduceScatter | Algo::AllToAll => (0, MIB),
+        Algo::AllGather | Algo::AllToAll if f.heap && two => ALL,
+        Algo::AllGather => blocks,
+        Algo::ReduceScatter if f.heap => ALL,
+        Algo::ReduceScatter => blocks,
+        Algo::AllToAll if f.heap => blocks,
+        Algo::AllToAll => (0, MIB),
         Algo::Broadcast => (0, 0),
     }
 }

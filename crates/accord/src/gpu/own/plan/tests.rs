@@ -50,13 +50,26 @@ fn v_variants_plan_by_kind_not_by_this_ranks_counts() {
     let a2av = op(OpKind::AllToAll, DataType::I8, &[1, 1], &[1, 1], 2);
     assert_eq!(a2av.kind(), OpKind::AllToAllV);
     assert_eq!(algorithm(&a2av, 2, LL_MAX_BYTES), Ok(Algo::AllToAll));
-    assert!(chosen(GpuEngine::Auto, &a2av, Algo::AllToAll, false).is_err());
-    assert!(chosen(GpuEngine::Accord, &a2av, Algo::AllToAll, false).is_ok());
+    assert!(chosen(GpuEngine::Auto, &a2av, Algo::AllToAll, ORDINARY2).is_err());
+    assert!(chosen(GpuEngine::Accord, &a2av, Algo::AllToAll, ORDINARY2).is_ok());
     let red = op(OpKind::Reduce, DataType::F32, &[4], &[4], 2);
     assert!(algorithm(&red, 2, LL_MAX_BYTES)
         .unwrap_err()
         .contains("NCCL"));
 }
+
+const ORDINARY2: Facts = Facts {
+    heap: false,
+    size: 2,
+};
+const HEAP2: Facts = Facts {
+    heap: true,
+    size: 2,
+};
+const ORDINARY8: Facts = Facts {
+    heap: false,
+    size: 8,
+};
 
 /// An f32 allreduce of `bytes` on two ranks.
 fn f32s(bytes: usize) -> Op {
@@ -78,21 +91,21 @@ fn too_many_ranks_are_refused_with_the_limit() {
 #[test]
 fn auto_sends_calls_outside_the_measured_ranges_to_nccl_and_the_switch_overrides() {
     let two = Algo::AllReduceTwoShot;
-    let (above, upto) = auto_range(two, false);
-    assert!(chosen(GpuEngine::Auto, &f32s(upto), two, false).is_ok());
-    assert!(chosen(GpuEngine::Auto, &f32s(above + 4), two, false).is_ok());
-    let why = chosen(GpuEngine::Auto, &f32s(upto + 4), two, false).unwrap_err();
+    let (above, upto) = auto_range(two, ORDINARY2);
+    assert!(chosen(GpuEngine::Auto, &f32s(upto), two, ORDINARY2).is_ok());
+    assert!(chosen(GpuEngine::Auto, &f32s(above + 4), two, ORDINARY2).is_ok());
+    let why = chosen(GpuEngine::Auto, &f32s(upto + 4), two, ORDINARY2).unwrap_err();
     assert!(why.contains("ACCORD_GPU_ENGINE=accord"), "{why}");
-    assert!(chosen(GpuEngine::Auto, &f32s(above), two, false).is_err());
-    assert!(chosen(GpuEngine::Accord, &f32s(upto + 4), two, false).is_ok());
-    assert!(chosen(GpuEngine::Nccl, &f32s(upto), two, false).is_err());
+    assert!(chosen(GpuEngine::Auto, &f32s(above), two, ORDINARY2).is_err());
+    assert!(chosen(GpuEngine::Accord, &f32s(upto + 4), two, ORDINARY2).is_ok());
+    assert!(chosen(GpuEngine::Nccl, &f32s(upto), two, ORDINARY2).is_err());
     // Packets and the barrier always beat NCCL's latency.
     let small = f32s(64);
-    assert!(chosen(GpuEngine::Auto, &small, Algo::AllReduceOneShot, false).is_ok());
-    let (_, ag) = auto_range(Algo::AllGather, false);
+    assert!(chosen(GpuEngine::Auto, &small, Algo::AllReduceOneShot, ORDINARY2).is_ok());
+    let (_, ag) = auto_range(Algo::AllGather, ORDINARY8);
     let per = ag / 8 / 4;
     let gather = op(OpKind::AllGather, DataType::F32, &[per], &[per * 8], 8);
-    assert!(chosen(GpuEngine::Auto, &gather, Algo::AllGather, false).is_ok());
+    assert!(chosen(GpuEngine::Auto, &gather, Algo::AllGather, ORDINARY8).is_ok());
     let gather = op(
         OpKind::AllGather,
         DataType::F32,
@@ -100,7 +113,7 @@ fn auto_sends_calls_outside_the_measured_ranges_to_nccl_and_the_switch_overrides
         &[(per + 1) * 8],
         8,
     );
-    assert!(chosen(GpuEngine::Auto, &gather, Algo::AllGather, false).is_err());
+    assert!(chosen(GpuEngine::Auto, &gather, Algo::AllGather, ORDINARY8).is_err());
 }
 
 #[test]
@@ -205,8 +218,9 @@ fn the_quick_answers_agree_with_the_explained_ones() {
             );
             if let Ok(a) = algo {
                 for heap in [false, true] {
-                    let slow = chosen(GpuEngine::Auto, o, a, heap).is_ok();
-                    assert_eq!(in_auto_range(o, a, heap), slow, "{}", o.fp);
+                    let f = Facts { heap, size };
+                    let slow = chosen(GpuEngine::Auto, o, a, f).is_ok();
+                    assert_eq!(in_auto_range(o, a, f), slow, "{}", o.fp);
                 }
             }
         }
@@ -218,15 +232,15 @@ fn auto_gives_symmetric_heap_arrays_to_the_kernels_at_every_measured_winning_siz
     let two = Algo::AllReduceTwoShot;
     let big = f32s(256 << 20);
     // Through the scratch NCCL wins at 256 MiB; zero-copy the kernel does.
-    assert!(chosen(GpuEngine::Auto, &big, two, false).is_err());
-    assert!(chosen(GpuEngine::Auto, &big, two, true).is_ok());
+    assert!(chosen(GpuEngine::Auto, &big, two, ORDINARY2).is_err());
+    assert!(chosen(GpuEngine::Auto, &big, two, HEAP2).is_ok());
     // At 1 MiB NCCL's allreduce is faster either way.
-    let why = chosen(GpuEngine::Auto, &f32s(1 << 20), two, true).unwrap_err();
+    let why = chosen(GpuEngine::Auto, &f32s(1 << 20), two, HEAP2).unwrap_err();
     assert!(why.contains("symmetric-heap"), "{why}");
     // Broadcast: non-roots cannot know where the root's array lies, so NCCL keeps it.
     let b = op(OpKind::Broadcast, DataType::F32, &[1 << 24], &[1 << 24], 2);
-    assert!(chosen(GpuEngine::Auto, &b, Algo::Broadcast, false).is_err());
-    assert!(chosen(GpuEngine::Auto, &b, Algo::Broadcast, true).is_err());
+    assert!(chosen(GpuEngine::Auto, &b, Algo::Broadcast, ORDINARY2).is_err());
+    assert!(chosen(GpuEngine::Auto, &b, Algo::Broadcast, HEAP2).is_err());
 }
 
 #[test]
@@ -242,7 +256,10 @@ fn auto_gives_bitwise_reductions_to_the_kernels_at_every_size_since_nccl_has_non
         };
         let o = Op::new(req, 0, 2).unwrap();
         let algo = algorithm(&o, 2, LL_MAX_BYTES).unwrap();
-        assert!(chosen(GpuEngine::Auto, &o, algo, false).is_ok(), "{count}");
+        assert!(
+            chosen(GpuEngine::Auto, &o, algo, ORDINARY2).is_ok(),
+            "{count}"
+        );
     }
 }
 
@@ -272,4 +289,62 @@ fn peers_read_an_input_in_place_only_where_no_write_can_disturb_the_read() {
     for algo in [Algo::AllReduceOneShot, Algo::AllGatherLl, Algo::AllToAllLl] {
         assert!(!readable_in_place(algo, a, b), "{algo:?}");
     }
+}
+
+#[test]
+fn auto_follows_the_four_rank_measurement_from_three_ranks_up() {
+    const MIB: usize = 1 << 20;
+    let kernels = |kind: OpKind, total: usize, size: usize, heap: bool| {
+        let per = total / 4 / size;
+        let (send, recv) = match kind {
+            OpKind::AllGather => (per, per * size),
+            OpKind::ReduceScatter => (per * size, per),
+            _ => (per * size, per * size),
+        };
+        let o = op(kind, DataType::F32, &[send], &[recv], size);
+        let algo = algorithm(&o, size, LL_MAX_BYTES).unwrap();
+        chosen(GpuEngine::Auto, &o, algo, Facts { heap, size }).is_ok()
+    };
+    for size in [3, 4, 8] {
+        for heap in [false, true] {
+            // One-shot allreduce up to 64 KiB; no two-shot allreduce at all.
+            assert!(kernels(OpKind::AllReduce, 64 << 10, size, heap));
+            assert!(!kernels(OpKind::AllReduce, 256 << 10, size, heap));
+            assert!(!kernels(OpKind::AllReduce, 4 * MIB, size, heap));
+            assert!(!kernels(OpKind::AllReduce, 256 * MIB, size, heap));
+            // Gathers while every rank's block is at most 1 MiB.
+            assert!(kernels(OpKind::AllGather, size * MIB, size, heap));
+            assert!(!kernels(OpKind::AllGather, 4 * size * MIB, size, heap));
+        }
+        // Reduce-scatter: to 1 MiB blocks through the scratch, every size zero-copy.
+        assert!(kernels(OpKind::ReduceScatter, size * MIB, size, false));
+        assert!(!kernels(OpKind::ReduceScatter, 4 * size * MIB, size, false));
+        assert!(kernels(OpKind::ReduceScatter, 256 * MIB, size, true));
+        // Alltoall: 1 MiB in all through the scratch, 1 MiB per rank zero-copy.
+        assert!(kernels(OpKind::AllToAll, MIB, size, false));
+        assert!(!kernels(OpKind::AllToAll, 4 * MIB, size, false));
+        assert!(kernels(OpKind::AllToAll, size * MIB, size, true));
+        assert!(!kernels(OpKind::AllToAll, 4 * size * MIB, size, true));
+    }
+    // Two ranks keep their own measurement: two-shot allreduce between 1 and 4 MiB, and every
+    // zero-copy bulk kernel at every size.
+    assert!(kernels(OpKind::AllReduce, 4 * MIB, 2, false));
+    assert!(kernels(OpKind::AllReduce, 256 * MIB, 2, true));
+    assert!(kernels(OpKind::AllGather, 256 * MIB, 2, true));
+    // The reason names the world size.
+    let o = op(OpKind::AllReduce, DataType::F32, &[MIB], &[MIB], 4);
+    let why = chosen(
+        GpuEngine::Auto,
+        &o,
+        Algo::AllReduceTwoShot,
+        Facts {
+            heap: false,
+            size: 4,
+        },
+    )
+    .unwrap_err();
+    assert!(
+        why.contains("4 ranks") && why.contains("at no size"),
+        "{why}"
+    );
 }
