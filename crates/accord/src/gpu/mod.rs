@@ -24,10 +24,11 @@
 //! in the process and in `~/.cache/accord`), so nothing needs CUDA at build time.
 //!
 //! `ACCORD_GPU_ENGINE` chooses: `auto` (the default) gives the kernels the sizes where they were
-//! measured faster than NCCL on NVLink (about 0.4-0.6x NCCL's time up to 512 KiB on two H200s;
+//! measured faster than NCCL on NVLink, by world size (about 0.4-0.6x NCCL's time up to 512 KiB
+//! on two H200s, up to 256 KiB on four, where the allreduce kernels stop at 64 KiB;
 //! BENCHMARKS.md) and NCCL the rest and everything multi-host; calls on arrays of the symmetric
-//! heap, which the kernels take zero-copy, go to them at nearly every size, and the bitwise
-//! reductions always; `accord` runs every call the kernels can; `nccl` never loads them (the
+//! heap, which the kernels take zero-copy, go to them at more sizes (on two ranks nearly all),
+//! and the bitwise reductions always; `accord` runs every call the kernels can; `nccl` never loads them (the
 //! kill switch). Which engine a call got enters the progress records the ranks compare, so
 //! ranks that chose differently (heap arrays on some only) fail with a desync naming both. `ACCORD_EXPLAIN=1` makes rank 0 print
 //! which engine and kernel each kind of call got, and why the others declined. Where NCCL
