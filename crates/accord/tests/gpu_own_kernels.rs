@@ -230,10 +230,14 @@ fn check_reduced(
     loose: &mut usize,
 ) -> Result<(), String> {
     if kernels {
-        same(dtype, what, got, want)
-    } else {
-        reduced_by_nccl(dtype, op, what, got, inputs, loose)
+        return same(dtype, what, got, want);
     }
+    if std::env::var("ACCORD_GPU_ENGINE").as_deref() == Ok("accord") && !got.is_empty() {
+        return Err(format!(
+            "{what}: ran on NCCL under ACCORD_GPU_ENGINE=accord"
+        ));
+    }
+    reduced_by_nccl(dtype, op, what, got, inputs, loose)
 }
 
 /// Make a call, wait for it, and say whether Accord's kernels took it (rather than NCCL).

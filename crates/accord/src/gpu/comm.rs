@@ -111,7 +111,7 @@ pub(crate) struct DeviceComm {
     watch: bool,
     pub(super) state: Mutex<OpState>,
     events: Arc<EventPool>,
-    poisoned: AtomicBool,
+    pub(super) poisoned: AtomicBool,
     poison: Mutex<Option<Error>>,
     /// Whether operations seen finished before the failure keep their results: not after a
     /// desync, which is found after mismatched calls may have finished with garbage.
@@ -392,7 +392,10 @@ impl DeviceComm {
         }
         // A peer that found a desync gives up, and this rank's engine may fail because of it
         // (NCCL reports an internal error once the peer aborted): the desync is what to name.
-        let error = super::watchdog::desync_soon(self).unwrap_or(*fault.error);
+        // Failing already (the watchdog saw a peer die): that is the cause to report.
+        let error = super::watchdog::desync_soon(self)
+            .or_else(|| self.poison())
+            .unwrap_or(*fault.error);
         self.fail(error.clone());
         error
     }

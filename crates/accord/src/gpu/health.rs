@@ -50,8 +50,8 @@ pub(super) struct Look<'a> {
     /// When the oldest unfinished operation was issued.
     pub oldest: Option<Instant>,
     pub timeout: Duration,
-    /// Compare the progress records now (store reads): asked only when a lost peer or an
-    /// engine error is about to fail the communicator.
+    /// Compare every peer's progress record now (store reads): asked only when a lost peer,
+    /// an engine error or a timeout is about to fail the communicator.
     pub probe: &'a dyn Fn() -> Option<Error>,
 }
 

@@ -214,7 +214,8 @@ fn publish_and_compare(
     if check {
         published.checked = Some(Instant::now());
         let n = comm.size;
-        let neighbours = [(comm.rank + 1) % n, (comm.rank + n - 1) % n];
+        let mut neighbours = vec![(comm.rank + 1) % n, (comm.rank + n - 1) % n];
+        neighbours.dedup();
         return Some(compare(comm, seq_now, hash_now, &last(), neighbours));
     }
     Some(None)
@@ -241,7 +242,9 @@ const RECORDS_WAIT: Duration = PUBLISH_EVERY.saturating_add(Duration::from_milli
 /// [`desync_now`] for an engine that failed while enqueueing: a peer that found a desync first
 /// gave up, and NCCL's enqueue fails as soon as that peer's proxy is gone, possibly before the
 /// rank that called something else has published. So this rank publishes its own record, then
-/// waits (at most [`RECORDS_WAIT`]) until every live peer's record reaches this call.
+/// waits (at most [`RECORDS_WAIT`]) until every live peer's record reaches this call. It stops
+/// early once this communicator failed otherwise (its watchdog saw a peer die) or the store
+/// stops answering.
 pub(super) fn desync_soon(comm: &DeviceComm) -> Option<Error> {
     let (seq, hash, last) = mine(comm)?;
     let store = comm.store.as_ref()?;
@@ -250,22 +253,31 @@ pub(super) fn desync_soon(comm: &DeviceComm) -> Option<Error> {
         format!("{seq} {hash:016x} {last}"),
     );
     let deadline = Instant::now() + RECORDS_WAIT;
+    let over = || Instant::now() >= deadline || comm.poisoned.load(Ordering::Acquire);
+    // A peer whose process is gone will not publish: not waited for.
+    let gone = |r: usize| {
+        comm.host_of
+            .as_ref()
+            .is_some_and(|m| comm.host.members_failure(&m[r..=r]).is_some())
+    };
     loop {
-        if let Some(e) = compare(comm, seq, hash, &last, others(comm)) {
-            return Some(e);
+        let mut behind = false;
+        for r in others(comm) {
+            match read_progress(comm, r).ok()? {
+                Some((s, h, theirs)) if s == seq && h != hash => {
+                    return Some(desync(comm, seq, &last, r, theirs));
+                }
+                Some((s, _, _)) if s >= seq => {}
+                _ => behind |= !gone(r),
+            }
+            if over() {
+                return None;
+            }
         }
-        // A peer whose process is gone will not publish: not waited for.
-        let gone = |r: usize| {
-            comm.host_of
-                .as_ref()
-                .is_some_and(|m| comm.host.members_failure(&m[r..=r]).is_some())
-        };
-        let behind = others(comm)
-            .any(|r| read_progress(comm, r).is_none_or(|(s, _, _)| s < seq) && !gone(r));
-        if !behind || Instant::now() >= deadline {
+        if !behind {
             return None;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -274,14 +286,20 @@ fn others(comm: &DeviceComm) -> impl Iterator<Item = usize> + '_ {
     (0..comm.size).filter(|&r| r != comm.rank)
 }
 
-fn read_progress(comm: &DeviceComm, rank: usize) -> Option<(u64, u64, String)> {
-    let store = comm.store.as_ref()?;
-    let v = store.try_get(&format!("progress/{rank}")).ok()??;
-    let s = String::from_utf8_lossy(&v).into_owned();
-    let mut it = s.splitn(3, ' ');
-    let seq = it.next()?.parse().ok()?;
-    let hash = u64::from_str_radix(it.next()?, 16).ok()?;
-    Some((seq, hash, it.next().unwrap_or("").to_string()))
+/// `rank`'s published record (sequence number, hash, last call), if any; `Err` when the store
+/// did not answer (then nothing more is learnt from it for now).
+fn read_progress(comm: &DeviceComm, rank: usize) -> Result<Option<(u64, u64, String)>, ()> {
+    let Some(store) = comm.store.as_ref() else {
+        return Ok(None);
+    };
+    let v = store.try_get(&format!("progress/{rank}")).map_err(|_| ())?;
+    Ok(v.and_then(|v| {
+        let s = String::from_utf8_lossy(&v).into_owned();
+        let mut it = s.splitn(3, ' ');
+        let seq = it.next()?.parse().ok()?;
+        let hash = u64::from_str_radix(it.next()?, 16).ok()?;
+        Some((seq, hash, it.next().unwrap_or("").to_string()))
+    }))
 }
 
 /// Ranks whose last published sequence number is below `seq` (with that number).
@@ -292,7 +310,7 @@ fn never_entered(comm: &DeviceComm, seq: u64) -> Vec<(usize, u64)> {
     (0..comm.size)
         .filter(|&r| r != comm.rank)
         .filter_map(|r| {
-            let s = read_progress(comm, r).map_or(0, |p| p.0);
+            let s = read_progress(comm, r).ok().flatten().map_or(0, |p| p.0);
             (s < seq).then_some((r, s))
         })
         .collect()
@@ -310,18 +328,23 @@ fn compare(
 ) -> Option<Error> {
     comm.store.as_ref()?;
     for r in peers.into_iter().filter(|&r| r != comm.rank) {
-        if let Some((s, h, theirs)) = read_progress(comm, r) {
+        // A store that does not answer ends the comparison: each read may wait seconds.
+        if let Some((s, h, theirs)) = read_progress(comm, r).ok()? {
             if s == seq && h != hash {
-                return Some(Error::Desync {
-                    me: comm.rank,
-                    mine: last.to_string(),
-                    peer: r,
-                    theirs,
-                    comm: format!("gpu/{}", comm.id),
-                    seq,
-                });
+                return Some(desync(comm, seq, last, r, theirs));
             }
         }
     }
     None
+}
+
+fn desync(comm: &DeviceComm, seq: u64, mine: &str, peer: usize, theirs: String) -> Error {
+    Error::Desync {
+        me: comm.rank,
+        mine: mine.to_string(),
+        peer,
+        theirs,
+        comm: format!("gpu/{}", comm.id),
+        seq,
+    }
 }

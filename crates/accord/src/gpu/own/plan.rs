@@ -127,11 +127,12 @@ pub(crate) fn kernel_for(op: &Op, size: usize, ll_bytes: usize) -> Option<Algo> 
     })
 }
 
-/// What `auto` decides on besides the call: facts every rank of the call agrees on.
+/// What `auto` decides on besides the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Facts {
     /// The call's arrays are in the symmetric heap on this rank (the bulk kernels read them
-    /// zero-copy).
+    /// zero-copy). Each rank knows only its own; ranks of a correct program agree, and ranks
+    /// that do not fail with a desync (the engine enters the progress records).
     pub heap: bool,
     /// Ranks of the communicator.
     pub size: usize,

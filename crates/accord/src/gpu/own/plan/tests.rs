@@ -302,7 +302,12 @@ fn auto_follows_the_four_rank_measurement_from_three_ranks_up() {
             _ => (per * size, per * size),
         };
         let o = op(kind, DataType::F32, &[send], &[recv], size);
-        let algo = algorithm(&o, size, LL_MAX_BYTES).unwrap();
+        // The bulk kernels' ranges, whatever the packet limit would take.
+        let ll = match kind {
+            OpKind::AllReduce => LL_MAX_BYTES,
+            _ => 4,
+        };
+        let algo = algorithm(&o, size, ll).unwrap();
         chosen(GpuEngine::Auto, &o, algo, Facts { heap, size }).is_ok()
     };
     for size in [3, 4, 8] {
@@ -326,9 +331,15 @@ fn auto_follows_the_four_rank_measurement_from_three_ranks_up() {
         assert!(kernels(OpKind::AllToAll, size * MIB, size, true));
         assert!(!kernels(OpKind::AllToAll, 4 * size * MIB, size, true));
     }
-    // Two ranks keep their own measurement: two-shot allreduce between 1 and 4 MiB, and every
-    // zero-copy bulk kernel at every size.
+    assert!(!kernels(OpKind::AllReduce, 96 << 10, 3, false));
+    // Two ranks keep their own measurement: two-shot allreduce between 1 and 4 MiB, the bulk
+    // gathers to 1 MiB per rank (reduce-scatter won at 2 MiB, lost at 8), and every zero-copy
+    // bulk kernel at every size.
     assert!(kernels(OpKind::AllReduce, 4 * MIB, 2, false));
+    assert!(kernels(OpKind::ReduceScatter, 2 * MIB, 2, false));
+    assert!(!kernels(OpKind::ReduceScatter, 8 * MIB, 2, false));
+    assert!(kernels(OpKind::AllGather, 2 * MIB, 2, false));
+    assert!(!kernels(OpKind::AllGather, 8 * MIB, 2, false));
     assert!(kernels(OpKind::AllReduce, 256 * MIB, 2, true));
     assert!(kernels(OpKind::AllGather, 256 * MIB, 2, true));
     // The reason names the world size.
