@@ -21,6 +21,7 @@
 //! | `ACCORD_SHM_CMA` | `0`/`off`/`no` (trimmed) | on | single-copy transfers with `process_vm_readv` |
 //! | `ACCORD_SHM_CHUNK_BYTES` | bytes (trimmed) | 1 MiB | one staging half; rounded down to a multiple of 64 within 4 KiB..256 MiB |
 //! | `ACCORD_SHM_RING_BYTES` | bytes (trimmed) | 512 KiB | one point-to-point ring; rounded down to a multiple of 4096 within 16 KiB..256 MiB |
+//! | `ACCORD_TCP_POLL_US` | microseconds (trimmed) | 50 | how long a wait for a TCP frame checks for it (yielding the CPU in between) before sleeping; 0: sleep at once |
 //! | `ACCORD_SHM_SPIN_US` | microseconds (trimmed) | 50 (crowded: 0, rings 2) | how long a shared-memory wait spins before yielding |
 //! | `ACCORD_SHM_YIELD_US` | microseconds (trimmed) | 500 (crowded: 5000) | how long it then yields before sleeping |
 //! | `ACCORD_SHM_SMALL_BYTES` | bytes (trimmed) | 16 KiB | shared-memory allreduces up to this size take the one-barrier path (the shared-memory collectives) |
@@ -63,6 +64,9 @@ pub const MAX_CHUNK_BYTES: usize = 64 * 1024 * 1024;
 pub const DEFAULT_MAX_UNMATCHED_BYTES: usize = 1 << 30;
 /// Default of [`Config::shm_half_bytes`].
 pub const DEFAULT_SHM_HALF_BYTES: usize = 1 << 20;
+
+/// Default of `ACCORD_TCP_POLL_US`.
+pub const DEFAULT_TCP_POLL: Duration = Duration::from_micros(50);
 /// Default of [`Config::shm_ring_bytes`].
 pub const DEFAULT_SHM_RING_BYTES: usize = 512 << 10;
 /// Default of [`Config::shm_cma_bytes`]: never (single copy off). On the 2-core VM the
@@ -101,6 +105,8 @@ pub struct Config {
     pub shm_half_bytes: usize,
     /// `ACCORD_SHM_RING_BYTES`, rounded and clamped.
     pub shm_ring_bytes: usize,
+    /// `ACCORD_TCP_POLL_US`: how long a wait for a TCP frame checks for it before sleeping.
+    pub tcp_poll: Duration,
     /// `ACCORD_SHM_SPIN_US` (the default depends on whether the host is crowded).
     pub shm_spin: Option<Duration>,
     /// `ACCORD_SHM_YIELD_US` (the default depends on whether the host is crowded).
@@ -212,6 +218,7 @@ impl Config {
             shm_ring_bytes: trimmed("ACCORD_SHM_RING_BYTES")
                 .map(|v| (v.clamp(16 << 10, 256 << 20) / 4096) * 4096)
                 .unwrap_or(DEFAULT_SHM_RING_BYTES),
+            tcp_poll: micros("ACCORD_TCP_POLL_US").unwrap_or(DEFAULT_TCP_POLL),
             shm_spin: micros("ACCORD_SHM_SPIN_US"),
             shm_yield: micros("ACCORD_SHM_YIELD_US"),
             shm_small_bytes: trimmed("ACCORD_SHM_SMALL_BYTES").unwrap_or(16 << 10),
@@ -290,6 +297,7 @@ mod tests {
         assert!(c.shm && c.shm_p2p && c.shm_cma && c.host_id.is_none());
         assert_eq!((c.shm_half_bytes, c.shm_ring_bytes), (1 << 20, 512 << 10));
         assert_eq!((c.shm_spin, c.shm_yield), (None, None));
+        assert_eq!(c.tcp_poll, DEFAULT_TCP_POLL);
         assert_eq!(
             (
                 c.shm_small_bytes,
@@ -418,6 +426,7 @@ mod tests {
             ("ACCORD_CUDA_LIBRARY", "/opt/libcuda.so"),
             ("ACCORD_SHM_SPIN_US", " 0"),
             ("ACCORD_SHM_YIELD_US", "250"),
+            ("ACCORD_TCP_POLL_US", " 0 "),
         ]);
         assert_eq!(c.host, "");
         assert_eq!(c.advertise_host.as_deref(), Some("10.0.0.5"));
@@ -428,6 +437,7 @@ mod tests {
         assert_eq!(c.cuda_library, "/opt/libcuda.so");
         assert_eq!(c.shm_spin, Some(Duration::ZERO));
         assert_eq!(c.shm_yield, Some(Duration::from_micros(250)));
+        assert_eq!(c.tcp_poll, Duration::ZERO);
         let c = with(&[("ACCORD_HOST_ID", "node7"), ("ACCORD_HOST", "eth0")]);
         assert_eq!(
             (c.host_id.as_deref(), c.host.as_str()),

@@ -226,6 +226,13 @@ fn pending_peers(steps: &[Step]) -> Vec<usize> {
     peers
 }
 
+/// The size that decides whether a wait polls: the larger of this message and the call's
+/// per-rank count (a pipelined call's pieces stream like one large message).
+fn message_bytes(call: &Routed<'_>, len: usize) -> usize {
+    let per_rank = (call.fp.count as usize).saturating_mul(call.fp.dtype.size());
+    len.max(per_rank)
+}
+
 /// Receive one message of exactly `len` bytes from communicator rank `peer` into `dst`, copying
 /// or reducing chunk by chunk. `waiting_for` lists the ranks to name if the deadline passes.
 pub(crate) fn receive(
@@ -242,7 +249,14 @@ pub(crate) fn receive(
     let mut got = 0usize;
     loop {
         let frame = mailbox
-            .take(src, call.comm_id, call.seq, &call.fp, deadline)
+            .take_of(
+                src,
+                call.comm_id,
+                call.seq,
+                &call.fp,
+                deadline,
+                message_bytes(call, len),
+            )
             .map_err(|e| match e {
                 WaitError::Timeout { .. } => {
                     // Peers whose data for this call already waits here are not missing.

@@ -87,6 +87,12 @@ fn mask_hex() -> String {
     hex.join(",")
 }
 
+/// CPUs this host lets its processes use: online CPUs, capped by this process's cgroup quota.
+pub(crate) fn usable_here() -> usize {
+    let quota = cgroup_quota().unwrap_or(usize::MAX);
+    online().min(quota).max(1)
+}
+
 fn online() -> usize {
     // SAFETY: plain sysconf query.
     usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap_or(1)
