@@ -77,3 +77,34 @@ def test_torch_tensors(comm):
     t = torch.arange(6, dtype=torch.bfloat16)
     assert comm.allreduce(t) is t
     assert t.tolist() == list(range(6))
+
+
+def test_numpy_arrays_keep_their_checks_on_the_buffer_path(comm):
+    # Every dtype accord reduces comes through numpy's buffer exactly (values, not bytes).
+    for dt in [np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.float16, np.float32, np.float64]:
+        x = np.arange(7).astype(dt)
+        out = np.zeros_like(x)
+        assert comm.allreduce(x, op="max", out=out) is out
+        np.testing.assert_array_equal(out, x)
+    # A read-only array is a fine input and a refused output.
+    ro = np.arange(4, dtype=np.float32)
+    ro.flags.writeable = False
+    out = np.zeros(4, np.float32)
+    comm.allreduce(ro, out=out)
+    np.testing.assert_array_equal(out, ro)
+    with pytest.raises(ValueError, match="read-only|writable"):
+        comm.allreduce(ro)
+    # Not contiguous, big-endian and unsupported dtypes are refused, naming the problem.
+    with pytest.raises((ValueError, TypeError), match="contiguous"):
+        comm.allreduce(np.zeros((4, 4), np.float32)[:, 0])
+    with pytest.raises((ValueError, TypeError)):
+        comm.allreduce(np.zeros(4, ">f4"))
+    with pytest.raises(TypeError, match="int16"):
+        comm.allreduce(np.zeros(4, np.int16))
+
+    # A subclass takes the general path and works the same.
+    class Tagged(np.ndarray):
+        pass
+
+    t = np.arange(3, dtype=np.float32).view(Tagged)
+    assert comm.allreduce(t) is t

@@ -2,6 +2,8 @@
 //!
 //! One entry point, [`extract`], looks at an object in this order:
 //!
+//! 0. A plain `numpy.ndarray`: its buffer, the cheapest way in (what numpy users pass on every
+//!    call); if the buffer does not describe it, the steps below.
 //! 1. DLPack with a CUDA device (torch, CuPy, JAX...) or `__cuda_array_interface__` (CuPy,
 //!    Numba...): a [`CudaArray`], for the GPU backend, with the CUDA stream the operation must run
 //!    on (the framework's current stream, see [`CudaArray::stream`]). Other devices (ROCm...)
@@ -257,6 +259,14 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 /// Find the memory of `obj`. `what` names the argument in messages; `writable` demands write
 /// access (outputs and in-place buffers).
 pub fn extract(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<Array> {
+    // 0. numpy arrays, the common case: their buffer, without DLPack's two method calls and
+    //    capsule per call. Anything the buffer does not describe (bfloat16, an unsupported or
+    //    big-endian dtype, a read-only output) takes the general path below and its messages.
+    if is_ndarray(obj) {
+        if let Ok(a) = from_buffer(obj, what, writable) {
+            return Ok(Array::Host(a));
+        }
+    }
     // 1. Device arrays.
     let mut dl_device = None;
     if obj.hasattr("__dlpack_device__")? {
@@ -324,6 +334,32 @@ pub fn extract(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<A
          __array_interface__ or the buffer protocol), not {}",
         type_name(obj)
     )))
+}
+
+/// Whether `obj` is exactly a `numpy.ndarray` (not a subclass, whose buffer may differ from
+/// what it presents). The type is looked up once numpy is loaded (never imported from here).
+fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
+    static NDARRAY: pyo3::sync::GILOnceCell<Py<pyo3::types::PyType>> =
+        pyo3::sync::GILOnceCell::new();
+    let py = obj.py();
+    if NDARRAY.get(py).is_none() {
+        let found = py
+            .import_bound("sys")
+            .and_then(|sys| sys.getattr("modules"))
+            .and_then(|m| m.get_item("numpy"))
+            .and_then(|np| np.getattr("ndarray"))
+            .ok()
+            .and_then(|t| t.downcast_into::<pyo3::types::PyType>().ok());
+        match found {
+            Some(t) => {
+                let _ = NDARRAY.set(py, t.unbind());
+            }
+            None => return false,
+        }
+    }
+    NDARRAY
+        .get(py)
+        .is_some_and(|t| obj.get_type().is(t.bind(py)))
 }
 
 /// A parsed DLPack export: device, address of the first element, element count, dtype.
