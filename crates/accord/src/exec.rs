@@ -249,7 +249,7 @@ pub(crate) fn receive(
     let mut got = 0usize;
     loop {
         let frame = mailbox
-            .take_of(
+            .take(
                 src,
                 call.comm_id,
                 call.seq,

@@ -61,7 +61,7 @@ fn recv_message(t: &TcpTransport, src: usize, seq: u64) -> (Vec<u8>, usize) {
     let deadline = Instant::now() + TIMEOUT;
     let first = t
         .mailbox()
-        .take(src, 1, seq, &fp(), deadline)
+        .take(src, 1, seq, &fp(), deadline, 0)
         .expect("first frame");
     let total = first.total_len as usize;
     let mut out = vec![0u8; total];
@@ -75,7 +75,7 @@ fn recv_message(t: &TcpTransport, src: usize, seq: u64) -> (Vec<u8>, usize) {
             None if got == total => break,
             None => t
                 .mailbox()
-                .take(src, 1, seq, &fp(), deadline)
+                .take(src, 1, seq, &fp(), deadline, 0)
                 .expect("next frame"),
         };
         frames += 1;
@@ -171,7 +171,7 @@ fn stranger_with_wrong_token_is_refused_and_world_stays_healthy() {
     ts[1].send(0, &env(7, 3), b"abc").unwrap();
     let f = ts[0]
         .mailbox()
-        .take(1, 1, 7, &fp(), Instant::now() + TIMEOUT)
+        .take(1, 1, 7, &fp(), Instant::now() + TIMEOUT, 0)
         .unwrap();
     assert_eq!(f.data, b"abc");
 }
@@ -204,7 +204,7 @@ fn listener_binds_the_published_address() {
     t1.send(0, &env(3, 2), b"hi").unwrap();
     let f = t0
         .mailbox()
-        .take(1, 1, 3, &fp(), Instant::now() + TIMEOUT)
+        .take(1, 1, 3, &fp(), Instant::now() + TIMEOUT, 0)
         .unwrap();
     assert_eq!(f.data, b"hi");
 }
@@ -270,7 +270,7 @@ fn strangers_are_closed_by_the_handshake_deadline_and_the_world_forms() {
     t1.send(0, &env(4, 2), b"ok").unwrap();
     let f = t0
         .mailbox()
-        .take(1, 1, 4, &fp(), Instant::now() + TIMEOUT)
+        .take(1, 1, 4, &fp(), Instant::now() + TIMEOUT, 0)
         .unwrap();
     assert_eq!(f.data, b"ok");
 }
@@ -383,7 +383,10 @@ fn garbage_after_handshake_is_a_protocol_error() {
         .expect("world of one real rank and one fake");
     s.write_all(&[0xAB; 72]).unwrap();
     let start = Instant::now();
-    match t0.mailbox().take(1, 1, 0, &fp(), Instant::now() + TIMEOUT) {
+    match t0
+        .mailbox()
+        .take(1, 1, 0, &fp(), Instant::now() + TIMEOUT, 0)
+    {
         Err(WaitError::Lost { cause }) => {
             assert!(cause.contains("malformed frame"), "{cause}");
             assert!(cause.contains("bad magic"), "{cause}");
@@ -423,7 +426,10 @@ fn oversized_frame_is_refused() {
     }
     .encode();
     s.write_all(&h).unwrap();
-    match t0.mailbox().take(1, 1, 0, &fp(), Instant::now() + TIMEOUT) {
+    match t0
+        .mailbox()
+        .take(1, 1, 0, &fp(), Instant::now() + TIMEOUT, 0)
+    {
         Err(WaitError::Lost { cause }) => assert!(cause.contains("exceeds the limit"), "{cause}"),
         other => panic!("expected the peer to be lost, got {other:?}"),
     }
@@ -437,7 +443,7 @@ fn killed_peer_is_lost_within_a_second() {
         let start = Instant::now();
         match t
             .mailbox()
-            .take(2, 1, 0, &fp(), Instant::now() + Duration::from_secs(1))
+            .take(2, 1, 0, &fp(), Instant::now() + Duration::from_secs(1), 0)
         {
             Err(WaitError::Lost { cause }) => {
                 assert!(cause.contains("process exited or was killed"), "{cause}")
@@ -452,7 +458,7 @@ fn killed_peer_is_lost_within_a_second() {
     ts[0].send(1, &env(3, 2), &[5, 6]).unwrap();
     let f = ts[1]
         .mailbox()
-        .take(0, 1, 3, &fp(), Instant::now() + TIMEOUT)
+        .take(0, 1, 3, &fp(), Instant::now() + TIMEOUT, 0)
         .unwrap();
     assert_eq!(f.data, vec![5, 6]);
 }
@@ -472,7 +478,7 @@ fn clean_close_delivers_last_messages_then_reports_closed() {
     assert!(got == last, "last message intact");
     match ts[0]
         .mailbox()
-        .take(1, 1, 10, &fp(), Instant::now() + Duration::from_secs(1))
+        .take(1, 1, 10, &fp(), Instant::now() + Duration::from_secs(1), 0)
     {
         Err(WaitError::Lost { cause }) => {
             assert!(cause.contains("rank 1 closed its communicator"), "{cause}")
@@ -488,7 +494,7 @@ fn abort_propagates_to_peers() {
     for t in &ts {
         match t
             .mailbox()
-            .take(1, 1, 0, &fp(), Instant::now() + Duration::from_secs(1))
+            .take(1, 1, 0, &fp(), Instant::now() + Duration::from_secs(1), 0)
         {
             Err(WaitError::Aborted { by, reason }) => {
                 assert_eq!(by, 0);
@@ -529,7 +535,7 @@ fn loopback_bandwidth() {
             while got < 64 << 20 {
                 got += t1
                     .mailbox()
-                    .take(0, 1, seq, &fp(), deadline)
+                    .take(0, 1, seq, &fp(), deadline, 0)
                     .unwrap()
                     .data
                     .len();

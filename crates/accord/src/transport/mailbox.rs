@@ -251,20 +251,10 @@ impl Mailbox {
     /// *any* rank for the same call whose fingerprint differs from `expect` ends the wait with
     /// [`WaitError::Mismatch`]: ranks that disagree about a call may never send to each other
     /// directly (a broadcast with different roots), and must not wait for the timeout.
+    ///
+    /// `bytes` is the size of the message the frame belongs to (0 if unknown): waits for
+    /// messages of [`POLL_MAX_BYTES`] or more never poll (see [`Mailbox::set_poll`]).
     pub fn take(
-        &self,
-        src: usize,
-        comm: u64,
-        seq: u64,
-        expect: &Fingerprint,
-        deadline: Instant,
-    ) -> Result<Frame, WaitError> {
-        self.take_of(src, comm, seq, expect, deadline, 0)
-    }
-
-    /// [`Mailbox::take`] for a frame of a message of `bytes`: waits for messages of
-    /// [`POLL_MAX_BYTES`] or more never poll (see [`Mailbox::set_poll`]).
-    pub fn take_of(
         &self,
         src: usize,
         comm: u64,
@@ -440,7 +430,7 @@ mod tests {
             })
         };
         let deadline = Instant::now() + Duration::from_secs(10);
-        let f = m.take_of(0, 1, 5, &fp, deadline, bytes).expect("the frame");
+        let f = m.take(0, 1, 5, &fp, deadline, bytes).expect("the frame");
         assert_eq!(f.data.len(), bytes);
         deliver.join().unwrap()
     }
@@ -457,7 +447,7 @@ mod tests {
         m.set_poll(Duration::from_secs(5));
         let fp = frame(4).env.fp;
         let start = Instant::now();
-        let e = m.take_of(0, 1, 5, &fp, start + Duration::from_millis(100), 4);
+        let e = m.take(0, 1, 5, &fp, start + Duration::from_millis(100), 4);
         assert!(matches!(e, Err(WaitError::Timeout { .. })), "{e:?}");
         assert!(start.elapsed() < Duration::from_secs(2));
     }
