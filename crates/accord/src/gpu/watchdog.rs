@@ -6,6 +6,7 @@
 use super::comm::{DeviceComm, Head};
 use super::health::{self, Look, Memory, Verdict};
 use crate::error::Error;
+use crate::rendezvous::StoreClient;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -191,15 +192,14 @@ fn publish_and_compare(
     let age = head.map(|h| h.since.elapsed());
     let suspicious = age.is_some_and(|age| age > timeout / 2 || age > PUBLISH_EVERY);
     let due = published.at.is_none_or(|t| t.elapsed() >= PUBLISH_EVERY);
-    let last = || last_call.clone();
     let mut check = false;
-    if seq_now != published.seq && (due || suspicious) {
-        let value = format!("{seq_now} {hash_now:016x} {}", last());
-        if store.set(&format!("progress/{}", comm.rank), value).is_ok() {
-            published.seq = seq_now;
-            published.at = Some(Instant::now());
-            check = true;
-        }
+    if seq_now != published.seq
+        && (due || suspicious)
+        && publish(store, comm.rank, seq_now, hash_now, &last_call)
+    {
+        published.seq = seq_now;
+        published.at = Some(Instant::now());
+        check = true;
     }
     // Peers publish on their own cadence: compare again every period (faster while an
     // operation is overdue), so whichever side publishes last is still caught.
@@ -216,7 +216,7 @@ fn publish_and_compare(
         let n = comm.size;
         let mut neighbours = vec![(comm.rank + 1) % n, (comm.rank + n - 1) % n];
         neighbours.dedup();
-        return Some(compare(comm, seq_now, hash_now, &last(), neighbours));
+        return Some(compare(comm, seq_now, hash_now, &last_call, neighbours));
     }
     Some(None)
 }
@@ -248,10 +248,7 @@ const RECORDS_WAIT: Duration = PUBLISH_EVERY.saturating_add(Duration::from_milli
 pub(super) fn desync_soon(comm: &DeviceComm) -> Option<Error> {
     let (seq, hash, last) = mine(comm)?;
     let store = comm.store.as_ref()?;
-    let _ = store.set(
-        &format!("progress/{}", comm.rank),
-        format!("{seq} {hash:016x} {last}"),
-    );
+    publish(store, comm.rank, seq, hash, &last);
     let deadline = Instant::now() + RECORDS_WAIT;
     let over = || Instant::now() >= deadline || comm.poisoned.load(Ordering::Acquire);
     // A peer whose process is gone will not publish: not waited for.
@@ -286,6 +283,12 @@ fn others(comm: &DeviceComm) -> impl Iterator<Item = usize> + '_ {
     (0..comm.size).filter(|&r| r != comm.rank)
 }
 
+/// Write this rank's record (read back by [`read_progress`]); whether the store took it.
+fn publish(store: &StoreClient, rank: usize, seq: u64, hash: u64, last: &str) -> bool {
+    let value = format!("{seq} {hash:016x} {last}");
+    store.set(&format!("progress/{rank}"), value).is_ok()
+}
+
 /// `rank`'s published record (sequence number, hash, last call), if any; `Err` when the store
 /// did not answer (then nothing more is learnt from it for now).
 fn read_progress(comm: &DeviceComm, rank: usize) -> Result<Option<(u64, u64, String)>, ()> {
@@ -307,8 +310,7 @@ fn never_entered(comm: &DeviceComm, seq: u64) -> Vec<(usize, u64)> {
     if comm.store.is_none() {
         return Vec::new();
     }
-    (0..comm.size)
-        .filter(|&r| r != comm.rank)
+    others(comm)
         .filter_map(|r| {
             let s = read_progress(comm, r).ok().flatten().map_or(0, |p| p.0);
             (s < seq).then_some((r, s))
