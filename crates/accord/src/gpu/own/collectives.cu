@@ -307,6 +307,8 @@ __device__ __forceinline__ void part(u64 span, u64 len, u64& lo, u64& hi) {
 // This block's share of `len` bytes that go through no slot (a copy within this rank).
 __device__ __forceinline__ void share(u64 len, u64& lo, u64& hi) { part(len, len, lo, hi); }
 
+// Bytes of `total` in the piece of at most `chunk` bytes at `off` (a segment of a whole, or a
+// round's piece of a segment).
 __device__ __forceinline__ u64 clamp_len(u64 total, u64 off, u64 chunk) {
   if (off >= total) return 0;
   u64 n = total - off;
@@ -806,16 +808,12 @@ extern "C" __global__ void __launch_bounds__(512) accord_allreduce_2shot(Ctx c, 
         for (u32 q = 0; q < c.size; ++q) {
           if (q == c.rank) continue;
           u64 start = q * seg_bytes;
-          u64 have = start < total ? total - start : 0;
-          if (have > seg_bytes) have = seg_bytes;
-          part(span, clamp_len(have, off, step), lo, hi);
+          part(span, clamp_len(clamp_len(total, start, seg_bytes), off, step), lo, hi);
           wrote |= copy(slot(c, q, h, 0, c.rank), in + start + off, lo, hi);
         }
       if (!din.all && !barrier(c, s, wrote)) break;
       u64 start = c.rank * seg_bytes;
-      u64 have = start < total ? total - start : 0;
-      if (have > seg_bytes) have = seg_bytes;
-      part(span, clamp_len(have, off, step), lo, hi);
+      part(span, clamp_len(clamp_len(total, start, seg_bytes), off, step), lo, hi);
       char* out = outp + start + off;
       sources(c, ins, in + start + off, from, start + off, h, 0);
       reduce_piece(c, out, ins, lo, hi);
@@ -830,9 +828,7 @@ extern "C" __global__ void __launch_bounds__(512) accord_allreduce_2shot(Ctx c, 
       for (u32 q = 0; q < c.size; ++q) {
         if (q == c.rank) continue;
         u64 qs = q * seg_bytes;
-        u64 qhave = qs < total ? total - qs : 0;
-        if (qhave > seg_bytes) qhave = seg_bytes;
-        part(span, clamp_len(qhave, off, step), lo, hi);
+        part(span, clamp_len(clamp_len(total, qs, seg_bytes), off, step), lo, hi);
         copy(outp + qs + off, outs[q] ? outs[q] + qs + off : slot(c, c.rank, h, 1, q), lo, hi);
       }
     }
