@@ -47,6 +47,21 @@ fn launched(test: &str) -> Option<&'static (Communicator, Communicator)> {
     }))
 }
 
+/// Whether `ACCORD_GPU_ENGINE=accord` gives every call the kernels can run to them.
+fn kernels_forced() -> bool {
+    std::env::var("ACCORD_GPU_ENGINE").as_deref() == Ok("accord")
+}
+
+/// [`launched`] for tests that need every size on the kernels; skips (saying so) otherwise.
+fn launched_forced(test: &str) -> Option<&'static Communicator> {
+    let (_, g) = launched(test)?;
+    if !kernels_forced() {
+        println!("{test}: skipping: needs ACCORD_GPU_ENGINE=accord (every size to the kernels)");
+        return None;
+    }
+    Some(g)
+}
+
 /// splitmix64: the same stream on every rank for the same seed.
 struct Rng(u64);
 
@@ -123,13 +138,7 @@ fn same(dtype: DataType, what: &str, got: &[u8], want: &[u8]) -> Result<(), Stri
         ));
     }
     let es = dtype.size();
-    let nan = |b: &[u8]| match dtype {
-        DataType::F16 => f16::from_le_bytes([b[0], b[1]]).is_nan(),
-        DataType::BF16 => bf16::from_le_bytes([b[0], b[1]]).is_nan(),
-        DataType::F32 => f32::from_le_bytes(b.try_into().unwrap()).is_nan(),
-        DataType::F64 => f64::from_le_bytes(b.try_into().unwrap()).is_nan(),
-        _ => false,
-    };
+    let nan = |b: &[u8]| dtype.is_float() && float_at(dtype, b, 0).is_nan();
     for (i, (g, w)) in got.chunks(es).zip(want.chunks(es)).enumerate() {
         if g != w && !(nan(g) && nan(w)) {
             return Err(format!(
@@ -232,7 +241,7 @@ fn check_reduced(
     if kernels {
         return same(dtype, what, got, want);
     }
-    if std::env::var("ACCORD_GPU_ENGINE").as_deref() == Ok("accord") && !got.is_empty() {
+    if kernels_forced() && !got.is_empty() {
         return Err(format!(
             "{what}: ran on NCCL under ACCORD_GPU_ENGINE=accord"
         ));
@@ -537,7 +546,7 @@ fn processes_every_kernel_dtype_and_op_matches_the_host() {
         start.elapsed().as_secs_f64(),
         info.engine
     );
-    if std::env::var("ACCORD_GPU_ENGINE").as_deref() == Ok("accord") {
+    if kernels_forced() {
         assert_eq!(loose, 0, "every call should have run on the kernels");
     }
 }
@@ -549,13 +558,9 @@ fn processes_every_kernel_dtype_and_op_matches_the_host() {
 #[test]
 fn processes_many_rounds_with_short_last_rounds_stay_exact() {
     let test = "processes_many_rounds_with_short_last_rounds_stay_exact";
-    let Some((_, g)) = launched(test) else {
+    let Some(g) = launched_forced(test) else {
         return;
     };
-    if std::env::var("ACCORD_GPU_ENGINE").as_deref() != Ok("accord") {
-        println!("{test}: skipping: needs ACCORD_GPU_ENGINE=accord (every size to the kernels)");
-        return;
-    }
     let chunk: usize = std::env::var("ACCORD_GPU_CHUNK_BYTES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -582,13 +587,9 @@ fn processes_many_rounds_with_short_last_rounds_stay_exact() {
 #[test]
 fn processes_symmetric_heap_arrays_go_zero_copy_and_match_the_host() {
     let test = "processes_symmetric_heap_arrays_go_zero_copy_and_match_the_host";
-    let Some((_, g)) = launched(test) else {
+    let Some(g) = launched_forced(test) else {
         return;
     };
-    if std::env::var("ACCORD_GPU_ENGINE").as_deref() != Ok("accord") {
-        println!("{test}: skipping: needs ACCORD_GPU_ENGINE=accord (every size to the kernels)");
-        return;
-    }
     let mut buf = g.alloc_symmetric(128 << 20).expect("symmetric heap");
     let dtypes = [DataType::F32, DataType::BF16, DataType::I64, DataType::U8];
     for (k, mode) in ["every rank", "even ranks"].into_iter().enumerate() {
