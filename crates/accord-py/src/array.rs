@@ -263,7 +263,7 @@ pub fn extract(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<A
     //    capsule per call. Anything the buffer does not describe (bfloat16, an unsupported or
     //    big-endian dtype, a read-only output) takes the general path below and its messages.
     if is_ndarray(obj) {
-        if let Ok(a) = from_buffer(obj, what, writable) {
+        if let Ok(a) = from_buffer(obj, what, writable, Hold::Object) {
             return Ok(Array::Host(a));
         }
     }
@@ -327,7 +327,7 @@ pub fn extract(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<A
     }
     // 4. Buffer protocol.
     if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } != 0 {
-        return from_buffer(obj, what, writable).map(Array::Host);
+        return from_buffer(obj, what, writable, Hold::View).map(Array::Host);
     }
     Err(PyTypeError::new_err(format!(
         "{what} must be an array (numpy, torch, or any object with __dlpack__, \
@@ -604,7 +604,25 @@ fn interface_parts(
     Ok((ptr + offset, count.max(0) as usize * dtype.size(), dtype))
 }
 
-fn from_buffer(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<HostArray> {
+/// What keeps a buffer-protocol array's memory valid.
+#[derive(Clone, Copy, PartialEq)]
+enum Hold {
+    /// The view, released on drop under the GIL: exporters such as `bytearray` may move their
+    /// memory once no view is held.
+    View,
+    /// The exporting object only, the view released at once: for `numpy.ndarray`, whose memory
+    /// stays put while a reference is held (`resize` refuses then). Dropping needs no GIL, which
+    /// matters when the last reference goes on another thread while Python shuts down (taking
+    /// the GIL there ends the thread, and unwinding it through Rust aborted the process).
+    Object,
+}
+
+fn from_buffer(
+    obj: &Bound<'_, PyAny>,
+    what: &str,
+    writable: bool,
+    hold: Hold,
+) -> PyResult<HostArray> {
     let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
     let flags = ffi::PyBUF_C_CONTIGUOUS | ffi::PyBUF_FORMAT;
     if unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags) } != 0 {
@@ -634,9 +652,18 @@ fn from_buffer(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<H
     let dtype = dtype_from_typestr(&format, None)
         .filter(|d| d.size() as isize == view.itemsize)
         .ok_or_else(|| unsupported_dtype(what, &format!("(buffer format {format:?})")))?;
+    let (ptr, len) = (view.buf as usize, view.len.max(0) as usize);
+    let owner = match hold {
+        Hold::View => owner,
+        // Dropping the view's owner releases it (the GIL is held here).
+        Hold::Object => {
+            drop(owner);
+            Owner::Objects(vec![obj.clone().unbind()])
+        }
+    };
     Ok(HostArray {
-        ptr: view.buf as usize,
-        len: view.len.max(0) as usize,
+        ptr,
+        len,
         dtype,
         _owner: owner,
     })
