@@ -22,5 +22,12 @@ cargo test --workspace --release -- --test-threads=2
 # The GPU tests pass without a GPU by skipping; say so, with their reasons.
 cargo test -q --release -p accord --test gpu_collectives -- --nocapture 2>/dev/null | grep -E "skipping" || true
 
+echo "== several hosts: network namespaces joined by veths, accord selftest on each layout"
+if [ "$(id -u)" = 0 ] && ip netns list >/dev/null 2>&1 && command -v unshare >/dev/null 2>&1; then
+    ACCORD=${CARGO_TARGET_DIR:-target}/release/accord bench/multihost.sh check
+else
+    echo "note: skipped: the multi-host check needs root, ip netns and unshare"
+fi
+
 echo "== python tests"
 python/tests/run.sh

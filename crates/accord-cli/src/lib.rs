@@ -9,6 +9,7 @@ pub use bench::OPS;
 mod bench_gpu;
 mod bench_put;
 mod launch;
+mod selftest;
 mod sim;
 
 use accord::DataType;
@@ -115,6 +116,10 @@ enum Cmd {
         #[command(flatten)]
         args: BenchArgs,
     },
+    /// Check this job end to end: every operation, type and reduce operator on awkward counts,
+    /// each result compared with a sequential reference. One process per rank, bootstrapped
+    /// from the environment: `accord run -n 4 accord selftest`, or started on every host.
+    Selftest,
     /// Run a standalone rendezvous store until interrupted.
     Store {
         /// Port to listen on.
@@ -252,6 +257,7 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
             }
         },
         Cmd::Store { port, host } => store_main(&host, port),
+        Cmd::Selftest => selftest::rank_main(),
         Cmd::Sim {
             op,
             n,

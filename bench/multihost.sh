@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# Several hosts on one machine: HOSTS Linux network namespaces, each with its own network stack
+# (a veth pair to a bridge in the root namespace, MTU 1500) and its own host name (a UTS
+# namespace), RANKS ranks in each. Accord places ranks by host identity (host name + boot id),
+# so the ranks of one namespace share memory and reach the other namespaces over TCP through
+# the veths, as on separate machines, only without a wire's latency (`tc netem` is not
+# available here). OpenMPI sees the namespaces as hosts too (its launch agent enters them).
+#
+#   bench/multihost.sh check     # accord selftest (every operation, type, reduce operator and
+#                                # awkward counts, results checked) on each of LAYOUTS
+#   bench/multihost.sh bench     # accord bench vs OpenMPI (from C) and gloo, alternating rounds
+#   HOSTS=4 RANKS=2 OPS="allreduce allgather" SIZES=4:64M ROUNDS=3 bench/multihost.sh bench
+#
+# Needs root (ip netns, veth, bridge) and unshare. Knobs: LAYOUTS (check; hosts x ranks per host,
+# `i` suffix: ranks dealt round-robin over hosts, default "2x2 3x2 2x3i 4x1"), HOSTS (2), RANKS
+# (2), OPS, SIZES (4:4M), FACTOR (4), ROUNDS (3), SKIP ("mpi gloo"), TRANSPORT (`tcp`: TCP
+# between the ranks of a host too, for Accord and OpenMPI alike), ACCORD (binary; built if
+# unset), REF (reference drivers: mpicoll.c and gloo_coll.py; default ../shared/bench),
+# PYTHON (a Python with torch, for gloo), OUT (results folder).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(dirname "$HERE")
+MODE=${1:-check}
+PFX=acmh
+NET=10.213.0
+OUT=${OUT:-$(mktemp -d /tmp/accord-multihost.XXXXXX)}
+mkdir -p "$OUT"
+skip() { case " ${SKIP:-} " in *" $1 "*) return 0 ;; esac; return 1; }
+
+if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v unshare >/dev/null; then
+  echo "multihost: needs root, ip (iproute2) and unshare (util-linux)" >&2
+  exit 3
+fi
+if [ -z "${ACCORD:-}" ]; then
+  (cd "$ROOT" && cargo build -q --release -p accord-cli)
+  ACCORD=${CARGO_TARGET_DIR:-$ROOT/target}/release/accord
+fi
+
+net_down() {
+  for ns in $(ip netns list | awk '{print $1}' | grep "^${PFX}h" || true); do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+    ip netns del "$ns"
+  done
+  ip link del ${PFX}br 2>/dev/null || true
+}
+
+# net_up H: namespaces ${PFX}h0..h{H-1} at $NET.10.., the bridge (root namespace) at $NET.1.
+net_up() {
+  net_down
+  ip link add ${PFX}br type bridge
+  ip addr add $NET.1/24 dev ${PFX}br
+  ip link set ${PFX}br up
+  for h in $(seq 0 $(($1 - 1))); do
+    ip netns add ${PFX}h$h
+    ip link add ${PFX}v$h type veth peer name eth0 netns ${PFX}h$h
+    ip link set ${PFX}v$h master ${PFX}br up
+    ip -n ${PFX}h$h addr add $NET.$((10 + h))/24 dev eth0
+    ip -n ${PFX}h$h link set eth0 up
+    ip -n ${PFX}h$h link set lo up
+  done
+}
+trap net_down EXIT
+
+# on_host H CMD...: run CMD as a process of host H (its network and host name).
+on_host() {
+  local h=$1
+  shift
+  ip netns exec ${PFX}h$h unshare --uts sh -c 'hostname "$0"; exec "$@"' ${PFX}h$h "$@"
+}
+
+# host_of RANK HOSTS RANKS INTERLEAVED
+host_of() { if [ "$4" = 1 ]; then echo $(($1 % $2)); else echo $(($1 / $3)); fi; }
+local_of() { if [ "$4" = 1 ]; then echo $(($1 / $2)); else echo $(($1 % $3)); fi; }
+
+# accord_job NAME HOSTS RANKS INTERLEAVED CMD...: one Accord job, CMD per rank; rank r's output
+# in $OUT/NAME.r; fails if any rank fails.
+accord_job() {
+  local name=$1 hosts=$2 ranks=$3 inter=$4
+  shift 4
+  local n=$((hosts * ranks)) port=$((20000 + RANDOM % 20000))
+  local token
+  token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  ACCORD_TOKEN=$token "$ACCORD" store --host $NET.1 --port $port 2>"$OUT/$name.store" &
+  local store=$! pids=() r h fail=0
+  for r in $(seq 0 $((n - 1))); do
+    h=$(host_of $r $hosts $ranks $inter)
+    on_host "$h" env ACCORD_RANK=$r ACCORD_WORLD_SIZE=$n ACCORD_LOCAL_RANK=$(local_of $r $hosts $ranks $inter) \
+      ACCORD_LOCAL_WORLD_SIZE=$ranks ACCORD_STORE=$NET.1:$port ACCORD_STORE_EXTERNAL=1 \
+      ACCORD_TOKEN="$token" ACCORD_HOST=$NET.$((10 + h)) ACCORD_TIMEOUT=120 \
+      timeout 900 "$@" >"$OUT/$name.$r" 2>&1 &
+    pids+=($!)
+  done
+  for r in "${!pids[@]}"; do wait "${pids[$r]}" || { echo "multihost: $name rank $r failed:" >&2; tail -5 "$OUT/$name.$r" >&2; fail=1; }; done
+  kill $store 2>/dev/null || true
+  wait $store 2>/dev/null || true
+  return $fail
+}
+
+# mpi_job HOSTS RANKS CMD...: one OpenMPI job, ranks placed by host (--map-by node would deal).
+mpi_job() {
+  local hosts=$1 ranks=$2 list="" h
+  shift 2
+  for h in $(seq 0 $((hosts - 1))); do list+="$NET.$((10 + h)):$ranks,"; done
+  local extra=()
+  # Ranks that outnumber the CPUs must yield when idle (OpenMPI cannot tell: each "host" has
+  # the slots it is given).
+  [ $((hosts * ranks)) -gt "$(nproc)" ] && extra+=(--mca mpi_yield_when_idle 1)
+  mpirun --allow-run-as-root --oversubscribe -n $((hosts * ranks)) --host "${list%,}" "${extra[@]}" \
+    --mca plm rsh --mca plm_rsh_agent "$OUT/netns-agent" --mca plm_rsh_no_tree_spawn 1 \
+    --mca oob_tcp_if_include $NET.0/24 --mca btl_tcp_if_include $NET.0/24 \
+    --mca btl "$MPI_BTL" --bind-to none "$@"
+}
+
+# The launch agent OpenMPI calls as `agent HOST COMMAND...` (as it would call ssh).
+write_agent() {
+  cat >"$OUT/netns-agent" <<EOF
+#!/usr/bin/env bash
+while [ "\${1#-}" != "\$1" ]; do shift; done
+h=\${1##*.}; shift
+exec ip netns exec ${PFX}h\$((h - 10)) unshare --uts sh -c "hostname ${PFX}h\$((h - 10)); \$*"
+EOF
+  chmod +x "$OUT/netns-agent"
+}
+
+# gloo_job HOSTS RANKS OP MIN MAX FACTOR: torch.distributed gloo through the reference driver.
+gloo_job() {
+  local hosts=$1 ranks=$2 op=$3 lo=$4 hi=$5 fac=$6 n=$(($1 * $2)) r h pids=()
+  local port=$((20000 + RANDOM % 20000))
+  for r in $(seq 0 $((n - 1))); do
+    h=$((r / ranks))
+    on_host "$h" env RANK=$r WORLD_SIZE=$n MASTER_ADDR=$NET.10 MASTER_PORT=$port \
+      GLOO_SOCKET_IFNAME=eth0 REF="$REF" timeout 900 "$PYTHON" -c \
+      'import os, sys; sys.path.insert(0, os.environ["REF"]); import gloo_coll as g; g.worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), [sys.argv[1]], *map(int, sys.argv[2:]))' \
+      "$op" "$lo" "$hi" "$fac" >"$OUT/gloo.$r" 2>&1 &
+    pids+=($!)
+  done
+  for r in "${!pids[@]}"; do wait "${pids[$r]}" || true; done
+  cat "$OUT/gloo.0"
+}
+
+bytes() { numfmt --from=iec "$1"; }
+
+case "$MODE" in
+check)
+  for layout in ${LAYOUTS:-2x2 3x2 2x3i 4x1}; do
+    inter=0
+    case $layout in *i) inter=1 ;; esac
+    l=${layout%i}
+    hosts=${l%x*} ranks=${l#*x}
+    net_up "$hosts"
+    echo "== accord selftest: $hosts hosts x $ranks ranks$([ $inter = 1 ] && echo ', ranks dealt round-robin')"
+    accord_job "selftest-$layout" "$hosts" "$ranks" "$inter" "$ACCORD" selftest
+    n=$((hosts * ranks))
+    for r in $(seq 0 $((n - 1))); do
+      grep -q "every result right" "$OUT/selftest-$layout.$r" || { echo "multihost: rank $r did not pass" >&2; exit 1; }
+    done
+    grep -h "tcp+shm\|over tcp" "$OUT/selftest-$layout.0"
+  done
+  echo "multihost check: passed (logs in $OUT)"
+  ;;
+bench)
+  HOSTS=${HOSTS:-2} RANKS=${RANKS:-2}
+  SIZES=${SIZES:-4:4M} FACTOR=${FACTOR:-4} ROUNDS=${ROUNDS:-3}
+  OPS=${OPS:-"allreduce broadcast allgather reduce_scatter alltoall"}
+  REF=${REF:-$(dirname "$ROOT")/shared/bench}
+  lo=$(bytes "${SIZES%:*}") hi=$(bytes "${SIZES#*:}")
+  MPI_BTL=self,vader,tcp
+  if [ "${TRANSPORT:-}" = tcp ]; then
+    export ACCORD_TRANSPORT=tcp
+    MPI_BTL=self,tcp
+  fi
+  net_up "$HOSTS"
+  write_agent
+  if ! skip mpi; then
+    command -v mpicc >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openmpi-bin libopenmpi-dev; }
+    mpicc -O2 -o "$OUT/mpicoll" "$REF/mpicoll.c"
+  fi
+  PYTHON=${PYTHON:-python3}
+  if ! skip gloo && ! "$PYTHON" -c "import torch" 2>/dev/null; then
+    echo "multihost: no torch in $PYTHON (set PYTHON): gloo skipped" >&2
+    SKIP="${SKIP:-} gloo"
+  fi
+  echo "# $HOSTS hosts x $RANKS ranks${TRANSPORT:+, transport $TRANSPORT}, $(nproc) CPUs, float32; results in $OUT" | tee "$OUT/summary.txt"
+  for op in $OPS; do
+    for round in $(seq 1 "$ROUNDS"); do
+      first=accord
+      [ $((round % 2)) = 0 ] && first=mpi
+      for who in $first $([ $first = accord ] && echo mpi || echo accord); do
+        if [ $who = accord ]; then
+          ACCORD_BENCH_SYNC=1 accord_job "bench-$op-$round" "$HOSTS" "$RANKS" 0 \
+            "$ACCORD" bench-rank "$op" --sizes "$lo:$hi" --factor "$FACTOR"
+          { echo "## accord $op round $round"; grep -E '^ +[0-9]' "$OUT/bench-$op-$round.0"; } >>"$OUT/summary.txt"
+        elif ! skip mpi; then
+          { echo "## mpi $op round $round"; mpi_job "$HOSTS" "$RANKS" "$OUT/mpicoll" "$op" "$lo" "$hi" "$FACTOR" | grep -E '^ +[0-9]'; } >>"$OUT/summary.txt"
+        fi
+      done
+    done
+    if ! skip gloo; then
+      { echo "## gloo $op round 1"; gloo_job "$HOSTS" "$RANKS" "$op" "$lo" "$hi" "$FACTOR" | grep -E '^ +[0-9]'; } >>"$OUT/summary.txt"
+    fi
+  done
+  { head -1 "$OUT/summary.txt"; python3 "$HERE/multihost_table.py" "$OUT/summary.txt"; } | tee "$OUT/table.md"
+  ;;
+*)
+  echo "usage: bench/multihost.sh check|bench" >&2
+  exit 2
+  ;;
+esac
