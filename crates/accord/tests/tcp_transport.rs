@@ -133,6 +133,44 @@ fn all_to_all_world_sizes_1_to_5() {
     }
 }
 
+/// Waiting callers read their peer's socket themselves, beside its reader thread: several
+/// threads waiting on one connection at once, for messages of every size (frames cut across
+/// reads, payloads read straight into their buffers, frames one thread began and another
+/// finished), must each get exactly their message.
+#[test]
+fn callers_reading_one_connection_together_get_exactly_their_messages() {
+    const THREADS: u64 = 4;
+    const MESSAGES: u64 = 48;
+    // 0 B to 1.2 MiB: whole and partial frames, below and above the direct-read size and the
+    // chunk size.
+    let len = |seq: u64| ((seq * 7919) % 97) as usize * ((seq % 5) as usize * 3_000 + 1);
+    let ts = world(2);
+    let (a, b) = (ts[0].clone(), ts[1].clone());
+    let sender = std::thread::spawn(move || {
+        for seq in 0..MESSAGES {
+            a.send(1, &env(seq, len(seq)), &pattern(0, 1, seq, len(seq)))
+                .unwrap();
+        }
+    });
+    let receivers: Vec<_> = (0..THREADS)
+        .map(|k| {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                // Thread k takes messages k, k + THREADS, ... in its own order.
+                let mine: Vec<u64> = (k..MESSAGES).step_by(THREADS as usize).collect();
+                for &seq in mine.iter().rev() {
+                    let (got, _) = recv_message(&b, 0, seq);
+                    assert!(got == pattern(0, 1, seq, len(seq)), "message {seq} differs");
+                }
+            })
+        })
+        .collect();
+    sender.join().unwrap();
+    for r in receivers {
+        r.join().unwrap();
+    }
+}
+
 #[test]
 fn send_to_self_or_outside_the_world_is_invalid() {
     let ts = world(2);

@@ -251,6 +251,8 @@ impl HybridTransport {
         let mut local = vec![None; size];
         for (i, &r) in area.members.iter().enumerate() {
             local[r] = Some(i);
+            // A local peer's data comes through its ring: waits poll the rings, not its socket.
+            tcp.set_read_by_waiters(r, false);
         }
         let me = area.me;
         let n = area.members.len();

@@ -89,12 +89,27 @@ impl State {
 }
 
 /// Waits for messages from this size on sleep at once instead of polling: polling beside the
-/// receiver thread made a 1 MiB broadcast over TCP 4x slower while small messages gained 2x.
+/// receiver thread made a 1 MiB broadcast over TCP 4x slower while small messages gained 2x,
+/// and reading the socket in the waiting thread ([`Mailbox::set_pump`]) made 256 KiB - 16 MiB
+/// calls over loopback 1.2-3.7x slower (`recv` polled while the kernel fills the socket).
 pub const POLL_MAX_BYTES: usize = 64 << 10;
 
 /// Drains frames that are on their way from a side path (shared-memory rings) into the mailbox;
 /// with `false` it may skip the work when another thread is already doing it.
 pub type Flush = Box<dyn Fn(&Mailbox, bool) + Send + Sync>;
+
+/// Starts a waiting caller's turn at reading one source's connection itself (see
+/// [`Mailbox::set_pump`]); `None` where that source's data does not come that way.
+pub type Pump = Box<dyn Fn(usize) -> Option<Box<dyn PollTurn>> + Send + Sync>;
+
+/// A waiting caller's turn at reading a source's connection; dropping it ends the turn.
+pub trait PollTurn: Send {
+    /// Read what has arrived into the mailbox, without blocking (nothing if another thread is
+    /// reading already); whether any bytes came.
+    fn pump(&self) -> bool;
+    /// End the turn because the caller is going to sleep: whoever reads for sleepers must.
+    fn sleep(self: Box<Self>);
+}
 
 /// Incoming frames of one rank.
 pub struct Mailbox {
@@ -111,6 +126,9 @@ pub struct Mailbox {
     /// before it sleeps (nanoseconds): a frame a receiver thread delivers meanwhile is taken
     /// without the sleep and wake-up, which cost more than a small message's whole trip.
     poll_ns: AtomicU64,
+    /// Run by polling waits for small messages: reads the source's connection in the waiting
+    /// thread.
+    pump: std::sync::OnceLock<Pump>,
 }
 
 impl Default for Mailbox {
@@ -134,6 +152,7 @@ impl Mailbox {
             flush: std::sync::OnceLock::new(),
             waits: Waits::default(),
             poll_ns: AtomicU64::new(0),
+            pump: std::sync::OnceLock::new(),
         }
     }
 
@@ -149,6 +168,13 @@ impl Mailbox {
     pub fn set_poll(&self, poll: std::time::Duration) {
         let ns = u64::try_from(poll.as_nanos()).unwrap_or(u64::MAX);
         self.poll_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// Install the hook that polling waits call with the source they wait for (once; later
+    /// calls are ignored): TCP reads that peer's socket in the waiting thread, which spares
+    /// the hand-over from its reader thread (a wake-up that can cost more than the trip).
+    pub fn set_pump(&self, p: Pump) {
+        let _ = self.pump.set(p);
     }
 
     /// What this rank's blocked calls wait for (see [`super::waits`]).
@@ -253,7 +279,9 @@ impl Mailbox {
     /// directly (a broadcast with different roots), and must not wait for the timeout.
     ///
     /// `bytes` is the size of the message the frame belongs to (0 if unknown): waits for
-    /// messages of [`POLL_MAX_BYTES`] or more never poll (see [`Mailbox::set_poll`]).
+    /// messages of [`POLL_MAX_BYTES`] or more never poll (see [`Mailbox::set_poll`]). Waits that
+    /// read the source's connection themselves ([`Mailbox::set_pump`]) poll as long as bytes
+    /// keep coming, and sleep after a polling period without any.
     pub fn take(
         &self,
         src: usize,
@@ -267,6 +295,9 @@ impl Mailbox {
         let key = (src, comm, seq);
         let mut flushed = false;
         let mut polling: Option<Instant> = None;
+        // This wait's turn at reading the source's connection, once it polls.
+        let mut turn: Option<Option<Box<dyn PollTurn>>> = None;
+        let pump = self.pump.get().filter(|_| small);
         // Recorded once the wait sleeps, for peers that ask what this rank is blocked on.
         let mut blocked = None;
         let mut st = self.state.lock().unwrap();
@@ -325,6 +356,11 @@ impl Mailbox {
                 if now - since < *poll {
                     drop(st);
                     f(self, false);
+                    if let Some(t) = turn.get_or_insert_with(|| pump.and_then(|p| p(src))) {
+                        if t.pump() {
+                            polling = Some(Instant::now());
+                        }
+                    }
                     std::hint::spin_loop();
                     st = self.state.lock().unwrap();
                     continue;
@@ -334,11 +370,18 @@ impl Mailbox {
                 let since = *polling.get_or_insert(now);
                 if poll > 0 && small && ((now - since).as_nanos() as u64) < poll {
                     drop(st);
-                    // The receiver thread may share this CPU: let it run.
-                    std::thread::yield_now();
+                    match turn.get_or_insert_with(|| pump.and_then(|p| p(src))) {
+                        Some(t) if t.pump() => polling = Some(Instant::now()),
+                        Some(_) => {}
+                        // The receiver thread may share this CPU: let it run.
+                        None => std::thread::yield_now(),
+                    }
                     st = self.state.lock().unwrap();
                     continue;
                 }
+            }
+            if let Some(t) = turn.take().flatten() {
+                t.sleep();
             }
             blocked.get_or_insert_with(|| {
                 self.waits.enter(Blocked {
