@@ -1,12 +1,14 @@
 //! `accord selftest`: Accord's conformance suite ([`accord::testing::conformance`]) run by the
 //! ranks of a real job, to check a deployment end to end: every operation, element type and
-//! reduce operator, counts 0, 1, 7 and 1031 (blocks that never divide evenly) and one large
-//! count, each result compared with a sequential reference computed on every rank.
+//! reduce operator, counts 0, 1, 7 and 1031 (blocks that never divide evenly), one large count,
+//! and 1 MiB allreduces, each result compared with a sequential reference computed on every
+//! rank.
 //!
 //! Each rank is one `accord selftest` process bootstrapped from the environment (`accord run -n 4
 //! accord selftest` on one host; on several hosts, one process per rank with `ACCORD_RANK`,
 //! `ACCORD_WORLD_SIZE`, `ACCORD_STORE` and `ACCORD_TOKEN`, as `bench/multihost.sh` starts them).
 
+use accord::fingerprint::OpKind;
 use accord::testing::conformance::{self, HostMemory, Options};
 use accord::DataType;
 
@@ -26,8 +28,16 @@ pub fn rank_main() -> i32 {
         dtypes: vec![DataType::BF16, DataType::F64, DataType::U8],
         ..Options::new(&what)
     };
+    // From 1 MiB, allreduces over hosts of equal rank counts are striped.
+    let striped = Options {
+        engine: format!("{what}, 1 MiB + 12 B allreduce"),
+        counts: vec![262_147],
+        dtypes: vec![DataType::F32, DataType::F64, DataType::I64],
+        kinds: vec![OpKind::AllReduce],
+        ..Options::new(&what)
+    };
     let mut calls = 0;
-    for opts in [Options::new(&what), large] {
+    for opts in [Options::new(&what), large, striped] {
         match conformance::check(&comm, &HostMemory, &opts) {
             Ok(s) => calls += s.cases,
             Err(f) => {

@@ -8,12 +8,14 @@
 //! - shared memory between processes (this binary re-executed as the ranks, see [`rank_main`]):
 //!   2, 3 and 4 ranks on one host, and 4 and 5 ranks over two simulated hosts (the
 //!   hierarchical path); the engines' own algorithms, counts 0, 1, 7 and 1031, then a count of
-//!   40009 (many staging chunks, and copies between processes) on bf16, f64 and u8 only.
+//!   40009 (many staging chunks, and copies between processes) on bf16, f64 and u8 only, and
+//!   allreduces of 262147 elements (1 MiB and more: striped across hosts) on f32, f64 and i64.
 //!
 //! Every type and reduce operator runs on every engine.
 
 mod common;
 
+use accord::fingerprint::OpKind;
 use accord::testing::conformance::{self, Algorithms, HostMemory, Options};
 use accord::testing::{run_tcp_world, run_world};
 use accord::DataType;
@@ -71,14 +73,23 @@ const ONE_HOST: &str = "conformance-host";
 
 /// The shared-memory runs: the full matrix, then a large count (many staging chunks, and
 /// copies between processes) on a few types.
-fn shm_runs(engine: &str) -> [Options; 2] {
+fn shm_runs(engine: &str) -> [Options; 3] {
     let large = Options {
         engine: format!("{engine}, large"),
         counts: vec![40_009],
         dtypes: vec![DataType::BF16, DataType::F64, DataType::U8],
         ..Options::new(engine)
     };
-    [Options::new(engine), large]
+    // Allreduces from 1 MiB over hosts of equal rank counts are striped: one slice per local
+    // rank, uneven here.
+    let striped = Options {
+        engine: format!("{engine}, 1 MiB + 12 B allreduce"),
+        counts: vec![262_147],
+        dtypes: vec![DataType::F32, DataType::F64, DataType::I64],
+        kinds: vec![OpKind::AllReduce],
+        ..Options::new(engine)
+    };
+    [Options::new(engine), large, striped]
 }
 
 #[test]

@@ -195,9 +195,11 @@ impl Communicator {
                         .contains(&rank)
                         .then(|| comm.child(&w.leaders.clone(), u64::MAX, "leaders", 0x5348_4d4c));
                     let size = comm.size();
+                    let stripe = hierarchy::Hierarchy::stripe_of(&comm, &w, rank);
                     Some(Arc::new(hierarchy::Hierarchy {
                         world: w,
                         leaders,
+                        stripe,
                         me: rank,
                         size,
                     }) as Arc<dyn HostEngine>)
