@@ -338,7 +338,7 @@ pub fn extract(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<A
 
 /// Whether `obj` is exactly a `numpy.ndarray` (not a subclass, whose buffer may differ from
 /// what it presents). The type is looked up once numpy is loaded (never imported from here).
-fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
+pub(crate) fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
     static NDARRAY: pyo3::sync::GILOnceCell<Py<pyo3::types::PyType>> =
         pyo3::sync::GILOnceCell::new();
     let py = obj.py();

@@ -25,16 +25,26 @@ pub enum Kind {
 /// Which kind of immutable scalar `obj` is, if any. A Python bool is refused: there is no bool
 /// dtype to reduce it in.
 fn kind(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<Kind>> {
-    let py = obj.py();
+    // The common case, an array, without looking anything up.
+    if crate::array::is_ndarray(obj) {
+        return Ok(None);
+    }
     // numpy scalars first: numpy.float64 is also a Python float. Without numpy imported
-    // nothing can be one, so numpy is never imported here.
+    // nothing can be one, so numpy is never imported here (the type is found once it is).
     // (A module entry of None, which blocks the import, counts as no numpy.)
-    let modules = py.import_bound("sys")?.getattr("modules")?;
-    if let Ok(generic) = modules
-        .get_item("numpy")
-        .and_then(|np| np.getattr("generic"))
-    {
-        if obj.is_instance(&generic)? {
+    static GENERIC: pyo3::sync::GILOnceCell<Py<PyAny>> = pyo3::sync::GILOnceCell::new();
+    let py = obj.py();
+    if GENERIC.get(py).is_none() {
+        let modules = py.import_bound("sys")?.getattr("modules")?;
+        if let Ok(generic) = modules
+            .get_item("numpy")
+            .and_then(|np| np.getattr("generic"))
+        {
+            let _ = GENERIC.set(py, generic.unbind());
+        }
+    }
+    if let Some(generic) = GENERIC.get(py) {
+        if obj.is_instance(generic.bind(py))? {
             return Ok(Some(Kind::Numpy));
         }
     }
