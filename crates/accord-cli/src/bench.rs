@@ -122,7 +122,7 @@ pub(crate) fn bus_factor(op: &str, n: usize) -> f64 {
 }
 
 /// Element types the benchmark can check exactly.
-trait Num: Element + PartialEq + std::fmt::Debug {
+pub(crate) trait Num: Element + PartialEq + std::fmt::Debug {
     fn of(v: i64) -> Self;
 }
 macro_rules! num {
@@ -270,7 +270,7 @@ pub(crate) fn iterations(bytes: usize, forced: usize) -> (usize, usize) {
     (iters / 10 + 2, iters)
 }
 
-fn bench_typed<T: Num>(comm: &Communicator, o: &BenchOpts) -> Result<Vec<Row>> {
+pub(crate) fn bench_typed<T: Num>(comm: &Communicator, o: &BenchOpts) -> Result<Vec<Row>> {
     let n = comm.size();
     let me = comm.rank();
     let esz = T::DTYPE.size();

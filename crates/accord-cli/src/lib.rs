@@ -4,6 +4,7 @@
 //! the same command line in-process with [`main_with`].
 
 mod bench;
+mod calibrate;
 /// The operations `accord bench` knows.
 pub use bench::OPS;
 mod bench_gpu;
@@ -11,6 +12,7 @@ mod bench_put;
 mod launch;
 mod selftest;
 mod sim;
+mod sim_profile;
 
 use accord::DataType;
 use clap::{Parser, Subcommand};
@@ -33,6 +35,7 @@ struct BenchArgs {
     /// at once, as large collective outputs are filled; busbw is the bytes all ranks read and
     /// wrote per second, the memory bandwidth that bounds large collectives); or put (with
     /// --device cuda, 2 ranks: memory channels between two GPUs, put and LL-packet tables).
+    #[arg(default_value = "allreduce")]
     op: String,
     /// Size range in bytes, MIN:MAX (suffixes K, M, G).
     #[arg(long, default_value = "4:4M")]
@@ -67,6 +70,14 @@ struct BenchArgs {
     /// Accord's kernels take zero-copy.
     #[arg(long)]
     symmetric: bool,
+    /// Instead of benchmarking OP: measure this machine's costs (TCP and shared-memory message
+    /// times, reduction speed, the shared-memory collectives) and write them to PROFILE as
+    /// JSON, for `accord sim --profile`.
+    #[arg(long, value_name = "PROFILE")]
+    calibrate: Option<String>,
+    /// The calibration phase a rank runs (set by `--calibrate`).
+    #[arg(long, hide = true)]
+    calibrate_phase: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -88,6 +99,16 @@ enum Cmd {
         /// Cost model: tcp, shm or inproc.
         #[arg(long, default_value = "tcp")]
         model: String,
+        /// Price calls with this machine's profile (`accord bench --calibrate PROFILE`) and
+        /// print, per size, the time of the path Accord takes on the placement.
+        #[arg(long, value_name = "PROFILE")]
+        profile: Option<String>,
+        /// With --profile: ranks per host (-n must be a multiple); hosts are -n / this.
+        #[arg(long, default_value_t = 1)]
+        per_host: usize,
+        /// With --profile: also write the rows as JSON here.
+        #[arg(long)]
+        json: Option<String>,
     },
     /// Launch N ranks of PROGRAM on this host with a fresh store and token.
     Run {
@@ -219,6 +240,17 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
             n,
             bind_to,
             args: bargs,
+        } if bargs.calibrate.is_some() => {
+            calibrate::launch(n, bind_to, bargs.calibrate.as_deref().unwrap(), &self_cmd)
+        }
+        Cmd::BenchRank { args: bargs } if bargs.calibrate_phase.is_some() => calibrate::rank_main(
+            bargs.calibrate_phase.as_deref().unwrap(),
+            bargs.calibrate.as_deref().unwrap_or("profile.json"),
+        ),
+        Cmd::Bench {
+            n,
+            bind_to,
+            args: bargs,
         } => match bench_opts(&bargs) {
             Err(e) => {
                 eprintln!("accord bench: {e}");
@@ -263,7 +295,32 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
             n,
             sizes,
             factor,
+            profile: Some(profile),
+            per_host,
+            json,
+            ..
+        } => {
+            let (lo, hi) = sizes.split_once(':').unwrap_or((&sizes, &sizes));
+            let run = bench::parse_size(lo)
+                .and_then(|lo| Ok((lo, bench::parse_size(hi)?)))
+                .and_then(|range| {
+                    sim_profile::run(&op, n, per_host, range, factor, &profile, json.as_deref())
+                });
+            match run {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("accord sim: {e}");
+                    2
+                }
+            }
+        }
+        Cmd::Sim {
+            op,
+            n,
+            sizes,
+            factor,
             model,
+            ..
         } => match sim::run(&op, n, &sizes, factor, &model) {
             Ok(()) => 0,
             Err(e) => {

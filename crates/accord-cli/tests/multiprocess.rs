@@ -323,6 +323,83 @@ fn sim_predicts_a_thousand_ranks() {
     assert!(text(&bad.stderr).contains("unknown cost model"));
 }
 
+/// `accord bench --calibrate` writes a profile that `accord sim --profile` prices placements
+/// with, taking the path Accord takes: the engines inside hosts, striped from 1 MiB.
+#[test]
+fn calibrated_profile_prices_hosts_and_ranks_per_host() {
+    let dir = std::env::temp_dir().join(format!("accord-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = dir.join("profile.json");
+    let p = profile.to_str().unwrap();
+    let out = accord()
+        .args(["bench", "--calibrate", p, "-n", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&profile).unwrap())
+        .expect("the profile is JSON");
+    for link in ["tcp", "shm"] {
+        let alpha = v[link]["alpha_us"].as_f64().unwrap();
+        let beta = v[link]["beta_us_per_byte"].as_f64().unwrap();
+        assert!(alpha > 0.0 && beta > 0.0, "{link}: {alpha} {beta}");
+        assert_eq!(v[link]["exchange"].as_array().unwrap().len(), 11);
+    }
+    assert!(v["gamma_us_per_byte"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["shm_engine"]["allreduce"].as_array().unwrap().len(), 8);
+
+    let sim = |args: &[&str]| {
+        let out = accord()
+            .args(["sim", "allreduce", "--profile", p])
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let (code, stdout, stderr) = sim(&[
+        "-n",
+        "16",
+        "--per-host",
+        "4",
+        "--sizes",
+        "4K:4M",
+        "--factor",
+        "4",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("4 host(s) x 4 rank(s)"), "{stdout}");
+    let rows: Vec<(usize, f64, &str)> = stdout
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let mut f = l.split_whitespace();
+            let b = f.next().unwrap().parse().unwrap();
+            let t = f.next().unwrap().parse().unwrap();
+            (b, t, l)
+        })
+        .collect();
+    assert_eq!(rows.len(), 6, "{stdout}");
+    assert!(rows.windows(2).all(|w| w[1].1 > w[0].1), "{stdout}");
+    for &(bytes, _, line) in &rows {
+        let path = match bytes >= 1 << 20 {
+            true => "striped between hosts",
+            false => "leaders between hosts",
+        };
+        assert!(line.contains(path), "{stdout}");
+    }
+    let (code, stdout, _) = sim(&["-n", "2", "--sizes", "4K:4K"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("schedule over TCP"), "{stdout}");
+
+    let (code, _, stderr) = sim(&["-n", "10", "--per-host", "4"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("multiple of --per-host"), "{stderr}");
+    std::fs::write(&profile, "{}").unwrap();
+    let (code, _, stderr) = sim(&["-n", "2"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("is not an Accord profile"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The CPUs in this process's affinity mask, from `Cpus_allowed_list` of a status file.
 fn cpus_allowed(status: &str) -> Vec<usize> {
     let list = status

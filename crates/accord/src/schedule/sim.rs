@@ -38,10 +38,34 @@ pub fn simulate(
     algo: Algorithm,
     model: &CostModel,
 ) -> Result<Simulation> {
+    let message =
+        |_: usize, _: usize, b: usize, _: bool| model.alpha_us + b as f64 * model.beta_us_per_byte;
+    simulate_on(
+        coll,
+        world,
+        elem_size,
+        algo,
+        &message,
+        model.gamma_us_per_byte,
+    )
+}
+
+/// [`simulate`] with any price of a message: `message(src, dst, bytes, exchange)` in
+/// microseconds (ranks on one host share memory, others talk over the network; a measured table
+/// instead of a formula; `exchange`: `dst` sends to `src` in the same round, so the two
+/// directions share the link), and `gamma` microseconds per byte reduced.
+pub fn simulate_on(
+    coll: &Collective,
+    world: usize,
+    elem_size: usize,
+    algo: Algorithm,
+    message: &dyn Fn(usize, usize, usize, bool) -> f64,
+    gamma: f64,
+) -> Result<Simulation> {
     let scheds = (0..world)
         .map(|r| algorithms::build(coll, world, r, algo))
         .collect::<Result<Vec<_>>>()?;
-    Ok(run(&scheds, elem_size, model))
+    Ok(run(&scheds, elem_size, message, gamma))
 }
 
 struct Rank<'a> {
@@ -54,7 +78,19 @@ struct Rank<'a> {
     link_free: f64,
 }
 
-fn run(scheds: &[Schedule], esz: usize, m: &CostModel) -> Simulation {
+fn run(
+    scheds: &[Schedule],
+    esz: usize,
+    message: &dyn Fn(usize, usize, usize, bool) -> f64,
+    gamma: f64,
+) -> Simulation {
+    let sends_to = |r: usize, round: usize, dst: usize| {
+        scheds[r].rounds.get(round).is_some_and(|steps| {
+            steps
+                .iter()
+                .any(|s| matches!(*s, Step::Send { peer, .. } if peer == dst))
+        })
+    };
     let mut ranks: Vec<Rank<'_>> = scheds
         .iter()
         .map(|sched| Rank {
@@ -83,9 +119,8 @@ fn run(scheds: &[Schedule], esz: usize, m: &CostModel) -> Simulation {
                     for step in round {
                         if let Step::Send { peer, src } = *step {
                             let b = src.len * esz;
-                            r.link_free = r.link_free.max(r.clock)
-                                + m.alpha_us
-                                + b as f64 * m.beta_us_per_byte;
+                            let both = sends_to(peer, r.round, me);
+                            r.link_free = r.link_free.max(r.clock) + message(me, peer, b, both);
                             wires.entry((me, peer)).or_default().push_back(r.link_free);
                             messages += 1;
                             bytes += b;
@@ -109,14 +144,12 @@ fn run(scheds: &[Schedule], esz: usize, m: &CostModel) -> Simulation {
                             };
                             r.clock = r.clock.max(arrival);
                             if matches!(step, Step::RecvReduce { .. }) {
-                                r.clock += (dst.len * esz) as f64 * m.gamma_us_per_byte;
+                                r.clock += (dst.len * esz) as f64 * gamma;
                             }
                         }
-                        Step::Copy { dst, .. } => {
-                            r.clock += (dst.len * esz) as f64 * m.gamma_us_per_byte / 2.0
-                        }
+                        Step::Copy { dst, .. } => r.clock += (dst.len * esz) as f64 * gamma / 2.0,
                         Step::Reduce { dst, .. } | Step::Finalize { dst } => {
-                            r.clock += (dst.len * esz) as f64 * m.gamma_us_per_byte
+                            r.clock += (dst.len * esz) as f64 * gamma
                         }
                         Step::Send { .. } => unreachable!("filtered out"),
                     }

@@ -1,0 +1,273 @@
+//! `accord bench --calibrate PROFILE`: measure what `accord sim --profile` prices calls with.
+//!
+//! Two jobs of N local ranks (default 2) measure, in turn:
+//! - over TCP only (`ACCORD_TRANSPORT=tcp`): the half round trip of a message between ranks 0
+//!   and 1 from 8 B to 16 MiB, fitted to `alpha + beta x bytes` (alpha: the 8-byte time; beta:
+//!   the least-squares slope from 256 KiB); the time of an *exchange*, both ranks sending to
+//!   each other at once, as most steps of a schedule do (what `accord sim` prices a message
+//!   with: where the two directions share CPUs or a link, the ping-pong is too optimistic);
+//!   and how fast one core reduces (f32 sums: gamma);
+//! - with shared memory: the same through the point-to-point rings (the messages of
+//!   schedules between ranks of one host), and the shared-memory engine's own collectives
+//!   (allreduce, broadcast, allgather, reduce_scatter, alltoall) from 4 KiB to 64 MiB, timed
+//!   as `accord bench` times them with `ACCORD_BENCH_SYNC=1`. The engine's times are kept as a
+//!   table (`accord sim` interpolates), since its cost is no per-message formula.
+//!
+//! The profile is JSON: `{"accord_profile": 1, "cpus", "ranks", "gamma_us_per_byte",
+//! "tcp": {"alpha_us", "beta_us_per_byte", "pingpong": [[bytes, us], ...], "exchange": [...]},
+//! "shm": {...},
+//! "shm_engine": {"allreduce": [[bytes, us], ...], ...}}`.
+
+use crate::bench::{self, BenchOpts};
+use crate::launch;
+use accord::{Communicator, DataType};
+use serde_json::{json, Value};
+use std::time::Instant;
+
+/// The shared-memory engine's collectives the profile times.
+pub const ENGINE_OPS: [&str; 5] = [
+    "allreduce",
+    "broadcast",
+    "allgather",
+    "reduce_scatter",
+    "alltoall",
+];
+
+/// Message sizes of the ping-pong and the exchange.
+const MESSAGE_BYTES: [usize; 11] = [
+    8,
+    64,
+    512,
+    4 << 10,
+    32 << 10,
+    64 << 10,
+    128 << 10,
+    256 << 10,
+    1 << 20,
+    4 << 20,
+    16 << 20,
+];
+
+/// Launcher side: run both phases on `n` local ranks and write the profile to `path`.
+pub fn launch(n: usize, bind: launch::Binding, path: &str, self_cmd: &[String]) -> i32 {
+    if n < 2 {
+        eprintln!("accord bench --calibrate: needs at least 2 ranks");
+        return 2;
+    }
+    let mut parts = Vec::new();
+    for (phase, tcp) in [("tcp", true), ("shm", false)] {
+        let part = format!("{path}.{phase}.part");
+        let mut program = self_cmd.to_vec();
+        program.extend(
+            [
+                "bench-rank",
+                "--calibrate",
+                &part,
+                "--calibrate-phase",
+                phase,
+            ]
+            .map(String::from),
+        );
+        let mut env = vec![("ACCORD_BENCH_SYNC".to_string(), "1".to_string())];
+        if tcp {
+            env.push(("ACCORD_TRANSPORT".into(), "tcp".into()));
+        }
+        eprintln!("accord bench --calibrate: {phase} on {n} ranks");
+        let code = launch::run(launch::Launch {
+            n,
+            program,
+            env,
+            prefix: false,
+            bind,
+        });
+        if code != 0 {
+            return code;
+        }
+        let read = std::fs::read_to_string(&part)
+            .map_err(|e| e.to_string())
+            .and_then(|s| serde_json::from_str::<Value>(&s).map_err(|e| e.to_string()));
+        let _ = std::fs::remove_file(&part);
+        match read {
+            Ok(v) => parts.push(v),
+            Err(e) => {
+                eprintln!("accord bench --calibrate: the {phase} measurements: {e}");
+                return 1;
+            }
+        }
+    }
+    let (tcp, shm) = (&parts[0], &parts[1]);
+    let link = |v: &Value| {
+        let pp = points(&v["pingpong"]);
+        let (alpha, beta) = fit(&pp);
+        json!({"alpha_us": alpha, "beta_us_per_byte": beta, "pingpong": v["pingpong"],
+               "exchange": v["exchange"]})
+    };
+    let profile = json!({
+        "accord_profile": 1,
+        "cpus": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "ranks": n,
+        "gamma_us_per_byte": tcp["gamma_us_per_byte"],
+        "tcp": link(tcp),
+        "shm": link(shm),
+        "shm_engine": shm["engine"],
+    });
+    let text = serde_json::to_string_pretty(&profile).unwrap_or_default();
+    if let Err(e) = std::fs::write(path, text) {
+        eprintln!("accord bench --calibrate: cannot write {path}: {e}");
+        return 1;
+    }
+    let (t, s) = (&profile["tcp"], &profile["shm"]);
+    println!(
+        "# profile {path}: tcp alpha {:.2} us, {:.3} GB/s; shm messages alpha {:.2} us, {:.3} GB/s; \
+         reduction {:.2} GB/s; shared-memory engine timed on {n} ranks",
+        t["alpha_us"].as_f64().unwrap_or(0.0),
+        1e-3 / t["beta_us_per_byte"].as_f64().unwrap_or(f64::NAN),
+        s["alpha_us"].as_f64().unwrap_or(0.0),
+        1e-3 / s["beta_us_per_byte"].as_f64().unwrap_or(f64::NAN),
+        1e-3 / profile["gamma_us_per_byte"].as_f64().unwrap_or(f64::NAN),
+    );
+    0
+}
+
+/// `[[bytes, us], ...]` as pairs.
+pub fn points(v: &Value) -> Vec<(f64, f64)> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| Some((p.get(0)?.as_f64()?, p.get(1)?.as_f64()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `alpha + beta x bytes` through ping-pong points: alpha is the smallest message's time, beta
+/// the least-squares slope of the points from 256 KiB (at least 1e-9 us per byte).
+pub fn fit(pp: &[(f64, f64)]) -> (f64, f64) {
+    let alpha = pp.first().map_or(0.0, |p| p.1);
+    let big: Vec<_> = pp.iter().filter(|p| p.0 >= 262_144.0).collect();
+    let n = big.len() as f64;
+    if n < 2.0 {
+        return (alpha, 1e-9);
+    }
+    let (mb, mt) = (
+        big.iter().map(|p| p.0).sum::<f64>() / n,
+        big.iter().map(|p| p.1).sum::<f64>() / n,
+    );
+    let cov: f64 = big.iter().map(|p| (p.0 - mb) * (p.1 - mt)).sum();
+    let var: f64 = big.iter().map(|p| (p.0 - mb).powi(2)).sum();
+    (alpha, (cov / var).max(1e-9))
+}
+
+/// Rank side of one phase; rank 0 writes the measurements to `out`.
+pub fn rank_main(phase: &str, out: &str) -> i32 {
+    let comm = match accord::init() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("accord bench --calibrate: init failed: {e}");
+            return 1;
+        }
+    };
+    let measured = (|| -> accord::Result<Value> {
+        let mut v = json!({
+            "pingpong": messages(&comm, false)?,
+            "exchange": messages(&comm, true)?,
+        });
+        if phase == "tcp" {
+            v["gamma_us_per_byte"] = json!(gamma());
+        } else {
+            let mut engine = serde_json::Map::new();
+            for op in ENGINE_OPS {
+                let o = BenchOpts {
+                    op: op.into(),
+                    min_bytes: 4 << 10,
+                    max_bytes: 64 << 20,
+                    factor: 4,
+                    dtype: DataType::F32,
+                    explain: false,
+                    json: None,
+                    iters: 0,
+                    device: "cpu".into(),
+                    engine: None,
+                    symmetric: false,
+                };
+                let rows = bench::bench_typed::<f32>(&comm, &o)?;
+                let table: Vec<Value> = rows.iter().map(|r| json!([r.bytes, r.time_us])).collect();
+                engine.insert(op.into(), Value::Array(table));
+            }
+            v["engine"] = Value::Object(engine);
+        }
+        Ok(v)
+    })();
+    match measured {
+        Ok(v) if comm.rank() == 0 => match std::fs::write(out, v.to_string()) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("accord bench --calibrate: cannot write {out}: {e}");
+                1
+            }
+        },
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("accord bench --calibrate: rank {}: {e}", comm.rank());
+            1
+        }
+    }
+}
+
+/// Ranks 0 and 1 pass messages (median per size; the other ranks wait): half round trips, or
+/// with `exchange` both send at once (the time of one sendrecv).
+fn messages(comm: &Communicator, exchange: bool) -> accord::Result<Vec<Value>> {
+    let me = comm.rank();
+    let mut rows = Vec::new();
+    for (tag, &b) in MESSAGE_BYTES.iter().enumerate() {
+        let tag = tag as u32 + if exchange { 100 } else { 0 };
+        let mut buf = vec![1u8; b];
+        let out = vec![2u8; b];
+        let iters = ((64usize << 20) / b.max(4096)).clamp(10, 1000);
+        let mut times = Vec::with_capacity(iters);
+        comm.barrier()?;
+        for i in 0..iters + iters / 10 + 2 {
+            let start = Instant::now();
+            match me {
+                0 | 1 if exchange => {
+                    comm.sendrecv(&out[..], 1 - me, &mut buf[..], 1 - me, tag)?;
+                }
+                0 => {
+                    comm.send(&buf[..], 1, tag)?;
+                    comm.recv(&mut buf[..], 1, tag)?;
+                }
+                1 => {
+                    comm.recv(&mut buf[..], 0, tag)?;
+                    comm.send(&buf[..], 0, tag)?;
+                }
+                _ => break,
+            }
+            let per = if exchange { 1.0 } else { 2.0 };
+            if i > iters / 10 + 1 {
+                times.push(start.elapsed().as_secs_f64() * 1e6 / per);
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        if me == 0 {
+            rows.push(json!([b, times[times.len() / 2]]));
+        }
+    }
+    comm.barrier()?;
+    Ok(rows)
+}
+
+/// Microseconds per byte one core takes to add one f32 array into another (best of 20).
+fn gamma() -> f64 {
+    let n = 1 << 20;
+    let (mut acc, add) = (vec![1.0f32; n], vec![0.5f32; n]);
+    let mut best = f64::INFINITY;
+    for _ in 0..20 {
+        let start = Instant::now();
+        for (a, b) in acc.iter_mut().zip(&add) {
+            *a += *b;
+        }
+        std::hint::black_box(&acc);
+        best = best.min(start.elapsed().as_secs_f64() * 1e6);
+    }
+    best / (n * 4) as f64
+}
