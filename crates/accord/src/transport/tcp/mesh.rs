@@ -309,9 +309,11 @@ impl AcceptCtx {
 
 /// How long waits poll for frames before sleeping (`ACCORD_TCP_POLL_US`): not at all when this
 /// host's ranks outnumber its CPUs, where a polling waiter takes the CPU from the threads that
-/// receive and send (four ranks on two CPUs were 1.5x slower polling). Ranks on this host are
-/// those whose connection's two ends share an address.
-pub(super) fn poll_for(streams: &[Option<std::net::TcpStream>]) -> std::time::Duration {
+/// receive and send (four ranks on two CPUs were 1.5x slower polling); and whether waits for
+/// large messages poll too: where this host has two CPUs per rank and this rank may use two,
+/// one for the waiting thread and one for its reader. Ranks on this host are those whose
+/// connection's two ends share an address.
+pub(super) fn poll_for(streams: &[Option<std::net::TcpStream>]) -> (std::time::Duration, bool) {
     let local = 1 + streams
         .iter()
         .flatten()
@@ -320,10 +322,14 @@ pub(super) fn poll_for(streams: &[Option<std::net::TcpStream>]) -> std::time::Du
             _ => false,
         })
         .count();
-    if local > crate::transport::cpus::usable_here() {
-        std::time::Duration::ZERO
-    } else {
-        crate::config::get().tcp_poll
+    let cpus = crate::transport::cpus::usable_here();
+    match local > cpus {
+        true => (std::time::Duration::ZERO, false),
+        // A rank bound to one CPU shares it with its reader thread.
+        false => {
+            let own = crate::transport::cpus::allowed().len() >= 2;
+            (crate::config::get().tcp_poll, own && 2 * local <= cpus)
+        }
     }
 }
 

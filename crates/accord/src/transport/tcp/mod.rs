@@ -484,7 +484,9 @@ impl TcpTransport {
         outcome?;
 
         let mailbox = Arc::new(Mailbox::new());
-        mailbox.set_poll(poll_for(&streams));
+        let (poll, poll_large) = poll_for(&streams);
+        mailbox.set_poll(poll);
+        mailbox.set_poll_large(poll_large);
         let closing = Arc::new(AtomicBool::new(false));
         let (queries, asked) = mpsc::sync_channel::<Query>(MAX_QUERIES_QUEUED);
         let mut peers = Vec::with_capacity(size);
