@@ -5,14 +5,17 @@
 #
 #   bench/sim_check.sh                          # allreduce broadcast allgather reduce_scatter alltoall, 2 ranks
 #   NS="2 4" OPS=allreduce SIZES=4K:64M bench/sim_check.sh
+#   NS= LAYOUTS="2x2 4x2" bench/sim_check.sh    # hosts x ranks as network namespaces (root)
 #
-# Knobs: OPS, NS, SIZES (4K:64M), FACTOR (4), PROFILE (calibrated here if unset), ACCORD.
+# Knobs: OPS, NS, LAYOUTS (none), SIZES (4K:64M), FACTOR (4), PROFILE (calibrated here if
+# unset), ACCORD.
 # The simulator knows no CPU contention: world sizes beyond the CPUs are not worth checking.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
 OPS=${OPS:-"allreduce broadcast allgather reduce_scatter alltoall"}
-NS=${NS:-2}
+NS=${NS-2}
+LAYOUTS=${LAYOUTS:-}
 SIZES=${SIZES:-4K:64M}
 FACTOR=${FACTOR:-4}
 OUT=$(mktemp -d /tmp/accord-simcheck.XXXXXX)
@@ -24,21 +27,37 @@ if [ -z "${PROFILE:-}" ]; then
   PROFILE=$OUT/profile.json
   "$ACCORD" bench --calibrate "$PROFILE" -n 2
 fi
-echo "| op | ranks | bytes | predicted us | measured us | error |"
+# compare SIM_JSON MEASURED OP PLACEMENT: MEASURED is accord bench's JSON or, for namespace
+# layouts, bench/multihost.sh's summary.
+compare() {
+  python3 - "$@" <<'PY'
+import json, sys
+sim = {r["bytes"]: r["predicted_us"] for r in json.load(open(sys.argv[1]))["rows"]}
+text = open(sys.argv[2]).read()
+if text.lstrip().startswith("{"):
+    rows = [(r["bytes"], r["time_us"]) for r in json.loads(text)["rows"]]
+else:
+    rows = [(int(f[0]), float(f[5])) for f in (l.split() for l in text.splitlines())
+            if f and f[0].isdigit()]
+for b, m in rows:
+    p = sim.get(b)
+    if p is not None:
+        print(f"| {sys.argv[3]} | {sys.argv[4]} | {b} | {p:.1f} | {m:.1f} | {100 * (p / m - 1):+.0f}% |")
+PY
+}
+echo "| op | placement | bytes | predicted us | measured us | error |"
 echo "|---|---|---|---|---|---|"
 for op in $OPS; do
   for n in $NS; do
     "$ACCORD" sim "$op" -n "$n" --profile "$PROFILE" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/sim.json" >/dev/null
     ACCORD_TRANSPORT=tcp ACCORD_BENCH_SYNC=1 "$ACCORD" bench "$op" -n "$n" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/bench.json" >/dev/null
-    python3 - "$OUT/sim.json" "$OUT/bench.json" "$op" "$n" <<'PY'
-import json, sys
-sim = {r["bytes"]: r["predicted_us"] for r in json.load(open(sys.argv[1]))["rows"]}
-for r in json.load(open(sys.argv[2]))["rows"]:
-    p = sim.get(r["bytes"])
-    if p is None:
-        continue
-    m = r["time_us"]
-    print(f"| {sys.argv[3]} | {sys.argv[4]} | {r['bytes']} | {p:.1f} | {m:.1f} | {100 * (p / m - 1):+.0f}% |")
-PY
+    compare "$OUT/sim.json" "$OUT/bench.json" "$op" "$n ranks, TCP"
+  done
+  for l in $LAYOUTS; do
+    h=${l%x*} r=${l#*x}
+    "$ACCORD" sim "$op" -n $((h * r)) --per-host "$r" --profile "$PROFILE" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/sim.json" >/dev/null
+    OUT=$OUT/ns ACCORD=$ACCORD HOSTS=$h RANKS=$r OPS=$op SIZES=$SIZES FACTOR=$FACTOR ROUNDS=1 SKIP="mpi gloo" \
+      "$HERE/multihost.sh" bench >/dev/null
+    compare "$OUT/sim.json" "$OUT/ns/bench-$op-1.0" "$op" "$h hosts x $r"
   done
 done
