@@ -8,10 +8,13 @@
 //! ranks that checked them, that every rank's call equals its own; ranks that disagree all fail
 //! with a desync.
 //!
-//! - Up to [`DIRECT_UP_TO`] ranks the tokens travel beside the data: each rank sends one to
-//!   every peer first and receives each peer's just before its first data from that peer (or
-//!   at the end). Pairs match messages in FIFO order, so a token never meets a data frame, and
-//!   the check costs about one message latency in parallel with the data.
+//! - Up to [`DIRECT_UP_TO`] ranks the tokens travel beside the data: each rank sends one first
+//!   to every peer it sends no data to, and receives one at the end from every peer it receives
+//!   no data from; data frames carry the same fingerprint, which the receiver checks the same
+//!   way, so a data edge needs no token (a two-rank broadcast's root sends its data at once).
+//!   Ranks that agree build the same schedule and so agree on which pairs carry tokens; ranks
+//!   that disagree compare fingerprints on whatever frame comes first between them. The check
+//!   costs about one message latency in parallel with the data.
 //! - Beyond, `N - 1` tokens per rank would cost more than they save: a dissemination barrier
 //!   (`log2 N` rounds) runs first. A rank sends in a round only after its receives of the round
 //!   before matched, so finishing it means every fingerprint was checked transitively.
@@ -33,28 +36,28 @@ pub(crate) fn with_agreement(p: usize, r: usize, sched: Schedule) -> Schedule {
     }
     let token = plan::TOKEN;
     let peers = (1..p).map(|k| (r + k) % p);
-    let mut heard = vec![false; p];
-    heard[r] = true;
-    let mut rounds = vec![peers
-        .clone()
-        .map(|peer| Step::Send { peer, src: token })
-        .collect::<Vec<_>>()];
-    for round in sched.rounds {
-        let mut out = Vec::with_capacity(round.len() + 1);
-        for step in round {
-            if let Step::Recv { peer, .. } | Step::RecvReduce { peer, .. } = step {
-                if !std::mem::replace(&mut heard[peer], true) {
-                    out.push(Step::Recv { peer, dst: token });
-                }
-            }
-            out.push(step);
+    let (mut sends_to, mut hears_from) = (vec![false; p], vec![false; p]);
+    for step in sched.steps() {
+        match *step {
+            Step::Send { peer, .. } => sends_to[peer] = true,
+            Step::Recv { peer, .. } | Step::RecvReduce { peer, .. } => hears_from[peer] = true,
+            _ => {}
         }
-        rounds.push(out);
     }
+    let first: Vec<Step> = peers
+        .clone()
+        .filter(|&q| !sends_to[q])
+        .map(|peer| Step::Send { peer, src: token })
+        .collect();
     let rest: Vec<Step> = peers
-        .filter(|&q| !heard[q])
+        .filter(|&q| !hears_from[q])
         .map(|peer| Step::Recv { peer, dst: token })
         .collect();
+    let mut rounds = Vec::with_capacity(sched.rounds.len() + 2);
+    if !first.is_empty() {
+        rounds.push(first);
+    }
+    rounds.extend(sched.rounds);
     if !rest.is_empty() {
         rounds.push(rest);
     }
@@ -67,27 +70,51 @@ mod tests {
     use crate::schedule::algorithms::build;
     use crate::schedule::{Algorithm, Collective};
 
-    /// Every rank receives a token from every other rank (directly), before any data from it.
+    /// Every rank hears directly from every other rank, once by token exactly where no data
+    /// comes from it, and every token sent is one its peer expects.
     #[test]
-    fn every_rank_hears_every_peer_before_its_data() {
+    fn every_rank_hears_every_peer_once_by_token_or_data() {
         for p in 2..=DIRECT_UP_TO {
-            for r in 0..p {
-                let coll = Collective::Broadcast { count: 10, root: 0 };
-                let s = build(&coll, p, r, Algorithm::BinomialTree).unwrap();
-                let mut heard = vec![false; p];
-                for step in s.steps() {
-                    if let Step::Recv { peer, dst } | Step::RecvReduce { peer, dst } = *step {
-                        if dst.len == 0 {
-                            heard[peer] = true;
-                        } else {
-                            assert!(
-                                heard[peer],
-                                "p={p} r={r}: data from {peer} before its token"
-                            );
+            let colls = [
+                Collective::Broadcast { count: 10, root: 0 },
+                Collective::Broadcast {
+                    count: 10,
+                    root: p - 1,
+                },
+                Collective::Reduce {
+                    count: 10,
+                    root: p / 2,
+                },
+            ];
+            for coll in &colls {
+                let scheds: Vec<_> = (0..p)
+                    .map(|r| build(coll, p, r, Algorithm::BinomialTree))
+                    .collect::<Result<_, _>>()
+                    .unwrap();
+                let tokens = |r: usize, sending: bool| -> Vec<usize> {
+                    scheds[r]
+                        .steps()
+                        .filter_map(|s| match *s {
+                            Step::Send { peer, src } if sending && src.len == 0 => Some(peer),
+                            Step::Recv { peer, dst } if !sending && dst.len == 0 => Some(peer),
+                            _ => None,
+                        })
+                        .collect()
+                };
+                for r in 0..p {
+                    let mut heard = vec![0; p];
+                    for step in scheds[r].steps() {
+                        if let Step::Recv { peer, .. } | Step::RecvReduce { peer, .. } = *step {
+                            heard[peer] += 1;
                         }
                     }
+                    let data = |q: usize| heard[q] > usize::from(tokens(r, false).contains(&q));
+                    for q in (0..p).filter(|&q| q != r) {
+                        let token = tokens(r, false).contains(&q);
+                        assert!(data(q) != token, "{coll:?} p={p} r={r} q={q}");
+                        assert_eq!(token, tokens(q, true).contains(&r), "p={p} r={r} q={q}");
+                    }
                 }
-                assert_eq!(heard.iter().filter(|&&h| h).count(), p - 1, "p={p} r={r}");
             }
         }
     }
