@@ -101,9 +101,9 @@ mod tests {
                         })
                         .collect()
                 };
-                for r in 0..p {
+                for (r, sched) in scheds.iter().enumerate() {
                     let mut heard = vec![0; p];
-                    for step in scheds[r].steps() {
+                    for step in sched.steps() {
                         if let Step::Recv { peer, .. } | Step::RecvReduce { peer, .. } = *step {
                             heard[peer] += 1;
                         }
