@@ -291,6 +291,7 @@ pub(crate) fn receive(
             d.copy_from_slice(&frame.data);
         }
         got += frame.data.len();
+        mailbox.recycle(frame.data);
         if got == len {
             return Ok(());
         }

@@ -135,7 +135,15 @@ pub struct Mailbox {
     /// Run by polling waits for small messages: reads the source's connection in the waiting
     /// thread.
     pump: std::sync::OnceLock<Pump>,
+    /// Payload buffers of large frames, returned by receivers for the next frames: a fresh
+    /// allocation of that size is mapped and faulted in page by page, and zeroed.
+    spare: Mutex<Vec<Vec<u8>>>,
 }
+
+/// Frames from this size have their payload buffers recycled ([`Mailbox::recycle`]).
+pub const RECYCLE_MIN_BYTES: usize = 32 << 10;
+/// Most buffers kept for recycling.
+const SPARE_BUFFERS: usize = 16;
 
 impl Default for Mailbox {
     fn default() -> Self {
@@ -160,6 +168,7 @@ impl Mailbox {
             poll_ns: AtomicU64::new(0),
             poll_large: std::sync::atomic::AtomicBool::new(false),
             pump: std::sync::OnceLock::new(),
+            spare: Mutex::default(),
         }
     }
 
@@ -239,6 +248,32 @@ impl Mailbox {
         tracing::warn!(src, "{cause}");
         // A loss recorded earlier keeps its cause; this one replaces only its absence.
         st.lost.entry(src).or_insert(cause);
+    }
+
+    /// A buffer of `len` bytes for a frame's payload (its contents are to be overwritten): a
+    /// recycled one where there is one large enough.
+    pub fn buffer(&self, len: usize) -> Vec<u8> {
+        if len >= RECYCLE_MIN_BYTES {
+            let mut spare = self.spare.lock().unwrap();
+            if let Some(i) = spare.iter().position(|b| b.capacity() >= len) {
+                let mut b = spare.swap_remove(i);
+                drop(spare);
+                // Bytes up to the old length were written before: only a longer tail is zeroed.
+                b.resize(len, 0);
+                return b;
+            }
+        }
+        vec![0; len]
+    }
+
+    /// Give back the payload buffer of a frame that was taken and used, for [`Mailbox::buffer`].
+    pub fn recycle(&self, b: Vec<u8>) {
+        if b.capacity() >= RECYCLE_MIN_BYTES {
+            let mut spare = self.spare.lock().unwrap();
+            if spare.len() < SPARE_BUFFERS {
+                spare.push(b);
+            }
+        }
     }
 
     /// Return a frame taken from `src` to the front of its queue (a receive that does not
@@ -502,6 +537,40 @@ mod tests {
     fn small_messages_poll_before_sleeping_and_large_ones_sleep_at_once() {
         assert!(!slept_for(16));
         assert!(slept_for(POLL_MAX_BYTES));
+    }
+
+    #[test]
+    fn large_payload_buffers_are_recycled_and_small_ones_are_not() {
+        let m = Mailbox::new();
+        let big = vec![7u8; RECYCLE_MIN_BYTES * 2];
+        let at = big.as_ptr();
+        m.recycle(big);
+        let again = m.buffer(RECYCLE_MIN_BYTES * 2 - 8);
+        assert_eq!(
+            (again.as_ptr(), again.len()),
+            (at, RECYCLE_MIN_BYTES * 2 - 8)
+        );
+        // Nothing spare is large enough: a fresh, zeroed buffer.
+        m.recycle(again);
+        let bigger = m.buffer(RECYCLE_MIN_BYTES * 4);
+        assert!(bigger.len() == RECYCLE_MIN_BYTES * 4 && bigger.iter().all(|&b| b == 0));
+        // Small frames take no spare buffer (the large one stays spare, so its address cannot
+        // come back from the allocator).
+        let m = Mailbox::new();
+        let spare = vec![1u8; RECYCLE_MIN_BYTES];
+        let at = spare.as_ptr();
+        m.recycle(spare);
+        let small = m.buffer(100);
+        assert_ne!(small.as_ptr(), at);
+        let reused = m.buffer(RECYCLE_MIN_BYTES);
+        assert_eq!(reused.as_ptr(), at);
+        // A recycled buffer that grows gets zeros past what was written before.
+        let mut part = vec![9u8; RECYCLE_MIN_BYTES];
+        part.reserve(RECYCLE_MIN_BYTES);
+        let m = Mailbox::new();
+        m.recycle(part);
+        let grown = m.buffer(RECYCLE_MIN_BYTES + 16);
+        assert!(grown[RECYCLE_MIN_BYTES..].iter().all(|&b| b == 0));
     }
 
     #[test]

@@ -263,7 +263,7 @@ impl Inbound {
                     // `decode` bounded chunk_len by the frame kind's limit.
                     Ok(h) => {
                         d.frame = Some(Partial::Body {
-                            data: vec![0u8; h.chunk_len as usize],
+                            data: self.mailbox.buffer(h.chunk_len as usize),
                             got: 0,
                             h,
                         })
