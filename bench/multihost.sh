@@ -37,6 +37,11 @@ if [ -z "${ACCORD:-}" ]; then
 fi
 
 net_down() {
+  # The veths first, by hand: a deleted namespace is torn down later by the kernel, and until
+  # then its veth's peer here keeps its name.
+  for v in $(ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1 | grep "^${PFX}v" || true); do
+    ip link del "$v" 2>/dev/null || true
+  done
   for ns in $(ip netns list | awk '{print $1}' | grep "^${PFX}h" || true); do
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
     ip netns del "$ns"
@@ -52,7 +57,11 @@ net_up() {
   ip link set ${PFX}br up
   for h in $(seq 0 $(($1 - 1))); do
     ip netns add ${PFX}h$h
-    ip link add ${PFX}v$h type veth peer name eth0 netns ${PFX}h$h
+    for _ in $(seq 50); do
+      ip link add ${PFX}v$h type veth peer name eth0 netns ${PFX}h$h 2>/dev/null && break
+      ip link del ${PFX}v$h 2>/dev/null || sleep 0.1
+    done
+    ip link show ${PFX}v$h >/dev/null
     ip link set ${PFX}v$h master ${PFX}br up
     ip -n ${PFX}h$h addr add $NET.$((10 + h))/24 dev eth0
     ip -n ${PFX}h$h link set eth0 up

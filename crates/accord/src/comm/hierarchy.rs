@@ -116,6 +116,9 @@ impl HostEngine for Hierarchy {
                         let at = unsafe { output.as_mut_ptr().add(start * esz) };
                         world.host_broadcast(call, deadline, at, len, j)?;
                     }
+                    // Every slice's root waits until its host has read it: a root that returned
+                    // and closed its communicator would leave readers of its slice failing.
+                    world.host_barrier(call, deadline)?;
                     dtype::finalize(call.dtype, call.op, output, self.size);
                     return Ok(());
                 }
