@@ -4,8 +4,9 @@
 //!
 //! Two parties read a connection, one at a time, through the same decoder: its reader thread,
 //! which drains the socket whatever the application does, and a caller waiting for a small
-//! message from that peer ([`Inbound::try_pump`], through [`Mailbox::set_pump`]), which reads the
-//! socket itself instead of waiting for the reader thread to be woken and hand the frame over.
+//! message from that peer (a turn from [`Inbound::enter`], through [`Mailbox::set_pump`]),
+//! which reads the socket itself instead of waiting for the reader thread to be woken and hand
+//! the frame over.
 //! That wake-up is the larger part of a small message's trip where idle CPUs sleep deeply (a
 //! virtual machine's: 20 us and more). The caller never blocks: it reads what has arrived
 //! (`MSG_DONTWAIT`) if the decoder is free, and leaves a frame it could not finish to whoever
