@@ -336,30 +336,31 @@ pub fn extract(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<A
     )))
 }
 
-/// Whether `obj` is exactly a `numpy.ndarray` (not a subclass, whose buffer may differ from
-/// what it presents). The type is looked up once numpy is loaded (never imported from here).
-pub(crate) fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
-    static NDARRAY: pyo3::sync::GILOnceCell<Py<pyo3::types::PyType>> =
-        pyo3::sync::GILOnceCell::new();
-    let py = obj.py();
-    if NDARRAY.get(py).is_none() {
+/// `numpy.<name>`, kept in `cell` once found: `None` until numpy is loaded, which is never
+/// imported from here (a module entry of None, which blocks the import, counts as no numpy).
+pub(crate) fn numpy_attr<'a>(
+    py: Python<'_>,
+    cell: &'a pyo3::sync::GILOnceCell<Py<PyAny>>,
+    name: &str,
+) -> Option<&'a Py<PyAny>> {
+    if cell.get(py).is_none() {
         let found = py
             .import_bound("sys")
             .and_then(|sys| sys.getattr("modules"))
             .and_then(|m| m.get_item("numpy"))
-            .and_then(|np| np.getattr("ndarray"))
-            .ok()
-            .and_then(|t| t.downcast_into::<pyo3::types::PyType>().ok());
-        match found {
-            Some(t) => {
-                let _ = NDARRAY.set(py, t.unbind());
-            }
-            None => return false,
-        }
+            .and_then(|np| np.getattr(name))
+            .ok()?;
+        let _ = cell.set(py, found.unbind());
     }
-    NDARRAY
-        .get(py)
-        .is_some_and(|t| obj.get_type().is(t.bind(py)))
+    cell.get(py)
+}
+
+/// Whether `obj` is exactly a `numpy.ndarray` (not a subclass, whose buffer may differ from
+/// what it presents).
+pub(crate) fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
+    static NDARRAY: pyo3::sync::GILOnceCell<Py<PyAny>> = pyo3::sync::GILOnceCell::new();
+    let py = obj.py();
+    numpy_attr(py, &NDARRAY, "ndarray").is_some_and(|t| obj.get_type().is(t.bind(py)))
 }
 
 /// A parsed DLPack export: device, address of the first element, element count, dtype.

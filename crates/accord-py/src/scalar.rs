@@ -30,20 +30,10 @@ fn kind(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<Kind>> {
         return Ok(None);
     }
     // numpy scalars first: numpy.float64 is also a Python float. Without numpy imported
-    // nothing can be one, so numpy is never imported here (the type is found once it is).
-    // (A module entry of None, which blocks the import, counts as no numpy.)
+    // nothing can be one.
     static GENERIC: pyo3::sync::GILOnceCell<Py<PyAny>> = pyo3::sync::GILOnceCell::new();
     let py = obj.py();
-    if GENERIC.get(py).is_none() {
-        let modules = py.import_bound("sys")?.getattr("modules")?;
-        if let Ok(generic) = modules
-            .get_item("numpy")
-            .and_then(|np| np.getattr("generic"))
-        {
-            let _ = GENERIC.set(py, generic.unbind());
-        }
-    }
-    if let Some(generic) = GENERIC.get(py) {
+    if let Some(generic) = crate::array::numpy_attr(py, &GENERIC, "generic") {
         if obj.is_instance(generic.bind(py))? {
             return Ok(Some(Kind::Numpy));
         }
