@@ -510,7 +510,6 @@ impl TcpTransport {
                 closing.clone(),
                 stream.try_clone().map_err(setup)?,
                 queries.clone(),
-                stream.try_clone().map_err(setup)?,
             ));
             let reader = inbound.clone();
             readers.push(

@@ -32,14 +32,15 @@ const PARK_SLICE: Duration = Duration::from_millis(1);
 
 /// One peer's connection as its receivers see it.
 pub(super) struct Inbound {
-    pub(super) peer: usize,
+    peer: usize,
     /// World size: bounds the rank a forwarded abort notice may name.
-    pub(super) size: usize,
-    pub(super) mailbox: Arc<Mailbox>,
-    pub(super) closing: Arc<AtomicBool>,
-    pub(super) ctl: TcpStream,
+    size: usize,
+    mailbox: Arc<Mailbox>,
+    closing: Arc<AtomicBool>,
+    /// The connection: read through the decoder, polled, and shut down when it ends.
+    stream: TcpStream,
     /// Status queries go to the responder thread.
-    pub(super) queries: mpsc::SyncSender<Query>,
+    queries: mpsc::SyncSender<Query>,
     /// Whether waiting callers read this connection (not where the peer's data comes another
     /// way, as shared memory does on one host).
     pub(super) pumped: AtomicBool,
@@ -63,7 +64,7 @@ impl PollTurn for Polling {
         };
         let before = d.received;
         if !d.ended && !i.pump(&mut d, false) {
-            let _ = i.ctl.shutdown(Shutdown::Both);
+            let _ = i.stream.shutdown(Shutdown::Both);
         }
         d.received != before
     }
@@ -89,7 +90,6 @@ impl Drop for Polling {
 
 /// Where reading stands: staged bytes and the frame they belong to.
 struct Decoder {
-    stream: TcpStream,
     buf: Box<[u8]>,
     /// Staged bytes not consumed yet: `buf[start..end]`.
     start: usize,
@@ -120,29 +120,26 @@ enum Got {
 }
 
 impl Inbound {
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         peer: usize,
         size: usize,
         mailbox: Arc<Mailbox>,
         closing: Arc<AtomicBool>,
-        ctl: TcpStream,
-        queries: mpsc::SyncSender<Query>,
         stream: TcpStream,
+        queries: mpsc::SyncSender<Query>,
     ) -> Self {
         Inbound {
             peer,
             size,
             mailbox,
             closing,
-            ctl,
+            stream,
             queries,
             pumped: AtomicBool::new(true),
             polling: AtomicUsize::new(0),
             park: (Mutex::new(()), Condvar::new()),
             parked: AtomicBool::new(false),
             decoder: Mutex::new(Decoder {
-                stream,
                 buf: vec![0; READ_BUFFER_BYTES].into_boxed_slice(),
                 start: 0,
                 end: 0,
@@ -166,13 +163,13 @@ impl Inbound {
                     continue;
                 }
             }
-            let fd = self.ctl.as_raw_fd();
+            let fd = self.stream.as_raw_fd();
             let mut p = libc::pollfd {
                 fd,
                 events: libc::POLLIN | libc::POLLRDHUP,
                 revents: 0,
             };
-            // SAFETY: one valid pollfd; the descriptor stays open as long as `self.ctl` does.
+            // SAFETY: one valid pollfd; the descriptor stays open as long as `self.stream` does.
             unsafe { libc::poll(&mut p, 1, POLL_SLICE_MS) };
             if self.polling.load(Ordering::SeqCst) > 0 {
                 continue; // a polling caller reads it
@@ -184,7 +181,7 @@ impl Inbound {
         }
         // Nothing more is read from this connection; closing our end also tells a peer that said
         // goodbye that we heard it.
-        let _ = self.ctl.shutdown(Shutdown::Both);
+        let _ = self.stream.shutdown(Shutdown::Both);
     }
 
     /// Start polling this connection from a waiting caller (`None` where callers do not read
@@ -222,7 +219,7 @@ impl Inbound {
                             continue;
                         }
                         if left >= DIRECT_READ_BYTES {
-                            match recv(&d.stream, &mut data[*got..], inside_frames) {
+                            match recv(&self.stream, &mut data[*got..], inside_frames) {
                                 Ok(0) => return self.end(d, "in the middle of a frame".into()),
                                 Ok(n) => {
                                     *got += n;
@@ -307,7 +304,7 @@ impl Inbound {
             (d.start, d.end) = (0, d.end - d.start);
         }
         loop {
-            match recv(&d.stream, &mut d.buf[d.end..], wait) {
+            match recv(&self.stream, &mut d.buf[d.end..], wait) {
                 Ok(0) => return Ok(Got::Closed),
                 Ok(n) => {
                     d.end += n;
