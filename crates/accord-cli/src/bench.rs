@@ -109,6 +109,12 @@ pub(crate) fn parse_size(s: &str) -> std::result::Result<usize, String> {
         .map_err(|_| format!("bad size {s:?} (use e.g. 4, 64K, 16M)"))
 }
 
+/// A range `MIN:MAX` of sizes in bytes (or one size), as `--sizes` takes it.
+pub(crate) fn parse_range(s: &str) -> std::result::Result<(usize, usize), String> {
+    let (lo, hi) = s.split_once(':').unwrap_or((s, s));
+    Ok((parse_size(lo)?, parse_size(hi)?))
+}
+
 /// Bus bandwidth factor (nccl-tests conventions).
 pub(crate) fn bus_factor(op: &str, n: usize) -> f64 {
     let n = n as f64;

@@ -159,7 +159,6 @@ enum Cmd {
 }
 
 fn bench_opts(a: &BenchArgs) -> Result<bench::BenchOpts, String> {
-    let (lo, hi) = a.sizes.split_once(':').unwrap_or((&a.sizes, &a.sizes));
     let dtype = DataType::parse(&a.dtype).map_err(|e| e.to_string())?;
     if !bench::OPS.contains(&a.op.as_str()) {
         return Err(format!(
@@ -168,10 +167,11 @@ fn bench_opts(a: &BenchArgs) -> Result<bench::BenchOpts, String> {
             bench::OPS.join(", ")
         ));
     }
+    let (min_bytes, max_bytes) = bench::parse_range(&a.sizes)?;
     Ok(bench::BenchOpts {
         op: a.op.clone(),
-        min_bytes: bench::parse_size(lo)?,
-        max_bytes: bench::parse_size(hi)?,
+        min_bytes,
+        max_bytes,
         factor: a.factor,
         dtype,
         explain: a.explain,
@@ -295,17 +295,17 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
             n,
             sizes,
             factor,
-            profile: Some(profile),
+            model,
+            profile,
             per_host,
             json,
-            ..
         } => {
-            let (lo, hi) = sizes.split_once(':').unwrap_or((&sizes, &sizes));
-            let run = bench::parse_size(lo)
-                .and_then(|lo| Ok((lo, bench::parse_size(hi)?)))
-                .and_then(|range| {
+            let run = match profile {
+                Some(profile) => bench::parse_range(&sizes).and_then(|range| {
                     sim_profile::run(&op, n, per_host, range, factor, &profile, json.as_deref())
-                });
+                }),
+                None => sim::run(&op, n, &sizes, factor, &model),
+            };
             match run {
                 Ok(()) => 0,
                 Err(e) => {
@@ -314,20 +314,6 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
                 }
             }
         }
-        Cmd::Sim {
-            op,
-            n,
-            sizes,
-            factor,
-            model,
-            ..
-        } => match sim::run(&op, n, &sizes, factor, &model) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("accord sim: {e}");
-                2
-            }
-        },
     };
     code
 }

@@ -19,8 +19,7 @@ pub fn run(op: &str, n: usize, sizes: &str, factor: usize, model: &str) -> Resul
             ))
         }
     };
-    let (lo, hi) = sizes.split_once(':').unwrap_or((sizes, sizes));
-    let (lo, hi) = (crate::bench::parse_size(lo)?, crate::bench::parse_size(hi)?);
+    let (lo, hi) = crate::bench::parse_range(sizes)?;
     println!(
         "# cost model: alpha {} us, beta {} us/B, gamma {} us/B; elements of 4 bytes",
         model.alpha_us, model.beta_us_per_byte, model.gamma_us_per_byte

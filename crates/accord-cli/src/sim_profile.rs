@@ -14,6 +14,7 @@
 //! predicted as if each rank had its own.
 
 use crate::calibrate::{fit, points};
+use accord::comm::STRIPE_MIN_BYTES;
 use accord::schedule::tuner::{self, CostModel};
 use accord::schedule::{sim, Collective};
 use serde_json::Value;
@@ -32,9 +33,6 @@ pub struct Profile {
     /// Ranks the engine was timed on.
     pub ranks: usize,
 }
-
-/// Striped allreduces start here (as `comm::hierarchy` does).
-const STRIPE_MIN_BYTES: usize = 1 << 20;
 
 impl Profile {
     pub fn load(path: &str) -> Result<Profile, String> {

@@ -40,6 +40,7 @@ mod p2p;
 mod request;
 mod symmetric;
 
+pub use hierarchy::STRIPE_MIN_BYTES;
 pub use request::{Completion, Request};
 
 /// Default deadline of every blocking call.
