@@ -329,9 +329,10 @@ impl Mailbox {
     /// directly (a broadcast with different roots), and must not wait for the timeout.
     ///
     /// `bytes` is the size of the message the frame belongs to (0 if unknown): waits for
-    /// messages of [`POLL_MAX_BYTES`] or more never poll (see [`Mailbox::set_poll`]). Waits that
-    /// read the source's connection themselves ([`Mailbox::set_pump`]) poll as long as bytes
-    /// keep coming, and sleep after a polling period without any.
+    /// messages of [`POLL_MAX_BYTES`] or more poll only where [`Mailbox::set_poll_large`]
+    /// allows, up to [`LARGE_POLL_MAX_BYTES`] (see [`Mailbox::set_poll`]). Waits that read the
+    /// source's connection themselves ([`Mailbox::set_pump`], small messages) poll as long as
+    /// bytes keep coming, and sleep after a polling period without any.
     pub fn take(
         &self,
         src: usize,
