@@ -36,3 +36,12 @@ def test_immutable_scalars(run_ranks, n):
     p = run_ranks(n, "worker_scalars.py")
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("SCALARS-OK") == n, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_torch_cpu_tensors(run_ranks, n):
+    """CPU tensors of every dtype through the collectives, checked against a reference."""
+    pytest.importorskip("torch", reason="torch not installed")
+    p = run_ranks(n, "worker_torch.py")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("TORCH-OK") == n, p.stdout + p.stderr

@@ -21,8 +21,9 @@
 use accord::DataType;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyDict, PyTuple};
+use pyo3::types::{PyCapsule, PyDict, PyString, PyTuple};
 use std::ffi::c_void;
 
 #[repr(C)]
@@ -67,6 +68,8 @@ const KDL_CUDA_MANAGED: i32 = 13;
 enum Owner {
     /// The exporting object (and, for DLPack, its capsule: dropping it frees the export).
     Objects(#[allow(dead_code)] Vec<PyObject>),
+    /// The exporting object alone.
+    Object(#[allow(dead_code)] PyObject),
     /// A buffer-protocol view, released on drop.
     Buffer(Box<ffi::Py_buffer>),
 }
@@ -267,6 +270,25 @@ pub fn extract(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<A
             return Ok(Array::Host(a));
         }
     }
+    // 0b. CPU torch tensors, the other common case (a tensor is always writable).
+    if let Some(a) = from_torch_cpu(obj) {
+        return Ok(Array::Host(a));
+    }
+    // 0c. A tensor negated or conjugated in name only: as input, its values resolved into a
+    //     copy (which the result holds); as output it cannot be written.
+    if let Some(lazy) = torch_lazy_view(obj)? {
+        if writable {
+            return Err(PyValueError::new_err(format!(
+                "{what} is a lazily {lazy} tensor view (is_neg() or is_conj(): its memory does \
+                 not hold its values); pass tensor.resolve_neg().resolve_conj() or \
+                 tensor.clone() and use the result"
+            )));
+        }
+        let resolved = obj
+            .call_method0("resolve_neg")?
+            .call_method0("resolve_conj")?;
+        return extract(&resolved, what, false);
+    }
     // 1. Device arrays.
     let mut dl_device = None;
     if obj.hasattr("__dlpack_device__")? {
@@ -343,16 +365,126 @@ pub(crate) fn numpy_attr<'a>(
     cell: &'a pyo3::sync::GILOnceCell<Py<PyAny>>,
     name: &str,
 ) -> Option<&'a Py<PyAny>> {
+    loaded_attr(py, cell, "numpy", name)
+}
+
+/// `<module>.<name>` as [`numpy_attr`] finds it: only once the program has loaded `module`.
+fn loaded_attr<'a>(
+    py: Python<'_>,
+    cell: &'a pyo3::sync::GILOnceCell<Py<PyAny>>,
+    module: &str,
+    name: &str,
+) -> Option<&'a Py<PyAny>> {
     if cell.get(py).is_none() {
         let found = py
-            .import_bound("sys")
+            .import("sys")
             .and_then(|sys| sys.getattr("modules"))
-            .and_then(|m| m.get_item("numpy"))
-            .and_then(|np| np.getattr(name))
+            .and_then(|m| m.get_item(module))
+            .and_then(|m| m.getattr(name))
             .ok()?;
         let _ = cell.set(py, found.unbind());
     }
     cell.get(py)
+}
+
+/// Whether `obj` is a `torch.Tensor` (or a subclass); torch is never imported from here.
+fn is_torch_tensor(obj: &Bound<'_, PyAny>) -> bool {
+    static TENSOR: pyo3::sync::GILOnceCell<Py<PyAny>> = pyo3::sync::GILOnceCell::new();
+    let py = obj.py();
+    loaded_attr(py, &TENSOR, "torch", "Tensor")
+        .is_some_and(|t| obj.is_instance(t.bind(py)).unwrap_or(false))
+}
+
+/// For a torch tensor whose values are negated or conjugated only in name (`is_neg()`,
+/// `is_conj()`: the imaginary part of a conjugate, say), what its memory lacks: the memory
+/// holds the values before that, and torch's DLPack export hands them over as they are.
+fn torch_lazy_view(obj: &Bound<'_, PyAny>) -> PyResult<Option<&'static str>> {
+    if !is_torch_tensor(obj) {
+        return Ok(None);
+    }
+    for (method, what) in [("is_neg", "negated"), ("is_conj", "conjugated")] {
+        if obj.call_method0(method)?.is_truthy()? {
+            return Ok(Some(what));
+        }
+    }
+    Ok(None)
+}
+
+/// A plain CPU `torch.Tensor` (or a subclass such as `nn.Parameter`), read through torch's
+/// C-level accessors: a DLPack export per call costs torch several Python-level calls (about
+/// 10 us). `None` for anything else, and for any tensor this path does not fully understand
+/// (another device, a sparse layout, not contiguous, a lazy negation, another dtype): the general
+/// path takes those, with its messages.
+fn from_torch_cpu(obj: &Bound<'_, PyAny>) -> Option<HostArray> {
+    static DTYPES: pyo3::sync::GILOnceCell<Vec<(Py<PyAny>, DataType)>> =
+        pyo3::sync::GILOnceCell::new();
+    static STRIDED: pyo3::sync::GILOnceCell<Py<PyAny>> = pyo3::sync::GILOnceCell::new();
+    let py = obj.py();
+    if !is_torch_tensor(obj) {
+        return None;
+    }
+    let dtypes = match DTYPES.get(py) {
+        Some(d) => d,
+        None => {
+            // Loaded already: `torch.Tensor` was found.
+            let torch = py.import("torch").ok()?;
+            let table = [
+                ("float32", DataType::F32),
+                ("float64", DataType::F64),
+                ("float16", DataType::F16),
+                ("bfloat16", DataType::BF16),
+                ("int8", DataType::I8),
+                ("int32", DataType::I32),
+                ("int64", DataType::I64),
+                ("uint8", DataType::U8),
+                ("uint32", DataType::U32),
+                ("uint64", DataType::U64),
+            ];
+            let found = table
+                .iter()
+                .filter_map(|(n, d)| Some((torch.getattr(*n).ok()?.unbind(), *d)))
+                .collect();
+            let _ = DTYPES.set(py, found);
+            DTYPES.get(py)?
+        }
+    };
+    let truthy = |name: &Bound<'_, PyString>, call: bool| -> Option<bool> {
+        let v = if call {
+            obj.call_method0(name).ok()?
+        } else {
+            obj.getattr(name).ok()?
+        };
+        v.is_truthy().ok()
+    };
+    let strided = loaded_attr(py, &STRIDED, "torch", "strided")?;
+    if !truthy(intern!(py, "is_cpu"), false)?
+        || !obj
+            .getattr(intern!(py, "layout"))
+            .ok()?
+            .is(strided.bind(py))
+        || !truthy(intern!(py, "is_contiguous"), true)?
+        || truthy(intern!(py, "is_neg"), true)?
+    {
+        return None;
+    }
+    let dt = obj.getattr(intern!(py, "dtype")).ok()?;
+    let dtype = dtypes.iter().find(|(t, _)| t.bind(py).is(&dt))?.1;
+    let ptr: usize = obj
+        .call_method0(intern!(py, "data_ptr"))
+        .ok()?
+        .extract()
+        .ok()?;
+    let count: usize = obj
+        .call_method0(intern!(py, "numel"))
+        .ok()?
+        .extract()
+        .ok()?;
+    Some(HostArray {
+        ptr,
+        len: count * dtype.size(),
+        dtype,
+        _owner: Owner::Object(obj.clone().unbind()),
+    })
 }
 
 /// Whether `obj` is exactly a `numpy.ndarray` (not a subclass, whose buffer may differ from
@@ -416,7 +548,7 @@ fn from_dlpack(
         return Ok(None);
     };
     if v.device.device_type != KDL_CPU && v.device.device_type != KDL_CUDA_HOST {
-        return Err(PyErr::from_value_bound(
+        return Err(PyErr::from_value(
             crate::errors::unsupported_device(obj.py(), what, "device", v.device.device_id)?
                 .into_any(),
         ));
@@ -442,7 +574,7 @@ fn current_stream(obj: &Bound<'_, PyAny>, device: Option<usize>) -> PyResult<Opt
     let py = obj.py();
     let module = module_of(obj);
     if module.starts_with("torch") {
-        let cuda = py.import_bound("torch")?.getattr("cuda")?;
+        let cuda = py.import("torch")?.getattr("cuda")?;
         let s = match device {
             Some(d) => cuda.call_method1("current_stream", (d,))?,
             None => cuda.call_method0("current_stream")?,
@@ -450,7 +582,7 @@ fn current_stream(obj: &Bound<'_, PyAny>, device: Option<usize>) -> PyResult<Opt
         return Ok(Some(s.getattr("cuda_stream")?.extract()?));
     }
     if module.starts_with("cupy") {
-        let cuda = py.import_bound("cupy")?.getattr("cuda")?;
+        let cuda = py.import("cupy")?.getattr("cuda")?;
         // CuPy keeps a current stream per device; the one-argument form is recent.
         let s = match device {
             Some(d) => cuda
@@ -479,7 +611,7 @@ fn extract_cuda(
             Some(0) | None => 1,
             Some(s) => s,
         };
-        let kwargs = PyDict::new_bound(obj.py());
+        let kwargs = PyDict::new(obj.py());
         kwargs.set_item("stream", s)?;
         let cap = obj
             .call_method("__dlpack__", (), Some(&kwargs))
@@ -624,48 +756,75 @@ fn from_buffer(
     writable: bool,
     hold: Hold,
 ) -> PyResult<HostArray> {
-    let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
-    let flags = ffi::PyBUF_C_CONTIGUOUS | ffi::PyBUF_FORMAT;
-    if unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags) } != 0 {
-        let err = PyErr::fetch(obj.py());
-        return Err(
-            if err.is_instance_of::<pyo3::exceptions::PyBufferError>(obj.py()) {
-                not_contiguous(what)
-            } else {
-                err
-            },
-        );
+    match hold {
+        // The view lives as long as the array: on the heap, where its address stays put.
+        Hold::View => {
+            let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
+            get_buffer(obj, &mut view, what)?;
+            let owner = Owner::Buffer(view);
+            let Owner::Buffer(view) = &owner else {
+                unreachable!()
+            };
+            let (ptr, len, dtype) = describe(view, what, writable)?;
+            Ok(HostArray {
+                ptr,
+                len,
+                dtype,
+                _owner: owner,
+            })
+        }
+        // Read and released at once: nothing allocated on the per-call path.
+        Hold::Object => {
+            let mut view: ffi::Py_buffer = unsafe { std::mem::zeroed() };
+            get_buffer(obj, &mut view, what)?;
+            let described = describe(&view, what, writable);
+            // SAFETY: the view was exported above and is released once.
+            unsafe { ffi::PyBuffer_Release(&mut view) };
+            let (ptr, len, dtype) = described?;
+            Ok(HostArray {
+                ptr,
+                len,
+                dtype,
+                _owner: Owner::Object(obj.clone().unbind()),
+            })
+        }
     }
-    let owner = Owner::Buffer(view);
-    let Owner::Buffer(view) = &owner else {
-        unreachable!()
-    };
+}
+
+/// Export `obj`'s buffer, C-contiguous and with its element format, into `view`.
+fn get_buffer(obj: &Bound<'_, PyAny>, view: &mut ffi::Py_buffer, what: &str) -> PyResult<()> {
+    let flags = ffi::PyBUF_C_CONTIGUOUS | ffi::PyBUF_FORMAT;
+    // SAFETY: `view` is a zeroed Py_buffer the exporter fills.
+    if unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), view, flags) } == 0 {
+        return Ok(());
+    }
+    let err = PyErr::fetch(obj.py());
+    Err(
+        if err.is_instance_of::<pyo3::exceptions::PyBufferError>(obj.py()) {
+            not_contiguous(what)
+        } else {
+            err
+        },
+    )
+}
+
+/// Address, length in bytes and element type of an exported view.
+fn describe(
+    view: &ffi::Py_buffer,
+    what: &str,
+    writable: bool,
+) -> PyResult<(usize, usize, DataType)> {
     if writable && view.readonly != 0 {
         return Err(read_only(what));
     }
     let format = if view.format.is_null() {
-        "B".to_string()
+        std::borrow::Cow::Borrowed("B")
     } else {
-        unsafe { std::ffi::CStr::from_ptr(view.format) }
-            .to_string_lossy()
-            .into_owned()
+        // SAFETY: the exporter's format is a NUL-terminated string that lives with the view.
+        unsafe { std::ffi::CStr::from_ptr(view.format) }.to_string_lossy()
     };
     let dtype = dtype_from_typestr(&format, None)
         .filter(|d| d.size() as isize == view.itemsize)
         .ok_or_else(|| unsupported_dtype(what, &format!("(buffer format {format:?})")))?;
-    let (ptr, len) = (view.buf as usize, view.len.max(0) as usize);
-    let owner = match hold {
-        Hold::View => owner,
-        // Dropping the view's owner releases it (the GIL is held here).
-        Hold::Object => {
-            drop(owner);
-            Owner::Objects(vec![obj.clone().unbind()])
-        }
-    };
-    Ok(HostArray {
-        ptr,
-        len,
-        dtype,
-        _owner: owner,
-    })
+    Ok((view.buf as usize, view.len.max(0) as usize, dtype))
 }

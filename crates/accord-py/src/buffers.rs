@@ -89,7 +89,7 @@ pub(crate) fn buf(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResul
     match array::extract(obj, what, writable)? {
         Array::Host(a) => Ok(Buf::Host(a)),
         Array::Cuda(a) => Ok(Buf::Cuda(a)),
-        Array::Device(kind, id) => Err(PyErr::from_value_bound(
+        Array::Device(kind, id) => Err(PyErr::from_value(
             errors::unsupported_device(obj.py(), what, kind, id)?.into_any(),
         )),
     }
@@ -129,6 +129,16 @@ pub(crate) fn obj(o: &Bound<'_, PyAny>) -> PyObject {
     o.clone().unbind()
 }
 
+/// What a call keeps alive: for a nonblocking call its arrays, until it completes; a blocking
+/// one needs nothing, its caller's references outlive it.
+pub(crate) fn kept<const N: usize>(async_op: bool, objs: [&Bound<'_, PyAny>; N]) -> Vec<PyObject> {
+    if async_op {
+        objs.iter().map(|o| obj(o)).collect()
+    } else {
+        Vec::new()
+    }
+}
+
 /// One call: its name, mode and arrays (named as in messages), what it returns and keeps alive.
 pub(crate) struct Call {
     pub op: &'static str,
@@ -150,7 +160,7 @@ impl Call {
             ordered: true,
             bufs: vec![("arr", a)],
             output: Some(arr.output()),
-            keep: vec![obj(&arr.obj)],
+            keep: kept(async_op, [&arr.obj]),
         }
     }
 
@@ -167,7 +177,7 @@ impl Call {
             ordered: true,
             bufs: vec![("arr", bufs.0), ("out", bufs.1)],
             output: Some(args[1].output()),
-            keep: vec![obj(&args[0].obj), obj(&args[1].obj)],
+            keep: kept(async_op, [&args[0].obj, &args[1].obj]),
         }
     }
 

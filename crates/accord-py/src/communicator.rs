@@ -6,7 +6,7 @@
 //! first such call attach the device to the communicator, a collective step (see
 //! [`crate::run`]).
 
-use crate::buffers::{buf, no_gpu_tag, obj, pair, same_dtype, Call};
+use crate::buffers::{buf, kept, no_gpu_tag, obj, pair, same_dtype, Call};
 use crate::errors::to_py as err;
 use crate::scalar::Arg;
 use accord::{Communicator as CoreComm, Parts, ReduceOp};
@@ -150,7 +150,7 @@ impl Communicator {
             ordered: false,
             bufs: vec![("arr", a)],
             output: None,
-            keep: vec![obj(arr)],
+            keep: kept(async_op, [arr]),
         };
         self.run(
             py,
@@ -185,7 +185,7 @@ impl Communicator {
             ordered: false,
             bufs: vec![("arr", a)],
             output: Some(arr.output()),
-            keep: vec![obj(&arr.obj)],
+            keep: kept(async_op, [&arr.obj]),
         };
         self.run(
             py,

@@ -7,6 +7,7 @@
 use accord::Error;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
+use pyo3::IntoPyObjectExt;
 
 fn make<'py>(
     py: Python<'py>,
@@ -14,7 +15,7 @@ fn make<'py>(
     msg: String,
     attrs: Vec<(&str, PyObject)>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let module = py.import_bound("accord._errors")?;
+    let module = py.import("accord._errors")?;
     let exc = module.getattr(class)?.call1((msg,))?;
     for (k, v) in attrs {
         exc.setattr(k, v)?;
@@ -37,15 +38,15 @@ fn convert(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
             "TimeoutError",
             msg,
             vec![
-                ("op", op.into_py(py)),
-                ("seq", seq.into_py(py)),
-                ("comm", comm.into_py(py)),
+                ("op", op.into_py_any(py)?),
+                ("seq", seq.into_py_any(py)?),
+                ("comm", comm.into_py_any(py)?),
                 (
                     "waiting_for",
-                    PyList::new_bound(py, waiting_for).into_py(py),
+                    PyList::new(py, waiting_for)?.into_py_any(py)?,
                 ),
-                ("after", after.as_secs_f64().into_py(py)),
-                ("hint", hint.into_py(py)),
+                ("after", after.as_secs_f64().into_py_any(py)?),
+                ("hint", hint.into_py_any(py)?),
             ],
         )?,
         Error::Desync {
@@ -60,12 +61,12 @@ fn convert(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
             "DesyncError",
             msg,
             vec![
-                ("rank", me.into_py(py)),
-                ("mine", mine.into_py(py)),
-                ("peer", peer.into_py(py)),
-                ("theirs", theirs.into_py(py)),
-                ("comm", comm.into_py(py)),
-                ("seq", seq.into_py(py)),
+                ("rank", me.into_py_any(py)?),
+                ("mine", mine.into_py_any(py)?),
+                ("peer", peer.into_py_any(py)?),
+                ("theirs", theirs.into_py_any(py)?),
+                ("comm", comm.into_py_any(py)?),
+                ("seq", seq.into_py_any(py)?),
             ],
         )?,
         Error::PeerLost { rank, cause } => make(
@@ -73,33 +74,41 @@ fn convert(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
             "PeerLostError",
             msg,
             vec![
-                ("rank", rank.into_py(py)),
-                ("peer", rank.into_py(py)),
-                ("cause", cause.into_py(py)),
+                ("rank", rank.into_py_any(py)?),
+                ("peer", rank.into_py_any(py)?),
+                ("cause", cause.into_py_any(py)?),
             ],
         )?,
         Error::Aborted { reason } => make(
             py,
             "AbortedError",
             msg,
-            vec![("reason", reason.into_py(py))],
+            vec![("reason", reason.into_py_any(py)?)],
         )?,
         Error::InvalidArgument(m) => make(
             py,
             "InvalidArgumentError",
             msg,
-            vec![("detail", m.into_py(py))],
+            vec![("detail", m.into_py_any(py)?)],
         )?,
         Error::Unauthorized(m) => make(
             py,
             "UnauthorizedError",
             msg,
-            vec![("detail", m.into_py(py))],
+            vec![("detail", m.into_py_any(py)?)],
         )?,
-        Error::Unsupported(m) => {
-            make(py, "UnsupportedError", msg, vec![("detail", m.into_py(py))])?
-        }
-        Error::Protocol(m) => make(py, "ProtocolError", msg, vec![("detail", m.into_py(py))])?,
+        Error::Unsupported(m) => make(
+            py,
+            "UnsupportedError",
+            msg,
+            vec![("detail", m.into_py_any(py)?)],
+        )?,
+        Error::Protocol(m) => make(
+            py,
+            "ProtocolError",
+            msg,
+            vec![("detail", m.into_py_any(py)?)],
+        )?,
         Error::Io {
             context, message, ..
         } => make(
@@ -107,21 +116,21 @@ fn convert(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
             "ConnectionError",
             msg,
             vec![
-                ("context", context.into_py(py)),
-                ("detail", message.into_py(py)),
+                ("context", context.into_py_any(py)?),
+                ("detail", message.into_py_any(py)?),
             ],
         )?,
-        Error::Store(m) => make(py, "StoreError", msg, vec![("detail", m.into_py(py))])?,
+        Error::Store(m) => make(py, "StoreError", msg, vec![("detail", m.into_py_any(py)?)])?,
         // A failed GPU library call fails its communicator, as an abort does.
         Error::Gpu { .. } => make(
             py,
             "AbortedError",
             msg.clone(),
-            vec![("reason", msg.into_py(py))],
+            vec![("reason", msg.into_py_any(py)?)],
         )?,
         _ => make(py, "AccordError", msg, Vec::new())?,
     };
-    Ok(PyErr::from_value_bound(exc))
+    Ok(PyErr::from_value(exc))
 }
 
 /// The Python exception for `e`.
@@ -143,6 +152,6 @@ pub fn unsupported_device<'py>(
             "{what} lives in {device} memory (device {id}); accord's GPU backend takes CUDA \
              arrays only. Copy it to the host (e.g. tensor.cpu()) or use a host array"
         ),
-        vec![("device", device.into_py(py))],
+        vec![("device", device.into_py_any(py)?)],
     )
 }

@@ -23,11 +23,23 @@ use std::sync::Arc;
 /// or CUDA arrays alike. `None`: it finished on the host without a [`Completion`] (a posted
 /// message).
 pub(crate) type Job =
-    Box<dyn FnOnce(&CoreComm, &[Buf]) -> accord::Result<Option<Completion>> + Send>;
+    Box<dyn FnOnce(&CoreComm, &Arrays) -> accord::Result<Option<Completion>> + Send>;
 
-/// The arrays of a call, without their names.
-fn arrays(call_bufs: Vec<(&'static str, Buf)>) -> Vec<Buf> {
-    call_bufs.into_iter().map(|(_, b)| b).collect()
+/// The arrays of a call in argument order (`arrays[i]`), as the call named them.
+pub(crate) struct Arrays(Vec<(&'static str, Buf)>);
+
+impl Arrays {
+    /// Array `i`, if the call has that many.
+    pub(crate) fn get(&self, i: usize) -> Option<&Buf> {
+        self.0.get(i).map(|(_, b)| b)
+    }
+}
+
+impl std::ops::Index<usize> for Arrays {
+    type Output = Buf;
+    fn index(&self, i: usize) -> &Buf {
+        &self.0[i].1
+    }
 }
 
 /// What a blocking call returns: its output, or None.
@@ -46,10 +58,16 @@ impl Communicator {
     }
 
     fn run_host(&self, py: Python<'_>, call: Call, job: Job) -> PyResult<PyObject> {
-        let bufs = arrays(call.bufs);
+        let bufs = Arrays(call.bufs);
         let comm = self.inner.clone();
         if !call.async_op {
-            py.allow_threads(|| job(&comm, &bufs)).map_err(err)?;
+            // A collective of a one-rank world never waits: releasing the GIL would cost more
+            // than the call. (A message to itself may wait for another thread's: it releases.)
+            if call.ordered && comm.size() == 1 {
+                job(&comm, &bufs).map_err(err)?;
+            } else {
+                py.allow_threads(|| job(&comm, &bufs)).map_err(err)?;
+            }
             drop(bufs);
             return deliver(py, call.output);
         }
@@ -80,7 +98,7 @@ impl Communicator {
         device: usize,
         job: Job,
     ) -> PyResult<PyObject> {
-        let bufs = arrays(call.bufs);
+        let bufs = Arrays(call.bufs);
         let comm = &self.inner;
         // Collective the first time (every rank's first call with CUDA arrays); after that
         // only another device reaches the core, which refuses it.

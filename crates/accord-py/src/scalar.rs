@@ -9,7 +9,7 @@
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyList, PyLong, PyTuple};
+use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyTuple};
 
 /// The kind of immutable scalar an argument was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,7 +47,7 @@ fn kind(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<Kind>> {
     if obj.is_instance_of::<PyFloat>() {
         return Ok(Some(Kind::Float));
     }
-    if obj.is_instance_of::<PyLong>() {
+    if obj.is_instance_of::<PyInt>() {
         return Ok(Some(Kind::Int));
     }
     Ok(None)
@@ -68,11 +68,11 @@ impl<'py> Arg<'py> {
         let scalar = kind(obj, what)?;
         let stand_in = match scalar {
             None => obj.clone(),
-            Some(Kind::Numpy) => py.import_bound("numpy")?.getattr("array")?.call1((obj,))?,
+            Some(Kind::Numpy) => py.import("numpy")?.getattr("array")?.call1((obj,))?,
             Some(k) => {
                 let code = if k == Kind::Float { "d" } else { "q" };
-                let values = PyList::new_bound(py, [obj]);
-                py.import_bound("array")?
+                let values = PyList::new(py, [obj])?;
+                py.import("array")?
                     .getattr("array")?
                     .call1((code, values))
                     .map_err(|e| {
@@ -115,7 +115,7 @@ impl Output {
         Ok(match self.scalar {
             None => obj.clone(),
             // arr[()] is the numpy scalar of the 0-d array's dtype; array.array()[0] the number.
-            Some(Kind::Numpy) => obj.get_item(PyTuple::empty_bound(py))?,
+            Some(Kind::Numpy) => obj.get_item(PyTuple::empty(py))?,
             Some(_) => obj.get_item(0)?,
         }
         .unbind())

@@ -165,7 +165,8 @@ pub(crate) fn execute(call: &Routed<'_>, sched: &Schedule, bufs: &Buffers) -> Re
         tmp: vec![0u8; sched.tmp_len * esz],
         esz,
     };
-    let deadline = Instant::now() + call.timeout;
+    // Set at the first wait (a call that never waits does not read the clock).
+    let mut deadline = None;
     let env = call.envelope();
     for round in &sched.rounds {
         for step in round {
@@ -180,6 +181,7 @@ pub(crate) fn execute(call: &Routed<'_>, sched: &Schedule, bufs: &Buffers) -> Re
                 Step::Recv { peer, dst } | Step::RecvReduce { peer, dst } => {
                     let reduce = matches!(step, Step::RecvReduce { .. });
                     let (p, n) = mem.range(dst)?;
+                    let deadline = *deadline.get_or_insert_with(|| Instant::now() + call.timeout);
                     receive(call, peer, p, n, reduce, deadline, || {
                         pending_peers(&round[i..])
                     })?;
