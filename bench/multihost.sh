@@ -16,7 +16,8 @@
 # (2), OPS, SIZES (4:4M), FACTOR (4), ROUNDS (3), SKIP ("mpi gloo"), TRANSPORT (`tcp`: TCP
 # between the ranks of a host too, for Accord and OpenMPI alike), ACCORD (binary; built if
 # unset), REF (reference drivers: mpicoll.c and gloo_coll.py; default ../shared/bench),
-# PYTHON (a Python with torch, for gloo), OUT (results folder).
+# PYTHON (a Python with torch, for gloo), OUT (results folder), ACCORD_B (settings of a second
+# Accord side in the same rounds, e.g. "ACCORD_HIERARCHY=off": the table's `accordb` column).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
@@ -194,11 +195,17 @@ bench)
     for round in $(seq 1 "$ROUNDS"); do
       first=accord
       [ $((round % 2)) = 0 ] && first=mpi
-      for who in $first $([ $first = accord ] && echo mpi || echo accord); do
-        if [ $who = accord ]; then
-          ACCORD_BENCH_SYNC=1 accord_job "bench-$op-$round" "$HOSTS" "$RANKS" 0 \
-            "$ACCORD" bench-rank "$op" --sizes "$lo:$hi" --factor "$FACTOR"
-          { echo "## accord $op round $round"; grep -E '^ +[0-9]' "$OUT/bench-$op-$round.0"; } >>"$OUT/summary.txt"
+      sides="accord ${ACCORD_B:+accordb} mpi"
+      [ $first = mpi ] && sides="mpi ${ACCORD_B:+accordb} accord"
+      for who in $sides; do
+        if [ $who = accord ] || [ $who = accordb ]; then
+          (
+            # shellcheck disable=SC2086
+            [ $who = accordb ] && export $ACCORD_B
+            ACCORD_BENCH_SYNC=1 accord_job "bench-$who-$op-$round" "$HOSTS" "$RANKS" 0 \
+              "$ACCORD" bench-rank "$op" --sizes "$lo:$hi" --factor "$FACTOR"
+          )
+          { echo "## $who $op round $round"; grep -E '^ +[0-9]' "$OUT/bench-$who-$op-$round.0"; } >>"$OUT/summary.txt"
         elif ! skip mpi; then
           { echo "## mpi $op round $round"; mpi_job "$HOSTS" "$RANKS" "$OUT/mpicoll" "$op" "$lo" "$hi" "$FACTOR" | grep -E '^ +[0-9]'; } >>"$OUT/summary.txt"
         fi

@@ -21,6 +21,7 @@
 //! | `ACCORD_SHM_CMA` | `0`/`off`/`no` (trimmed) | on | single-copy transfers with `process_vm_readv` |
 //! | `ACCORD_SHM_CHUNK_BYTES` | bytes (trimmed) | 1 MiB | one staging half; rounded down to a multiple of 64 within 4 KiB..256 MiB |
 //! | `ACCORD_SHM_RING_BYTES` | bytes (trimmed) | 512 KiB | one point-to-point ring; rounded down to a multiple of 4096 within 16 KiB..256 MiB |
+//! | `ACCORD_HIERARCHY` | `0`/`off`/`no` (trimmed) | on | collectives of ranks on several hosts compose shared memory inside hosts with the host leaders' (or stripes') steps over the network (`comm::hierarchy`); off: one schedule over the point-to-point transport (shared-memory rings between local ranks, TCP between hosts) |
 //! | `ACCORD_TCP_POLL_US` | microseconds (trimmed) | 50 | how long a wait for a small TCP message reads its peer's socket itself (renewed while bytes come) before sleeping; 0: sleep at once |
 //! | `ACCORD_SHM_SPIN_US` | microseconds (trimmed) | 50 (crowded: 0, rings 2) | how long a shared-memory wait spins before yielding |
 //! | `ACCORD_SHM_YIELD_US` | microseconds (trimmed) | 500 (crowded: 5000) | how long it then yields before sleeping |
@@ -107,6 +108,8 @@ pub struct Config {
     pub shm_ring_bytes: usize,
     /// `ACCORD_TCP_POLL_US`: how long a wait for a TCP frame checks for it before sleeping.
     pub tcp_poll: Duration,
+    /// `ACCORD_HIERARCHY`: collectives across hosts take the hierarchical engine.
+    pub hierarchy: bool,
     /// `ACCORD_SHM_SPIN_US` (the default depends on whether the host is crowded).
     pub shm_spin: Option<Duration>,
     /// `ACCORD_SHM_YIELD_US` (the default depends on whether the host is crowded).
@@ -219,6 +222,7 @@ impl Config {
                 .map(|v| (v.clamp(16 << 10, 256 << 20) / 4096) * 4096)
                 .unwrap_or(DEFAULT_SHM_RING_BYTES),
             tcp_poll: micros("ACCORD_TCP_POLL_US").unwrap_or(DEFAULT_TCP_POLL),
+            hierarchy: !switched_off(raw("ACCORD_HIERARCHY").as_deref()),
             shm_spin: micros("ACCORD_SHM_SPIN_US"),
             shm_yield: micros("ACCORD_SHM_YIELD_US"),
             shm_small_bytes: trimmed("ACCORD_SHM_SMALL_BYTES").unwrap_or(16 << 10),
@@ -298,6 +302,7 @@ mod tests {
         assert_eq!((c.shm_half_bytes, c.shm_ring_bytes), (1 << 20, 512 << 10));
         assert_eq!((c.shm_spin, c.shm_yield), (None, None));
         assert_eq!(c.tcp_poll, DEFAULT_TCP_POLL);
+        assert!(c.hierarchy);
         assert_eq!(
             (
                 c.shm_small_bytes,
@@ -427,6 +432,7 @@ mod tests {
             ("ACCORD_SHM_SPIN_US", " 0"),
             ("ACCORD_SHM_YIELD_US", "250"),
             ("ACCORD_TCP_POLL_US", " 0 "),
+            ("ACCORD_HIERARCHY", "off"),
         ]);
         assert_eq!(c.host, "");
         assert_eq!(c.advertise_host.as_deref(), Some("10.0.0.5"));
@@ -438,6 +444,7 @@ mod tests {
         assert_eq!(c.shm_spin, Some(Duration::ZERO));
         assert_eq!(c.shm_yield, Some(Duration::from_micros(250)));
         assert_eq!(c.tcp_poll, Duration::ZERO);
+        assert!(!c.hierarchy);
         let c = with(&[("ACCORD_HOST_ID", "node7"), ("ACCORD_HOST", "eth0")]);
         assert_eq!(
             (c.host_id.as_deref(), c.host.as_str()),

@@ -9,7 +9,8 @@
 //!   2, 3 and 4 ranks on one host, and 4 and 5 ranks over two simulated hosts (the
 //!   hierarchical path); the engines' own algorithms, counts 0, 1, 7 and 1031, then a count of
 //!   40009 (many staging chunks, and copies between processes) on bf16, f64 and u8 only, and
-//!   allreduces of 262147 elements (1 MiB and more: striped across hosts) on f32, f64 and i64.
+//!   allreduces of 262147 elements (1 MiB and more: striped across hosts) on f32, f64 and i64;
+//!   the same over two simulated hosts without the hierarchy (`ACCORD_HIERARCHY=off`).
 //!
 //! Every type and reduce operator runs on every engine.
 
@@ -113,6 +114,16 @@ fn shared_memory_across_two_simulated_hosts() {
     }
 }
 
+#[test]
+fn flat_schedules_across_two_simulated_hosts() {
+    // No hierarchy: one schedule over shared-memory rings and TCP at once.
+    run_ranks(
+        5,
+        |r| ["a", "b"][r % 2].into(),
+        &[("ACCORD_HIERARCHY", "off")],
+    );
+}
+
 /// Start `n` ranks of this binary ([`rank_main`]) with `host(r)` as rank `r`'s host id and
 /// `extra` in their environment, and require every one to pass.
 fn run_ranks(n: usize, host: impl Fn(usize) -> String, extra: &[(&str, &str)]) {
@@ -160,7 +171,11 @@ fn rank_main() {
         return;
     }
     let comm = accord::init().expect("init");
-    assert!(comm.uses_shm(), "expected the shared-memory engine");
+    let flat = std::env::var("ACCORD_HIERARCHY").is_ok_and(|v| v == "off");
+    assert!(
+        comm.uses_shm() != flat,
+        "expected the shared-memory engine unless turned off"
+    );
     // Shared-memory rings alone on one host; with TCP between hosts (the hierarchy) on two.
     let one_host = std::env::var("ACCORD_HOST_ID").unwrap() == ONE_HOST;
     let (hosts, transport) = match one_host {
@@ -168,7 +183,10 @@ fn rank_main() {
         false => ("two hosts", "tcp+shm"),
     };
     assert_eq!(comm.transport_name(), transport);
-    let engine = format!("shared memory, {hosts}");
+    let engine = match flat {
+        false => format!("shared memory, {hosts}"),
+        true => format!("schedules over shared-memory rings and TCP, {hosts}"),
+    };
     let mut calls = 0;
     for opts in shm_runs(&engine) {
         match conformance::check(&comm, &HostMemory, &opts) {

@@ -190,6 +190,7 @@ impl Communicator {
         if let Some(w) = shm_world.filter(|w| w.host_of.len() == comm.size()) {
             let engine = match w.single_host() {
                 true => w.single_host_engine(),
+                false if !crate::config::get().hierarchy => None,
                 false => {
                     let leaders = w
                         .leaders
