@@ -47,6 +47,7 @@ from ._errors import (
     UnauthorizedError,
     UnsupportedError,
 )
+from . import _objects
 from ._native import Communicator, Request, StoreServer
 
 __version__ = _native.__version__
@@ -197,6 +198,11 @@ def _forward(name: str):
     return call
 
 
+# Python objects (pickled) through the collectives: methods of Communicator and functions of
+# the default group, like the array operations.
+for _name in _objects.__all__:
+    setattr(Communicator, _name, getattr(_objects, _name))
+
 send = _forward("send")
 recv = _forward("recv")
 sendrecv = _forward("sendrecv")
@@ -214,6 +220,12 @@ reduce_scatter = _forward("reduce_scatter")
 reduce_scatterv = _forward("reduce_scatterv")
 alltoall = _forward("alltoall")
 alltoallv = _forward("alltoallv")
+broadcast_object = _forward("broadcast_object")
+all_gather_object = _forward("all_gather_object")
+gather_object = _forward("gather_object")
+scatter_object_list = _forward("scatter_object_list")
+send_object = _forward("send_object")
+recv_object = _forward("recv_object")
 split = _forward("split")
 subgroup = _forward("subgroup")
 
@@ -234,6 +246,7 @@ __all__ = [
     "UnauthorizedError",
     "UnsupportedError",
     "advertised_host",
+    "all_gather_object",
     "allgather",
     "allgatherv",
     "allreduce",
@@ -241,9 +254,11 @@ __all__ = [
     "alltoallv",
     "barrier",
     "broadcast",
+    "broadcast_object",
     "default_group",
     "destroy",
     "gather",
+    "gather_object",
     "gatherv",
     "get_rank",
     "get_world_size",
@@ -251,12 +266,15 @@ __all__ = [
     "init_from_store",
     "is_initialized",
     "recv",
+    "recv_object",
     "reduce",
     "reduce_scatter",
     "reduce_scatterv",
     "scatter",
+    "scatter_object_list",
     "scatterv",
     "send",
+    "send_object",
     "sendrecv",
     "split",
     "subgroup",

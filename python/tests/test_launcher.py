@@ -45,3 +45,11 @@ def test_torch_cpu_tensors(run_ranks, n):
     p = run_ranks(n, "worker_torch.py")
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("TORCH-OK") == n, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_object_collectives(run_ranks, n):
+    """Pickled objects of every shape through every object call, checked on every rank."""
+    p = run_ranks(n, "worker_objects.py")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("OBJECTS-OK") == n, p.stdout + p.stderr
