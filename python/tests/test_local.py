@@ -108,3 +108,19 @@ def test_numpy_arrays_keep_their_checks_on_the_buffer_path(comm):
 
     t = np.arange(3, dtype=np.float32).view(Tagged)
     assert comm.allreduce(t) is t
+
+
+def test_rank_arguments_out_of_range_name_the_argument(comm):
+    x = np.zeros(2, np.float32)
+    for call, name in [
+        (lambda: comm.broadcast(x, root=-1), "root"),
+        (lambda: comm.reduce(x, root=-2), "root"),
+        (lambda: comm.gather(x, out=np.zeros(2, np.float32), root=-1), "root"),
+        (lambda: comm.scatter(x, np.zeros(2, np.float32), root=-1), "root"),
+        (lambda: comm.send(x, -1), "dst"),
+        (lambda: comm.recv(x, -1), "src"),
+    ]:
+        with pytest.raises(ValueError, match=f"{name} must be a rank"):
+            call()
+    with pytest.raises(ValueError, match="root"):
+        comm.broadcast(x, root=comm.size)

@@ -27,6 +27,15 @@ impl Communicator {
     }
 }
 
+/// A rank argument (`root`, `dst`, `src`): Python ints may be negative, which no rank is.
+pub(crate) fn rank_arg(v: i64, what: &str) -> PyResult<usize> {
+    usize::try_from(v).map_err(|_| {
+        PyValueError::new_err(format!(
+            "{what} must be a rank of the communicator (0 or more), not {v}"
+        ))
+    })
+}
+
 pub(crate) fn reduce_op(op: Option<&Bound<'_, PyAny>>) -> PyResult<ReduceOp> {
     let Some(op) = op else {
         return Ok(ReduceOp::Sum);
@@ -132,10 +141,11 @@ impl Communicator {
         &self,
         py: Python<'_>,
         arr: &Bound<'_, PyAny>,
-        dst: usize,
+        dst: i64,
         tag: u32,
         async_op: bool,
     ) -> PyResult<PyObject> {
+        let dst = rank_arg(dst, "dst")?;
         let arr = &Arg::new(arr, "arr")?.obj;
         let a = buf(arr, "arr", false)?;
         no_gpu_tag(&[&a], tag, "send")?;
@@ -169,10 +179,11 @@ impl Communicator {
         &self,
         py: Python<'_>,
         arr: &Bound<'_, PyAny>,
-        src: usize,
+        src: i64,
         tag: u32,
         async_op: bool,
     ) -> PyResult<PyObject> {
+        let src = rank_arg(src, "src")?;
         let arr = Arg::new(arr, "arr")?;
         let a = buf(&arr.obj, "arr", true)?;
         no_gpu_tag(&[&a], tag, "recv")?;
@@ -204,11 +215,13 @@ impl Communicator {
         &self,
         py: Python<'_>,
         send: &Bound<'_, PyAny>,
-        dst: usize,
+        dst: i64,
         recv: &Bound<'_, PyAny>,
-        src: usize,
+        src: i64,
         tag: u32,
     ) -> PyResult<PyObject> {
+        let dst = rank_arg(dst, "dst")?;
+        let src = rank_arg(src, "src")?;
         let send = &Arg::new(send, "send")?.obj;
         let recv = Arg::new(recv, "recv")?;
         let s = buf(send, "send", false)?;
@@ -256,9 +269,10 @@ impl Communicator {
         &self,
         py: Python<'_>,
         arr: &Bound<'_, PyAny>,
-        root: usize,
+        root: i64,
         async_op: bool,
     ) -> PyResult<PyObject> {
+        let root = rank_arg(root, "root")?;
         let arr = Arg::new(arr, "arr")?;
         let a = buf(&arr.obj, "arr", true)?;
         self.run(
@@ -308,10 +322,11 @@ impl Communicator {
         py: Python<'_>,
         arr: &Bound<'_, PyAny>,
         op: Option<&Bound<'_, PyAny>>,
-        root: usize,
+        root: i64,
         out: Option<&Bound<'_, PyAny>>,
         async_op: bool,
     ) -> PyResult<PyObject> {
+        let root = rank_arg(root, "root")?;
         let op = reduce_op(op)?;
         let me = self.inner.rank();
         let out = out
@@ -407,9 +422,10 @@ impl Communicator {
         py: Python<'_>,
         arr: &Bound<'_, PyAny>,
         out: Option<&Bound<'_, PyAny>>,
-        root: usize,
+        root: i64,
         async_op: bool,
     ) -> PyResult<PyObject> {
+        let root = rank_arg(root, "root")?;
         self.rooted_in(py, arr, out, root, async_op, "gather", None)
     }
 
@@ -421,9 +437,10 @@ impl Communicator {
         arr: &Bound<'_, PyAny>,
         out: Option<&Bound<'_, PyAny>>,
         counts: Option<Vec<usize>>,
-        root: usize,
+        root: i64,
         async_op: bool,
     ) -> PyResult<PyObject> {
+        let root = rank_arg(root, "root")?;
         let counts = counts.ok_or_else(|| PyValueError::new_err("gatherv needs counts"))?;
         self.rooted_in(py, arr, out, root, async_op, "gatherv", Some(counts))
     }
@@ -435,9 +452,10 @@ impl Communicator {
         py: Python<'_>,
         arr: Option<&Bound<'_, PyAny>>,
         out: &Bound<'_, PyAny>,
-        root: usize,
+        root: i64,
         async_op: bool,
     ) -> PyResult<PyObject> {
+        let root = rank_arg(root, "root")?;
         self.rooted_out(py, arr, out, root, async_op, "scatter", None)
     }
 
@@ -449,9 +467,10 @@ impl Communicator {
         arr: Option<&Bound<'_, PyAny>>,
         out: &Bound<'_, PyAny>,
         counts: Vec<usize>,
-        root: usize,
+        root: i64,
         async_op: bool,
     ) -> PyResult<PyObject> {
+        let root = rank_arg(root, "root")?;
         self.rooted_out(py, arr, out, root, async_op, "scatterv", Some(counts))
     }
 
