@@ -149,6 +149,11 @@ def init(
     and a warning says so.
     """
     global _default
+    if _default is not None:
+        raise RuntimeError(
+            "accord.init() was already called in this process: its world communicator is "
+            "accord.default_group(); call accord.destroy() first to join another job"
+        )
     if mpi_comm is not None:
         comm = _init_mpi(mpi_comm, timeout)
     else:
@@ -170,8 +175,11 @@ def default_group() -> Communicator:
 
 
 def destroy() -> None:
-    """Forget the default group (its connections close once no reference remains)."""
+    """Close the default group (:meth:`Communicator.close`: peers still waiting for this rank
+    are told) and forget it, so that :func:`init` may join another job."""
     global _default
+    if _default is not None:
+        _default.close()
     _default = None
 
 

@@ -299,6 +299,9 @@ def destroy_collective_group(group_name: str = "default") -> None:
     from, unless the group has been declared anew since)."""
     g = _groups.pop(group_name, None)
     declaration = _declarations.pop(group_name, None)
+    if g is not None:
+        # Its connections close now, not whenever the last reference goes.
+        g.close()
     if g is not None and g.rank == 0 and declaration is not None:
         kv = _kv()
         key = _DECLARED.format(group_name)
@@ -479,6 +482,8 @@ def _make_backend():
             return True
 
         def destroy_group(self):
+            if self._comm is not None:
+                self._comm.close()
             self._comm = None
 
         def allreduce(self, tensors, opts=None):

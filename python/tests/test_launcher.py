@@ -53,3 +53,11 @@ def test_object_collectives(run_ranks, n):
     p = run_ranks(n, "worker_objects.py")
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("OBJECTS-OK") == n, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_init_twice_and_destroy(run_ranks, n):
+    """A second init() is refused here; destroy() closes the world and the peers are told."""
+    p = run_ranks(n, "worker_lifetime.py")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("LIFETIME-OK") == n, p.stdout + p.stderr

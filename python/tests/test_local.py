@@ -124,3 +124,14 @@ def test_rank_arguments_out_of_range_name_the_argument(comm):
             call()
     with pytest.raises(ValueError, match="root"):
         comm.broadcast(x, root=comm.size)
+
+
+def test_close_and_context_manager():
+    with _one_rank() as comm:
+        x = np.ones(3, np.float32)
+        comm.allreduce(x)
+    with pytest.raises(ValueError, match="was closed"):
+        comm.allreduce(x)
+    comm.close()  # again: nothing more
+    with pytest.raises(accord.InvalidArgumentError, match="was closed"):
+        comm.barrier()

@@ -21,6 +21,7 @@ ONE_RANK_TWICE = """
     import accord
     for _ in range(2):
         accord.init("tcp://127.0.0.1:0", rank=0, world_size=1, timeout=20).barrier()
+        accord.destroy()
     print("OK")
 """
 

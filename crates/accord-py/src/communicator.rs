@@ -122,6 +122,28 @@ impl Communicator {
         self.inner.abort(reason)
     }
 
+    /// Close the communicator: every later call on it raises `accord.InvalidArgumentError`
+    /// (a `ValueError`, as a closed file's calls do). The world communicator (what
+    /// `accord.init` returns) also says goodbye to every peer and closes its connections: the
+    /// groups split from it end with it, and a peer still waiting for this rank is told that it
+    /// closed instead of waiting for its deadline. Memory and GPU resources go when the last
+    /// reference does. Closing again does nothing more. `with accord.init() as comm:` closes
+    /// it at the end of the block.
+    fn close(&self, py: Python<'_>) {
+        // The goodbye waits (briefly) for the peers' answers.
+        py.allow_threads(|| self.inner.close())
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "<accord.Communicator {} rank {} of {} over {}>",

@@ -260,3 +260,49 @@ fn recv_of_the_wrong_size_is_an_argument_error() {
         }
     });
 }
+
+#[test]
+fn a_closed_communicator_refuses_calls_and_its_peers_learn_it_closed() {
+    let start = Instant::now();
+    let results = accord::testing::run_tcp_world(3, Duration::from_secs(20), |comm| {
+        let mut v = [1.0f32; 4];
+        comm.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+        // Closing a group leaves the world as it was.
+        let group = comm.split(Some(0), comm.rank() as i64).unwrap().unwrap();
+        group.close();
+        let in_group = group.all_reduce(&mut v, ReduceOp::Sum).unwrap_err();
+        comm.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+        assert_eq!(v, [9.0; 4]);
+        if comm.rank() == 1 {
+            comm.close();
+            comm.close(); // again: nothing more
+            let after = comm.all_reduce(&mut v, ReduceOp::Sum).unwrap_err();
+            return (in_group, after);
+        }
+        (
+            in_group,
+            comm.all_reduce(&mut v, ReduceOp::Sum).unwrap_err(),
+        )
+    });
+    for (rank, (in_group, after)) in results.iter().enumerate() {
+        assert!(
+            matches!(in_group, Error::InvalidArgument(m) if m.contains("was closed")),
+            "rank {rank}: {in_group}"
+        );
+        match (rank, after) {
+            (1, Error::InvalidArgument(m)) => assert!(m.contains("world was closed"), "{m}"),
+            (1, e) => panic!("rank 1 called after close: {e}"),
+            // Told by rank 1's goodbye, or by a peer that heard it first.
+            (_, e @ (Error::PeerLost { .. } | Error::Aborted { .. })) => {
+                let text = e.to_string();
+                assert!(
+                    text.contains("rank 1 closed its communicator"),
+                    "rank {rank}: {text}"
+                )
+            }
+            (_, e) => panic!("rank {rank}: expected to hear that rank 1 closed, got {e}"),
+        }
+    }
+    // Told, not timed out.
+    assert!(start.elapsed() < Duration::from_secs(15));
+}

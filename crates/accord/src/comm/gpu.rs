@@ -83,6 +83,7 @@ impl Communicator {
         recv: DeviceSlice,
         stream: Stream,
     ) -> Result<Completion> {
+        self.check_poison()?;
         let g = self.device_engine()?;
         self.explain_engine(op, || "the GPU (NCCL)");
         let req = g.run_op(op, send, recv, stream)?;

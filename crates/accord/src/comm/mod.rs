@@ -293,6 +293,23 @@ impl Communicator {
         }
     }
 
+    /// Close this communicator: every later call on it fails with [`Error::InvalidArgument`]
+    /// saying that it was closed. The world communicator (the one [`crate::init`] returns)
+    /// also says goodbye to every peer and closes its connections, so the groups split from it
+    /// end with it (as MPI's finalize ends every communicator), and a peer still waiting for
+    /// this rank learns that it closed its communicator instead of waiting for its deadline.
+    /// Memory, threads and GPU resources go when the last handle is dropped. Closing again
+    /// does nothing more.
+    pub fn close(&self) {
+        self.poison_with(Error::InvalidArgument(format!(
+            "communicator {} was closed on this rank",
+            self.name()
+        )));
+        if self.inner.id == 1 {
+            self.inner.transport.shutdown();
+        }
+    }
+
     /// Use `algo` for every later `kind` operation on this communicator (`None`: let the tuner
     /// choose again). An algorithm that does not apply to a call makes that call fail with
     /// [`Error::Unsupported`].

@@ -513,6 +513,11 @@ impl Transport for HybridTransport {
     fn probe(&self, peers: &[usize], within: Duration) -> Vec<Answer> {
         self.tcp.probe(peers, within)
     }
+
+    fn shutdown(&self) {
+        // Every peer, local ones included, has a connection: the goodbyes go there.
+        self.tcp.shutdown();
+    }
 }
 
 impl Drop for HybridTransport {

@@ -84,6 +84,10 @@ pub trait Transport: Send + Sync + 'static {
     /// rank forwards the notice it heard before it closes, so that a peer that sees it close
     /// still learns who failed first rather than blaming the messenger.
     fn abort(&self, by: usize, reason: &str);
+    /// Say goodbye to every peer and close this rank's connections, as dropping the transport
+    /// does (a peer waiting for this rank then learns that it closed); later sends fail. For
+    /// [`crate::Communicator::close`]: where nothing is open, nothing to do.
+    fn shutdown(&self) {}
     /// Ask each of `peers` what its blocked calls wait for (see [`waits`]), waiting at most
     /// `within` for the answers; one [`waits::Answer`] per peer, in order. Transports that
     /// cannot ask answer [`waits::Answer::Unknown`].

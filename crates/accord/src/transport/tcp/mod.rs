@@ -798,6 +798,10 @@ impl Transport for TcpTransport {
         self.mailbox.abort(by, reason);
     }
 
+    fn shutdown(&self) {
+        self.close(true);
+    }
+
     fn probe(&self, peers: &[usize], within: Duration) -> Vec<Answer> {
         let waits = self.mailbox.waits();
         let mut out: Vec<Option<Answer>> = vec![None; peers.len()];
