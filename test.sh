@@ -13,7 +13,7 @@ if ! command -v mpicc >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-ge
 fi
 if ! command -v mpicc >/dev/null 2>&1; then
     echo "note: no mpicc on this machine: mpi4py is not installed and the MPI test is skipped"
-    export ACCORD_PY_EXTRAS=${ACCORD_PY_EXTRAS-"ray dask[distributed] ml_dtypes torch"}
+    export ACCORD_PY_EXTRAS=${ACCORD_PY_EXTRAS-"ray dask[distributed] ml_dtypes torch mypy"}
 fi
 
 echo "== cargo test (release; builds the accord binary and examples the multi-process tests run)"

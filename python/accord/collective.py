@@ -311,6 +311,7 @@ def destroy_collective_group(group_name: str = "default") -> None:
 
 
 def is_group_initialized(group_name: str = "default") -> bool:
+    """Whether this process is a member of group ``group_name`` (and has not destroyed it)."""
     return group_name in _groups
 
 
@@ -351,6 +352,11 @@ def allreduce(tensor: Any, group_name: str = "default", op: Any = "sum") -> None
 
 
 def barrier(group_name: str = "default") -> None:
+    """Wait until every member of the group has entered the barrier.
+
+    Raises:
+        accord.TimeoutError: a member did not come within the group's timeout (naming it).
+    """
     _group(group_name).barrier()
 
 
@@ -390,10 +396,19 @@ def reducescatter(tensor: Any, tensor_list: List[Any], group_name: str = "defaul
 
 
 def send(tensor: Any, dst_rank: int, group_name: str = "default") -> None:
+    """Send ``tensor`` to ``dst_rank`` of the group; it matches that rank's :func:`recv` from
+    this one (in order, when several are sent)."""
     _group(group_name).send(tensor, dst_rank)
 
 
 def recv(tensor: Any, src_rank: int, group_name: str = "default") -> None:
+    """Receive into ``tensor`` (same dtype and size as the sender's) what ``src_rank`` of the
+    group sent with :func:`send`.
+
+    Raises:
+        accord.TimeoutError: nothing came within the group's timeout.
+        ValueError: ``tensor`` cannot be written (a read-only array).
+    """
     _arrays.require_writable(tensor, "tensor")
     _group(group_name).recv(tensor, src_rank)
 
