@@ -706,8 +706,21 @@ fn interface_parts(
         .and_then(|d| d.getattr("name"))
         .and_then(|n| n.extract())
         .ok();
-    let dtype = dtype_from_typestr(&typestr, name.as_deref())
-        .ok_or_else(|| unsupported_dtype(what, name.as_deref().unwrap_or(&typestr)))?;
+    let dtype = match dtype_from_typestr(&typestr, name.as_deref()) {
+        Some(d) => d,
+        // A type accord has, in the other byte order: say so, and how to convert.
+        None if typestr.starts_with('>')
+            && dtype_from_typestr(&typestr[1..], name.as_deref()).is_some() =>
+        {
+            return Err(PyTypeError::new_err(format!(
+                "{what} has dtype {typestr} ({}, big-endian): accord communicates native \
+                 (little-endian) byte order only; convert with \
+                 {what}.astype({what}.dtype.newbyteorder('='))",
+                name.as_deref().unwrap_or("?")
+            )))
+        }
+        None => return Err(unsupported_dtype(what, name.as_deref().unwrap_or(&typestr))),
+    };
     let shape: Vec<i64> = ai.get_item("shape")?.ok_or_else(bad)?.extract()?;
     if let Some(strides) = ai.get_item("strides")? {
         if !strides.is_none() {
