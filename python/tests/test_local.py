@@ -135,3 +135,15 @@ def test_close_and_context_manager():
     comm.close()  # again: nothing more
     with pytest.raises(accord.InvalidArgumentError, match="was closed"):
         comm.barrier()
+
+
+def test_docstrings_say_args_returns_and_raises():
+    for name in ["send", "recv", "sendrecv", "barrier", "broadcast", "allreduce", "reduce", "allgather",
+                 "gather", "scatter", "reduce_scatter", "alltoall"]:
+        doc = getattr(accord.Communicator, name).__doc__ or ""
+        for part in ("Args:", "Returns:", "Raises:"):
+            assert part in doc, f"Communicator.{name}: no {part}"
+        assert "Args:" in (getattr(accord, name).__doc__ or ""), f"accord.{name}"
+    for name in ["broadcast_object", "all_gather_object", "gather_object", "scatter_object_list",
+                 "send_object", "recv_object", "close"]:
+        assert getattr(accord.Communicator, name).__doc__, f"Communicator.{name}"

@@ -158,6 +158,19 @@ impl Communicator {
 
     /// Send `arr` to rank `dst`. For CUDA arrays, NCCL matches sends and receives in call
     /// order: `tag` must be 0.
+    ///
+    /// Args:
+    ///     arr: the array to send.
+    ///     dst: the receiving rank.
+    ///     tag: matches `recv`s with the same tag, in order.
+    ///     async_op: return a `Request` at once instead of waiting (see `Request.wait`).
+    ///
+    /// Returns:
+    ///     None (a `Request` with `async_op`).
+    ///
+    /// Raises:
+    ///     accord.TimeoutError: `dst` did not take the message within the timeout.
+    ///     accord.PeerLostError: `dst` died or closed its communicator.
     #[pyo3(signature = (arr, dst, tag=0, async_op=false))]
     fn send(
         &self,
@@ -196,6 +209,20 @@ impl Communicator {
 
     /// Receive into `arr` from rank `src`; returns `arr` (a new scalar when `arr` is a numpy
     /// scalar or a Python number, which cannot be written).
+    ///
+    /// Args:
+    ///     arr: where the message goes (its size and dtype must be the sender's).
+    ///     src: the sending rank.
+    ///     tag: as the sender's.
+    ///     async_op: return a `Request` at once instead of waiting (see `Request.wait`).
+    ///
+    /// Returns:
+    ///     `arr` (a `Request` with `async_op`).
+    ///
+    /// Raises:
+    ///     accord.TimeoutError: nothing came within the timeout.
+    ///     accord.PeerLostError: `src` died or closed its communicator.
+    ///     ValueError: `arr` cannot be written.
     #[pyo3(signature = (arr, src, tag=0, async_op=false))]
     fn recv(
         &self,
@@ -232,6 +259,19 @@ impl Communicator {
 
     /// Send `send` to `dst` and receive `recv` from `src` (no deadlock between pairs); returns
     /// `recv`.
+    ///
+    /// Args:
+    ///     send: the array sent to `dst`.
+    ///     dst: the rank that receives `send`.
+    ///     recv: where the message from `src` goes.
+    ///     src: the rank whose message is received.
+    ///     tag: as in `send`/`recv`.
+    ///
+    /// Returns:
+    ///     `recv`.
+    ///
+    /// Raises:
+    ///     accord.TimeoutError, accord.PeerLostError: as for `send` and `recv`.
     #[pyo3(signature = (send, dst, recv, src, tag=0))]
     fn sendrecv(
         &self,
@@ -271,6 +311,17 @@ impl Communicator {
 
     /// Wait until every rank has entered the barrier (a host barrier: it synchronises the
     /// processes, not GPU streams).
+    ///
+    /// Args:
+    ///     async_op: return a `Request` at once instead of waiting (see `Request.wait`).
+    ///
+    /// Returns:
+    ///     None (a `Request` with `async_op`).
+    ///
+    /// Raises:
+    ///     accord.TimeoutError: a rank did not take part within the timeout (`waiting_for` names it).
+    ///     accord.DesyncError: the ranks called different operations, sizes, dtypes, ops or roots.
+    ///     accord.PeerLostError: a rank died or closed its communicator.
     #[pyo3(signature = (async_op=false))]
     fn barrier(&self, py: Python<'_>, async_op: bool) -> PyResult<PyObject> {
         let call = Call {
@@ -286,6 +337,21 @@ impl Communicator {
 
     /// Copy `arr` from `root` to every rank, in place; returns `arr` (a new scalar when `arr` is
     /// a numpy scalar or a Python number, which cannot be written).
+    ///
+    /// Args:
+    ///     arr: the data on `root`; where it lands elsewhere.
+    ///     root: the rank whose data is copied.
+    ///     async_op: return a `Request` at once instead of waiting (see `Request.wait`).
+    ///
+    /// Returns:
+    ///     `arr` (a new scalar for a scalar; a `Request` with `async_op`).
+    ///
+    /// Raises:
+    ///     accord.TimeoutError: a rank did not take part within the timeout (`waiting_for` names it).
+    ///     accord.DesyncError: the ranks called different operations, sizes, dtypes, ops or roots.
+    ///     accord.PeerLostError: a rank died or closed its communicator.
+    ///     TypeError, ValueError: an unsupported dtype, a non-contiguous or read-only output, sizes
+    ///         that do not fit, a root or rank outside the communicator.
     #[pyo3(signature = (arr, root=0, async_op=false))]
     fn broadcast(
         &self,
@@ -307,6 +373,23 @@ impl Communicator {
     /// Reduce `arr` over all ranks with `op`; the result goes to `out`, or into `arr` in place
     /// when `out` is None. Returns the array holding the result: a new scalar when that is a
     /// numpy scalar or a Python number, which cannot be written.
+    ///
+    /// Args:
+    ///     arr: this rank's contribution.
+    ///     op: `sum` (default), `prod`, `min`, `max`, `avg`, `band`, `bor`, `bxor`, or an
+    ///         `accord.ReduceOp`.
+    ///     out: where the result goes (default: `arr`, in place).
+    ///     async_op: return a `Request` at once instead of waiting (see `Request.wait`).
+    ///
+    /// Returns:
+    ///     the array holding the result (a new scalar for a scalar; a `Request` with `async_op`).
+    ///
+    /// Raises:
+    ///     accord.TimeoutError: a rank did not take part within the timeout (`waiting_for` names it).
+    ///     accord.DesyncError: the ranks called different operations, sizes, dtypes, ops or roots.
+    ///     accord.PeerLostError: a rank died or closed its communicator.
+    ///     TypeError, ValueError: an unsupported dtype, a non-contiguous or read-only output, sizes
+    ///         that do not fit, a root or rank outside the communicator.
     #[pyo3(signature = (arr, op=None, out=None, async_op=false))]
     fn allreduce(
         &self,
@@ -338,6 +421,23 @@ impl Communicator {
     /// Reduce `arr` over all ranks into `out` on `root` (into `arr` on root when `out` is None;
     /// other ranks' arrays are left unchanged). Returns the array holding the result (a new
     /// scalar for a numpy scalar or a Python number).
+    ///
+    /// Args:
+    ///     arr: this rank's contribution.
+    ///     op: as for `allreduce`.
+    ///     root: the rank that gets the result.
+    ///     out: where the result goes on `root` (default: `arr`).
+    ///     async_op: return a `Request` at once instead of waiting (see `Request.wait`).
+    ///
+    /// Returns:
+    ///     the array holding the result on `root`, `arr` elsewhere (a `Request` with `async_op`).
+    ///
+    /// Raises:
+    ///     accord.TimeoutError: a rank did not take part within the timeout (`waiting_for` names it).
+    ///     accord.DesyncError: the ranks called different operations, sizes, dtypes, ops or roots.
+    ///     accord.PeerLostError: a rank died or closed its communicator.
+    ///     TypeError, ValueError: an unsupported dtype, a non-contiguous or read-only output, sizes
+    ///         that do not fit, a root or rank outside the communicator.
     #[pyo3(signature = (arr, op=None, root=0, out=None, async_op=false))]
     fn reduce(
         &self,
@@ -397,6 +497,21 @@ impl Communicator {
     }
 
     /// Every rank's `arr`, concatenated in rank order, into `out` on every rank.
+    ///
+    /// Args:
+    ///     arr: this rank's block.
+    ///     out: `size` blocks, in rank order.
+    ///     async_op: return a `Request` at once instead of waiting (see `Request.wait`).
+    ///
+    /// Returns:
+    ///     `out` (a `Request` with `async_op`).
+    ///
+    /// Raises:
+    ///     accord.TimeoutError: a rank did not take part within the timeout (`waiting_for` names it).
+    ///     accord.DesyncError: the ranks called different operations, sizes, dtypes, ops or roots.
+    ///     accord.PeerLostError: a rank died or closed its communicator.
+    ///     TypeError, ValueError: an unsupported dtype, a non-contiguous or read-only output, sizes
+    ///         that do not fit, a root or rank outside the communicator.
     #[pyo3(signature = (arr, out, async_op=false))]
     fn allgather(
         &self,
@@ -438,6 +553,22 @@ impl Communicator {
 
     /// Every rank's `arr`, concatenated in rank order, into `out` on `root` (`out` may be None
     /// elsewhere).
+    ///
+    /// Args:
+    ///     arr: this rank's block.
+    ///     out: `size` blocks on `root`; None elsewhere.
+    ///     root: the rank that gathers.
+    ///     async_op: return a `Request` at once instead of waiting (see `Request.wait`).
+    ///
+    /// Returns:
+    ///     `out` (None where not given; a `Request` with `async_op`).
+    ///
+    /// Raises:
+    ///     accord.TimeoutError: a rank did not take part within the timeout (`waiting_for` names it).
+    ///     accord.DesyncError: the ranks called different operations, sizes, dtypes, ops or roots.
+    ///     accord.PeerLostError: a rank died or closed its communicator.
+    ///     TypeError, ValueError: an unsupported dtype, a non-contiguous or read-only output, sizes
+    ///         that do not fit, a root or rank outside the communicator.
     #[pyo3(signature = (arr, out=None, root=0, async_op=false))]
     fn gather(
         &self,
@@ -468,6 +599,22 @@ impl Communicator {
     }
 
     /// Slice r of `arr` on `root` (`arr` may be None elsewhere) into `out` on rank r.
+    ///
+    /// Args:
+    ///     arr: `size` blocks on `root`; None elsewhere.
+    ///     out: this rank's block.
+    ///     root: the rank that scatters.
+    ///     async_op: return a `Request` at once instead of waiting (see `Request.wait`).
+    ///
+    /// Returns:
+    ///     `out` (a `Request` with `async_op`).
+    ///
+    /// Raises:
+    ///     accord.TimeoutError: a rank did not take part within the timeout (`waiting_for` names it).
+    ///     accord.DesyncError: the ranks called different operations, sizes, dtypes, ops or roots.
+    ///     accord.PeerLostError: a rank died or closed its communicator.
+    ///     TypeError, ValueError: an unsupported dtype, a non-contiguous or read-only output, sizes
+    ///         that do not fit, a root or rank outside the communicator.
     #[pyo3(signature = (arr, out, root=0, async_op=false))]
     fn scatter(
         &self,
@@ -497,6 +644,22 @@ impl Communicator {
     }
 
     /// Reduce `arr` (size x len(out)) over all ranks; rank r gets slice r in `out`.
+    ///
+    /// Args:
+    ///     arr: `size` blocks, this rank's contribution to each.
+    ///     out: the reduced block of this rank.
+    ///     op: as for `allreduce`.
+    ///     async_op: return a `Request` at once instead of waiting (see `Request.wait`).
+    ///
+    /// Returns:
+    ///     `out` (a `Request` with `async_op`).
+    ///
+    /// Raises:
+    ///     accord.TimeoutError: a rank did not take part within the timeout (`waiting_for` names it).
+    ///     accord.DesyncError: the ranks called different operations, sizes, dtypes, ops or roots.
+    ///     accord.PeerLostError: a rank died or closed its communicator.
+    ///     TypeError, ValueError: an unsupported dtype, a non-contiguous or read-only output, sizes
+    ///         that do not fit, a root or rank outside the communicator.
     #[pyo3(signature = (arr, out, op=None, async_op=false))]
     fn reduce_scatter(
         &self,
@@ -543,6 +706,21 @@ impl Communicator {
     }
 
     /// Slice j of `arr` goes to rank j; slice i of `out` comes from rank i.
+    ///
+    /// Args:
+    ///     arr: `size` blocks, block j for rank j.
+    ///     out: `size` blocks, block i from rank i.
+    ///     async_op: return a `Request` at once instead of waiting (see `Request.wait`).
+    ///
+    /// Returns:
+    ///     `out` (a `Request` with `async_op`).
+    ///
+    /// Raises:
+    ///     accord.TimeoutError: a rank did not take part within the timeout (`waiting_for` names it).
+    ///     accord.DesyncError: the ranks called different operations, sizes, dtypes, ops or roots.
+    ///     accord.PeerLostError: a rank died or closed its communicator.
+    ///     TypeError, ValueError: an unsupported dtype, a non-contiguous or read-only output, sizes
+    ///         that do not fit, a root or rank outside the communicator.
     #[pyo3(signature = (arr, out, async_op=false))]
     fn alltoall(
         &self,
