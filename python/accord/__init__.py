@@ -214,6 +214,8 @@ for _name in _objects.__all__:
 send = _forward("send")
 recv = _forward("recv")
 sendrecv = _forward("sendrecv")
+probe = _forward("probe")
+iprobe = _forward("iprobe")
 barrier = _forward("barrier")
 broadcast = _forward("broadcast")
 allreduce = _forward("allreduce")
@@ -272,7 +274,9 @@ __all__ = [
     "get_world_size",
     "init",
     "init_from_store",
+    "iprobe",
     "is_initialized",
+    "probe",
     "recv",
     "recv_object",
     "reduce",

@@ -3,10 +3,11 @@
 Objects of every shape (None, nested containers, numpy arrays, a 1 MiB bytes value, a class
 instance) through broadcast_object, all_gather_object, gather_object, scatter_object_list and
 send_object/recv_object, compared with what each rank knows the others sent (they derive it
-from a shared seed). Prints `OBJECTS-OK <rank>` at the end.
+from a shared seed); probe/iprobe sizing receives. Prints `OBJECTS-OK <rank>` at the end.
 """
 
 import sys
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,6 +77,24 @@ for salt in range(6):
             got = comm.recv_object(left, tag=salt)
             comm.send_object(obj(me, salt), right, tag=salt)
         check(f"recv_object salt {salt}", got, obj(left, salt))
+
+# Probing sizes a receive: what the next message from a rank with a tag holds.
+if n > 1:
+    if me == 0:
+        comm.send(np.arange(5, dtype=np.float32), 1, tag=11)
+        comm.send(np.arange(3, dtype=np.int64), 1, tag=11)
+    elif me == 1:
+        deadline = time.monotonic() + 30
+        while (seen := comm.iprobe(0, tag=11)) is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        check("iprobe", seen, (5, "float32"))
+        check("probe again", accord.probe(0, tag=11), (5, "float32"))
+        count, dtype = seen
+        got = comm.recv(np.empty(count, dtype), 0, tag=11)
+        check("probed message", got, np.arange(5, dtype=np.float32))
+        count, dtype = comm.probe(0, tag=11)
+        check("next probed message", comm.recv(np.empty(count, dtype), 0, tag=11), np.arange(3, dtype=np.int64))
+        check("nothing left", comm.iprobe(0, tag=11), None)
 
 # The module-level forms use the default group.
 check("accord.all_gather_object", accord.all_gather_object(me)[n - 1], n - 1)

@@ -217,6 +217,22 @@ fn dlpack_dtype_name(t: DLDataType) -> String {
 const DTYPES: &str =
     "float16, bfloat16, float32, float64, int8, int32, int64, uint8, uint32, uint64";
 
+/// The numpy name of an element type.
+pub(crate) fn numpy_name(d: DataType) -> &'static str {
+    match d {
+        DataType::F16 => "float16",
+        DataType::BF16 => "bfloat16",
+        DataType::F32 => "float32",
+        DataType::F64 => "float64",
+        DataType::I8 => "int8",
+        DataType::I32 => "int32",
+        DataType::I64 => "int64",
+        DataType::U8 => "uint8",
+        DataType::U32 => "uint32",
+        DataType::U64 => "uint64",
+    }
+}
+
 fn unsupported_dtype(what: &str, desc: &str) -> PyErr {
     PyTypeError::new_err(format!(
         "{what} has dtype {desc}, which accord cannot communicate; supported: {DTYPES}"

@@ -307,6 +307,38 @@ impl Communicator {
         )
     }
 
+    /// Wait for the message from `src` with `tag` that a `recv` posted now would take, and say
+    /// what it holds without taking it (MPI's `Probe`), so that the receiver can size its
+    /// array: `out = np.empty(count, dtype)`.
+    ///
+    /// Args:
+    ///     src: the sending rank.
+    ///     tag: the message's tag.
+    ///
+    /// Returns:
+    ///     `(count, dtype)`: its number of elements and numpy dtype name (`"float32"` ...).
+    ///
+    /// Raises:
+    ///     accord.TimeoutError: no such message came within the timeout.
+    ///     accord.PeerLostError: `src` died or closed its communicator.
+    #[pyo3(signature = (src, tag=0))]
+    fn probe(&self, py: Python<'_>, src: i64, tag: u32) -> PyResult<(usize, &'static str)> {
+        let src = rank_arg(src, "src")?;
+        let m = py
+            .allow_threads(|| self.inner.probe(src, tag))
+            .map_err(err)?;
+        Ok((m.count, crate::array::numpy_name(m.dtype)))
+    }
+
+    /// `probe` without waiting (MPI's `Iprobe`): `None` while the message has not arrived (or
+    /// receives posted earlier from `src` with `tag` are not done).
+    #[pyo3(signature = (src, tag=0))]
+    fn iprobe(&self, src: i64, tag: u32) -> PyResult<Option<(usize, &'static str)>> {
+        let src = rank_arg(src, "src")?;
+        let m = self.inner.iprobe(src, tag).map_err(err)?;
+        Ok(m.map(|m| (m.count, crate::array::numpy_name(m.dtype))))
+    }
+
     // ----- collectives
 
     /// Wait until every rank has entered the barrier (a host barrier: it synchronises the

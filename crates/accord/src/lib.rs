@@ -153,7 +153,7 @@ pub mod transport;
 
 pub use bootstrap::{from_rendezvous, init, init_with, init_with_timeout};
 pub use buffer::{AsInOut, AsRecv, AsSend, Memory, Parts, RecvBuf, SendBuf};
-pub use comm::{Communicator, Completion, Request};
+pub use comm::{Communicator, Completion, MessageInfo, Request};
 pub use config::Config;
 pub use dtype::{DataType, Element, ReduceOp};
 pub use error::{Error, Result};

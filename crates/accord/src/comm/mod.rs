@@ -37,10 +37,12 @@ mod group;
 mod hierarchy;
 mod host;
 mod p2p;
+mod probe;
 mod request;
 mod symmetric;
 
 pub use hierarchy::STRIPE_MIN_BYTES;
+pub use probe::MessageInfo;
 pub use request::{Completion, Request};
 
 /// Default deadline of every blocking call.

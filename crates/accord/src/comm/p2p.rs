@@ -101,7 +101,7 @@ impl Communicator {
     }
 
     /// Wait for `turn` (a `what` of `dtype x count`) until `deadline`.
-    fn await_turn(
+    pub(super) fn await_turn(
         &self,
         turn: &Turn,
         what: &str,
