@@ -77,6 +77,8 @@ struct State {
     /// Sources that went over the cap: their frames are dropped from then on.
     flooded: std::collections::HashSet<usize>,
     lost: HashMap<usize, String>,
+    /// Sources lost by saying goodbye (they closed their communicator), not by failing.
+    left: std::collections::HashSet<usize>,
     aborted: Option<(usize, String)>,
 }
 
@@ -298,6 +300,23 @@ impl Mailbox {
         st.lost.entry(src).or_insert_with(|| cause.into());
         drop(st);
         self.ready.notify_all();
+    }
+
+    /// `src` said goodbye: it closed its communicator (after its last call, if it was right
+    /// to). Waits on it fail as for [`Mailbox::peer_lost`]; [`Mailbox::left`] tells it apart
+    /// from a failure.
+    pub fn peer_left(&self, src: usize) {
+        let mut st = self.state.lock().unwrap();
+        if !st.lost.contains_key(&src) {
+            st.left.insert(src);
+        }
+        drop(st);
+        self.peer_lost(src, format!("rank {src} closed its communicator"));
+    }
+
+    /// Whether `src` was lost by saying goodbye ([`Mailbox::peer_left`]) rather than failing.
+    pub fn left(&self, src: usize) -> bool {
+        self.state.lock().unwrap().left.contains(&src)
     }
 
     /// `by` aborted the world; every wait fails from now on. The first abort wins.

@@ -471,7 +471,10 @@ impl ShmGroup {
     }
 
     /// Report aborts and lost connections of the side channel (the TCP transport's mailbox)
-    /// while waiting, so a failure anywhere ends every wait at once.
+    /// while waiting, so a failure anywhere ends every wait at once. A rank of another host
+    /// that said goodbye does not: having finished its calls, it closed its communicator while
+    /// this host still finishes the last one (a rank that leaves too early fails the steps that
+    /// wait for it, which report it, or this host's ranks' own waits).
     /// Also tell the side channel the local ranks' process ids, so that a timeout can see a
     /// stopped peer in `/proc`.
     pub fn watch_mailbox(&mut self, side: Arc<dyn Transport>, world: Vec<usize>) {
@@ -481,6 +484,7 @@ impl ShmGroup {
             }
         }
         self.side_transport = Some(side.clone());
+        let local = self.members.clone();
         self.side = Some(Arc::new(move || {
             let m = side.mailbox();
             if let Some((by, reason)) = m.aborted() {
@@ -488,7 +492,9 @@ impl ShmGroup {
             }
             for &r in &world {
                 if let Some(cause) = m.lost(r) {
-                    return Some(Error::PeerLost { rank: r, cause });
+                    if local.contains(&r) || !m.left(r) {
+                        return Some(Error::PeerLost { rank: r, cause });
+                    }
                 }
             }
             None

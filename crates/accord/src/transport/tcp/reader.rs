@@ -355,8 +355,7 @@ impl Inbound {
                     .abort(by, String::from_utf8_lossy(reason).into_owned());
             }
             FrameKind::Bye => {
-                self.mailbox
-                    .peer_lost(peer, format!("rank {peer} closed its communicator"));
+                self.mailbox.peer_left(peer);
                 return false;
             }
             FrameKind::Query => {
