@@ -12,7 +12,7 @@ Arrays are numpy arrays, torch tensors, CuPy arrays, or anything exporting ``__d
 ``__array_interface__``, ``__cuda_array_interface__`` or the buffer protocol; they must be
 C-contiguous, and outputs writable. A numpy scalar or a Python float/int counts as one element;
 where a call writes it, the result comes back as a new scalar (``total = comm.allreduce(x.sum())``).
-Every call releases the GIL; ``async_op=True`` returns a :class:`Request`.
+Every call that may wait releases the GIL; ``async_op=True`` returns a :class:`Request`.
 
 CUDA arrays run on NCCL: the first call with CUDA arrays attaches their device to the group (a
 collective: every rank makes that call together, each with its own device; one device per
@@ -149,7 +149,7 @@ def init(
     and a warning says so.
     """
     global _default
-    if _default is not None:
+    if _default is not None and not _default.closed:
         raise RuntimeError(
             "accord.init() was already called in this process: its world communicator is "
             "accord.default_group(); call accord.destroy() first to join another job"
@@ -163,8 +163,8 @@ def init(
 
 
 def is_initialized() -> bool:
-    """Whether :func:`init` has set a default group."""
-    return _default is not None
+    """Whether :func:`init` has set a default group (and it is not closed)."""
+    return _default is not None and not _default.closed
 
 
 def default_group() -> Communicator:

@@ -12,10 +12,9 @@ included.
 
 from __future__ import annotations
 
+import operator
 import pickle
 from typing import Any, List, Optional, Sequence
-
-import numpy as np
 
 __all__ = [
     "broadcast_object",
@@ -27,24 +26,37 @@ __all__ = [
 ]
 
 
-def _dumps(obj: Any) -> np.ndarray:
+def _np() -> Any:
+    # numpy only when objects are sent: `import accord` does not need it.
+    import numpy
+
+    return numpy
+
+
+def _dumps(obj: Any) -> Any:
     # A writable copy: the collectives write into the root's buffer in place.
+    np = _np()
     return np.frombuffer(bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)), np.uint8)
 
 
-def _loads(buf: np.ndarray) -> Any:
+def _loads(buf: Any) -> Any:
     return pickle.loads(memoryview(buf))
 
 
-def _split(data: np.ndarray, sizes: np.ndarray) -> List[Any]:
+def _split(data: Any, sizes: Any) -> List[Any]:
+    np = _np()
     ends = np.cumsum(sizes)
     return [_loads(data[e - s : e]) for s, e in zip(sizes.tolist(), ends.tolist())]
 
 
-def _root(comm: Any, root: int) -> int:
-    if not isinstance(root, int) or isinstance(root, bool) or not 0 <= root < comm.size:
+def _root(comm: Any, root: Any) -> int:
+    try:
+        r = operator.index(root)  # ints, numpy integers
+    except TypeError:
+        r = None
+    if r is None or isinstance(root, bool) or not 0 <= r < comm.size:
         raise ValueError(f"root must be a rank of this communicator (0..{comm.size - 1}), not {root!r}")
-    return root
+    return r
 
 
 def broadcast_object(comm: Any, obj: Any = None, root: int = 0) -> Any:
@@ -61,6 +73,7 @@ def broadcast_object(comm: Any, obj: Any = None, root: int = 0) -> Any:
         ValueError: ``root`` is not a rank of the communicator.
         accord.AccordError: as the array collectives do (timeouts, desyncs, lost peers).
     """
+    np = _np()
     root = _root(comm, root)
     me = comm.rank
     data = _dumps(obj) if me == root else None
@@ -79,6 +92,7 @@ def all_gather_object(comm: Any, obj: Any) -> List[Any]:
     Returns:
         A list of ``size`` unpickled objects, this rank's own included.
     """
+    np = _np()
     data = _dumps(obj)
     sizes = np.zeros(comm.size, np.int64)
     comm.allgather(np.array([data.size], np.int64), out=sizes)
@@ -93,6 +107,7 @@ def gather_object(comm: Any, obj: Any, root: int = 0) -> Optional[List[Any]]:
     Returns:
         On ``root`` a list of ``size`` unpickled objects; ``None`` elsewhere.
     """
+    np = _np()
     root = _root(comm, root)
     me = comm.rank
     data = _dumps(obj)
@@ -118,6 +133,7 @@ def scatter_object_list(comm: Any, objs: Optional[Sequence[Any]] = None, root: i
         ValueError: on ``root``, ``objs`` is missing or does not hold one object per rank (the
             other ranks then wait for the root's data until their deadline).
     """
+    np = _np()
     root = _root(comm, root)
     me, n = comm.rank, comm.size
     if me == root:
@@ -141,6 +157,7 @@ def send_object(comm: Any, obj: Any, dst: int, tag: int = 0) -> None:
     count and its bytes, which :func:`recv_object` with the same tag takes in that order. Two
     threads sending objects to the same rank with the same tag at once may interleave them: use
     a tag per thread."""
+    np = _np()
     data = _dumps(obj)
     comm.send(np.array([data.size], np.int64), dst, tag=tag)
     comm.send(data, dst, tag=tag)
@@ -152,6 +169,7 @@ def recv_object(comm: Any, src: int, tag: int = 0) -> Any:
     Returns:
         An unpickled copy of it.
     """
+    np = _np()
     size = np.zeros(1, np.int64)
     comm.recv(size, src, tag=tag)
     data = np.empty(int(size[0]), np.uint8)

@@ -147,3 +147,13 @@ def test_docstrings_say_args_returns_and_raises():
     for name in ["broadcast_object", "all_gather_object", "gather_object", "scatter_object_list",
                  "send_object", "recv_object", "close"]:
         assert getattr(accord.Communicator, name).__doc__, f"Communicator.{name}"
+
+
+def test_init_again_after_a_with_block():
+    with accord.init("tcp://127.0.0.1:0", rank=0, world_size=1, timeout=20) as c:
+        c.barrier()
+    assert c.closed and not accord.is_initialized()
+    c2 = accord.init("tcp://127.0.0.1:0", rank=0, world_size=1, timeout=20)
+    c2.barrier()
+    accord.destroy()
+    assert c2.closed

@@ -48,12 +48,19 @@ for dtype in DTYPES:
         comm.allgather(mine[me], out=g)
         check(f"allgather {dtype} x {count}", g, torch.cat(mine))
 
-# A parameter (a Tensor subclass that requires grad) is reduced in place like any tensor.
+# A parameter (a Tensor subclass) is reduced through its data; the tensor itself requires grad
+# and is refused (written behind autograd's back, its gradients would be wrong), as torch's own
+# DLPack export refuses it.
 p = torch.nn.Parameter(values(me, torch.float32, 5, salt=1))
 comm.allreduce(p.data, op="sum")
-with torch.no_grad():
+check("parameter sum", p.detach(), sum(values(r, torch.float32, 5, salt=1) for r in range(n)))
+try:
     comm.allreduce(p, op="sum")
-check("parameter sum", p.detach(), sum(values(r, torch.float32, 5, salt=1) for r in range(n)) * n)
+except (TypeError, ValueError) as e:
+    assert "grad" in str(e), e
+else:
+    print(f"FAIL rank {me}: a tensor that requires grad was written in place", flush=True)
+    sys.exit(1)
 
 # A lazily negated view (as the imaginary part of a conjugate is) holds its values negated only
 # in name: its memory holds them unnegated, and torch's DLPack export hands that memory over as

@@ -473,11 +473,14 @@ fn from_torch_cpu(obj: &Bound<'_, PyAny>) -> Option<HostArray> {
         v.is_truthy().ok()
     };
     let strided = loaded_attr(py, &STRIDED, "torch", "strided")?;
+    // A tensor that requires grad goes to the general path, which refuses it (DLPack does):
+    // written in place behind autograd's back, its gradients would be wrong.
     if !truthy(intern!(py, "is_cpu"), false)?
         || !obj
             .getattr(intern!(py, "layout"))
             .ok()?
             .is(strided.bind(py))
+        || truthy(intern!(py, "requires_grad"), false)?
         || !truthy(intern!(py, "is_contiguous"), true)?
         || truthy(intern!(py, "is_neg"), true)?
     {
@@ -495,11 +498,16 @@ fn from_torch_cpu(obj: &Bound<'_, PyAny>) -> Option<HostArray> {
         .ok()?
         .extract()
         .ok()?;
+    if ptr == 0 && count > 0 {
+        return None;
+    }
+    // The storage too: `t.data = other` or `t.set_(...)` during the call would free it.
+    let storage = obj.call_method0(intern!(py, "untyped_storage")).ok()?;
     Some(HostArray {
         ptr,
         len: count * dtype.size(),
         dtype,
-        _owner: Owner::Object(obj.clone().unbind()),
+        _owner: Owner::Objects(vec![obj.clone().unbind(), storage.unbind()]),
     })
 }
 

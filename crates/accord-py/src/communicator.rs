@@ -134,6 +134,12 @@ impl Communicator {
         py.allow_threads(|| self.inner.close())
     }
 
+    /// Whether `close` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
     fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
         slf
     }

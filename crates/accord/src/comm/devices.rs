@@ -113,6 +113,7 @@ impl Communicator {
     /// A barrier on a communicator whose ranks are GPUs: ordered on the device, waited for here.
     pub(super) fn device_barrier(&self) -> Result<()> {
         crate::gpu::not_in_group("a barrier of a communicator of several GPUs")?;
+        self.check_poison()?;
         let g = self.device_engine()?;
         g.barrier()?.wait()
     }

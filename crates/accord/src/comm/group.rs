@@ -116,6 +116,7 @@ impl Inner {
                 timeout: AtomicDuration::new(self.timeout.get()),
                 poison: Mutex::new(None),
                 poisoned: Default::default(),
+                closed: Default::default(),
                 cache: Mutex::new(HashMap::new()),
                 forced: Mutex::new(HashMap::new()),
                 explain: self.explain,

@@ -120,6 +120,8 @@ struct Inner {
     poison: Mutex<Option<Error>>,
     /// Whether `poison` holds an error: every call checks this, without taking the lock.
     poisoned: std::sync::atomic::AtomicBool,
+    /// `close` was called.
+    closed: std::sync::atomic::AtomicBool,
     /// Plans by (collective, element size): the algorithm choice depends on both.
     cache: Mutex<HashMap<(Collective, usize), Arc<Schedule>>>,
     /// `ACCORD_EXPLAIN=1`: say which engine and algorithm run each operation.
@@ -174,6 +176,7 @@ impl Communicator {
                 timeout: AtomicDuration::new(timeout_from_env()),
                 poison: Mutex::new(None),
                 poisoned: Default::default(),
+                closed: Default::default(),
                 cache: Mutex::new(HashMap::new()),
                 forced: Mutex::new(HashMap::new()),
                 explain: crate::config::get().explain,
@@ -303,6 +306,7 @@ impl Communicator {
     /// Memory, threads and GPU resources go when the last handle is dropped. Closing again
     /// does nothing more.
     pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
         self.poison_with(Error::InvalidArgument(format!(
             "communicator {} was closed on this rank",
             self.name()
@@ -310,6 +314,12 @@ impl Communicator {
         if self.inner.id == 1 {
             self.inner.transport.shutdown();
         }
+    }
+
+    /// Whether [`Communicator::close`] was called (on this handle or another of the same
+    /// communicator).
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
     }
 
     /// Use `algo` for every later `kind` operation on this communicator (`None`: let the tuner

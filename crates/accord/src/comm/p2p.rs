@@ -18,6 +18,7 @@ impl Communicator {
             SendData::Device(d, stream) => {
                 self.check_rank("destination", peer)?;
                 no_device_tag(tag)?;
+                self.check_poison()?;
                 Ok(Completion::device(
                     self.device_engine()?.send(d, peer, stream)?,
                 ))
@@ -38,6 +39,7 @@ impl Communicator {
             RecvData::Device(d, stream) => {
                 self.check_rank("source", peer)?;
                 no_device_tag(tag)?;
+                self.check_poison()?;
                 Ok(Completion::device(
                     self.device_engine()?.recv(d, peer, stream)?,
                 ))
@@ -61,6 +63,7 @@ impl Communicator {
                 self.check_rank("destination", dest)?;
                 self.check_rank("source", source)?;
                 no_device_tag(tag)?;
+                self.check_poison()?;
                 let g = self.device_engine()?;
                 Ok(Completion::device(g.sendrecv(s, dest, r, source, stream)?))
             }
