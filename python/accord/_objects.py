@@ -131,22 +131,30 @@ def scatter_object_list(comm: Any, objs: Optional[Sequence[Any]] = None, root: i
 
     Raises:
         ValueError: on ``root``, ``objs`` is missing or does not hold one object per rank (the
-            other ranks then wait for the root's data until their deadline).
+            other ranks raise too).
     """
     np = _np()
     root = _root(comm, root)
     me, n = comm.rank, comm.size
+    bad = None
     if me == root:
         if objs is None or len(objs) != n:
             got = "None" if objs is None else f"{len(objs)} objects"
-            raise ValueError(f"scatter_object_list: root needs one object per rank ({n}), got {got}")
-        parts = [_dumps(o) for o in objs]
-        sizes = np.array([p.size for p in parts], np.int64)
-        data = np.concatenate(parts)
+            bad = f"scatter_object_list: root {root} needs one object per rank ({n}), got {got}"
+            sizes, data = np.full(n, -1, np.int64), None
+        else:
+            parts = [_dumps(o) for o in objs]
+            sizes = np.array([p.size for p in parts], np.int64)
+            data = np.concatenate(parts)
     else:
         sizes, data = np.zeros(n, np.int64), None
-    # Every rank learns every count: scatterv's counts are the same on all ranks.
+    # Every rank learns every count (scatterv's counts are the same on all ranks), or that the
+    # root had no valid list: then every rank raises, none waits.
     comm.broadcast(sizes, root=root)
+    if bad is not None:
+        raise ValueError(bad)
+    if (sizes < 0).any():
+        raise ValueError(f"scatter_object_list: root {root} did not pass one object per rank ({n})")
     out = np.empty(int(sizes[me]), np.uint8)
     comm.scatterv(data, out, counts=sizes.tolist(), root=root)
     return _loads(out)
