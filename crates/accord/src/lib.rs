@@ -93,9 +93,11 @@
 //! | device engine | NCCL | every collective and message on GPU memory |
 //!
 //! Point-to-point messages with one (peer, tag) keep their order ([`Turn`]), also between
-//! threads and nonblocking calls. [`Communicator::spawn`] runs any operation in the background
+//! threads and nonblocking calls; [`Communicator::probe`] says what the next one holds before
+//! it is received. [`Communicator::spawn`] runs any operation in the background
 //! in the place in the communicator's order it took when spawned; [`Communicator::split`] and
-//! [`Communicator::subgroup`] make sub-communicators.
+//! [`Communicator::subgroup`] make sub-communicators; [`Communicator::close`] ends one (the
+//! world's closes its connections, and peers waiting for it are told).
 //!
 //! ## The GPU path
 //!
