@@ -2,6 +2,7 @@
 type, or a Request with async_op=True (checked with mypy on a snippet)."""
 
 import os
+import site
 import subprocess
 import sys
 import textwrap
@@ -29,13 +30,18 @@ def test_stubs_type_the_results(tmp_path):
     pytest.importorskip("mypy", reason="mypy not installed (pip install mypy)")
     f = tmp_path / "snippet.py"
     f.write_text(SNIPPET)
-    stubs = os.path.dirname(os.path.dirname(__import__("accord").__file__))
+    # mypy finds an installed accord (it ships py.typed) in this Python's site-packages by
+    # itself, and refuses them on MYPYPATH; a copy elsewhere (PYTHONPATH) is pointed to.
+    where = os.path.dirname(os.path.dirname(__import__("accord").__file__))
+    env = dict(os.environ)
+    if os.path.realpath(where) not in {os.path.realpath(d) for d in site.getsitepackages()}:
+        env["MYPYPATH"] = where
     p = subprocess.run(
         [sys.executable, "-m", "mypy", "--no-incremental", "--ignore-missing-imports", str(f)],
         capture_output=True,
         text=True,
         timeout=300,
-        env=dict(os.environ, MYPYPATH=stubs),
+        env=env,
     )
     revealed = [line.split("Revealed type is ")[1].strip('"') for line in p.stdout.splitlines() if "Revealed type" in line]
     assert len(revealed) == 7, p.stdout + p.stderr
