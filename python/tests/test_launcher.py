@@ -3,6 +3,12 @@
 import pytest
 
 
+def all_ranks_pass(p, marker, n):
+    """Every one of the `n` ranks exited 0 and printed `marker`."""
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count(marker) == n, p.stdout + p.stderr
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
 def test_all_operations(run_ranks, n):
     p = run_ranks(n, "worker_ops.py")
@@ -33,31 +39,23 @@ def test_cli_help():
 @pytest.mark.parametrize("n", [2, 3])
 def test_immutable_scalars(run_ranks, n):
     """numpy scalars and Python numbers: results come back as new scalars, never dropped."""
-    p = run_ranks(n, "worker_scalars.py")
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.count("SCALARS-OK") == n, p.stdout + p.stderr
+    all_ranks_pass(run_ranks(n, "worker_scalars.py"), "SCALARS-OK", n)
 
 
 @pytest.mark.parametrize("n", [1, 3])
 def test_torch_cpu_tensors(run_ranks, n):
     """CPU tensors of every dtype through the collectives, checked against a reference."""
     pytest.importorskip("torch", reason="torch not installed")
-    p = run_ranks(n, "worker_torch.py")
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.count("TORCH-OK") == n, p.stdout + p.stderr
+    all_ranks_pass(run_ranks(n, "worker_torch.py"), "TORCH-OK", n)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_object_collectives(run_ranks, n):
     """Pickled objects of every shape through every object call, checked on every rank."""
-    p = run_ranks(n, "worker_objects.py")
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.count("OBJECTS-OK") == n, p.stdout + p.stderr
+    all_ranks_pass(run_ranks(n, "worker_objects.py"), "OBJECTS-OK", n)
 
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_init_twice_and_destroy(run_ranks, n):
     """A second init() is refused here; destroy() closes the world and the peers are told."""
-    p = run_ranks(n, "worker_lifetime.py")
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.count("LIFETIME-OK") == n, p.stdout + p.stderr
+    all_ranks_pass(run_ranks(n, "worker_lifetime.py"), "LIFETIME-OK", n)

@@ -64,24 +64,10 @@ impl Communicator {
                     op: ReduceOp::Sum,
                     timeout: self.timeout(),
                 });
-                let e = match routed.wait_error(e, vec![peer]) {
-                    Error::Timeout {
-                        seq,
-                        comm,
-                        waiting_for,
-                        after,
-                        hint,
-                        ..
-                    } => Error::Timeout {
-                        op: format!("probe(tag {tag})"),
-                        seq,
-                        comm,
-                        waiting_for,
-                        after,
-                        hint,
-                    },
-                    e => e,
-                };
+                let mut e = routed.wait_error(e, vec![peer]);
+                if let Error::Timeout { op, .. } = &mut e {
+                    *op = format!("probe(tag {tag})");
+                }
                 return Err(self.fail(e));
             }
         };
