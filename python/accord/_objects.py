@@ -49,6 +49,14 @@ def _split(data: Any, sizes: Any) -> List[Any]:
     return [_loads(data[e - s : e]) for s, e in zip(sizes.tolist(), ends.tolist())]
 
 
+def _all_sizes(comm: Any, data: Any) -> Any:
+    """Every rank's byte count, on every rank (the v-operations need the same counts on all)."""
+    np = _np()
+    sizes = np.zeros(comm.size, np.int64)
+    comm.allgather(np.array([data.size], np.int64), out=sizes)
+    return sizes
+
+
 def _root(comm: Any, root: Any) -> int:
     try:
         r = operator.index(root)  # ints, numpy integers
@@ -94,8 +102,7 @@ def all_gather_object(comm: Any, obj: Any) -> List[Any]:
     """
     np = _np()
     data = _dumps(obj)
-    sizes = np.zeros(comm.size, np.int64)
-    comm.allgather(np.array([data.size], np.int64), out=sizes)
+    sizes = _all_sizes(comm, data)
     out = np.empty(int(sizes.sum()), np.uint8)
     comm.allgatherv(data, out, counts=sizes.tolist())
     return _split(out, sizes)
@@ -111,9 +118,7 @@ def gather_object(comm: Any, obj: Any, root: int = 0) -> Optional[List[Any]]:
     root = _root(comm, root)
     me = comm.rank
     data = _dumps(obj)
-    # Every rank learns every count: gatherv's counts are the same on all ranks.
-    sizes = np.zeros(comm.size, np.int64)
-    comm.allgather(np.array([data.size], np.int64), out=sizes)
+    sizes = _all_sizes(comm, data)
     out = np.empty(int(sizes.sum()), np.uint8) if me == root else None
     comm.gatherv(data, out=out, counts=sizes.tolist(), root=root)
     return _split(out, sizes) if me == root else None

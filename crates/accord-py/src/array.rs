@@ -444,21 +444,10 @@ fn from_torch_cpu(obj: &Bound<'_, PyAny>) -> Option<HostArray> {
         None => {
             // Loaded already: `torch.Tensor` was found.
             let torch = py.import("torch").ok()?;
-            let table = [
-                ("float32", DataType::F32),
-                ("float64", DataType::F64),
-                ("float16", DataType::F16),
-                ("bfloat16", DataType::BF16),
-                ("int8", DataType::I8),
-                ("int32", DataType::I32),
-                ("int64", DataType::I64),
-                ("uint8", DataType::U8),
-                ("uint32", DataType::U32),
-                ("uint64", DataType::U64),
-            ];
-            let found = table
+            // torch names its dtypes as numpy does.
+            let found = DataType::ALL
                 .iter()
-                .filter_map(|(n, d)| Some((torch.getattr(*n).ok()?.unbind(), *d)))
+                .filter_map(|&d| Some((torch.getattr(numpy_name(d)).ok()?.unbind(), d)))
                 .collect();
             let _ = DTYPES.set(py, found);
             DTYPES.get(py)?

@@ -103,6 +103,20 @@ impl Communicator {
         }
     }
 
+    /// A point-to-point message's call on this communicator: its lane and fingerprint.
+    pub(super) fn p2p_call(&self, dtype: DataType, count: usize, tag: u32) -> crate::op::Call<'_> {
+        let env = self.p2p_envelope(dtype, count, tag);
+        crate::op::Call {
+            comm_id: env.comm,
+            comm_name: &self.inner.name,
+            seq: env.seq,
+            fp: env.fp,
+            dtype,
+            op: ReduceOp::Sum,
+            timeout: self.timeout(),
+        }
+    }
+
     /// Wait for `turn` (a `what` of `dtype x count`) until `deadline`.
     pub(super) fn await_turn(
         &self,
@@ -189,16 +203,7 @@ impl Communicator {
         self.check_poison()?;
         let (peer, tag) = (turn.peer(), turn.tag());
         let count = elements("receive buffer", buf.len(), dtype)?;
-        let env = self.p2p_envelope(dtype, count, tag);
-        let routed = self.routed(crate::op::Call {
-            comm_id: self.inner.id,
-            comm_name: &self.inner.name,
-            seq: env.seq,
-            fp: env.fp,
-            dtype,
-            op: ReduceOp::Sum,
-            timeout: self.timeout(),
-        });
+        let routed = self.routed(self.p2p_call(dtype, count, tag));
         let deadline = Instant::now() + self.timeout();
         self.await_turn(&turn, "recv", dtype, count, deadline)?;
         exec::receive(&routed, peer, buf.as_mut_ptr(), buf.len(), false, deadline, || vec![peer])

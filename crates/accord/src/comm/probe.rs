@@ -41,30 +41,17 @@ impl Communicator {
             return Ok(None);
         }
         self.await_turn(&turn, "probe", DataType::U8, 0, deadline)?;
-        let env = Envelope {
-            comm: self.inner.id,
-            seq: P2P_LANE | tag as u64,
-            fp: Fingerprint::new(OpKind::P2p, DataType::U8, 0),
-        };
+        let call = self.p2p_call(DataType::U8, 0, tag);
         let src = self.inner.ranks[peer];
         let mailbox = self.inner.transport.mailbox();
-        if !wait && !mailbox.has_frames(src, env.comm, env.seq) {
+        if !wait && !mailbox.has_frames(src, call.comm_id, call.seq) {
             return Ok(None);
         }
         // Point-to-point lanes match frames by key alone: any message's first frame comes.
-        let frame = match mailbox.take(src, env.comm, env.seq, &env.fp, deadline, 0) {
+        let frame = match mailbox.take(src, call.comm_id, call.seq, &call.fp, deadline, 0) {
             Ok(f) => f,
             Err(e) => {
-                let routed = self.routed(crate::op::Call {
-                    comm_id: self.inner.id,
-                    comm_name: &self.inner.name,
-                    seq: env.seq,
-                    fp: env.fp,
-                    dtype: DataType::U8,
-                    op: ReduceOp::Sum,
-                    timeout: self.timeout(),
-                });
-                let mut e = routed.wait_error(e, vec![peer]);
+                let mut e = self.routed(call).wait_error(e, vec![peer]);
                 if let Error::Timeout { op, .. } = &mut e {
                     *op = format!("probe(tag {tag})");
                 }

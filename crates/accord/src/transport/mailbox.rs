@@ -307,11 +307,13 @@ impl Mailbox {
     /// from a failure.
     pub fn peer_left(&self, src: usize) {
         let mut st = self.state.lock().unwrap();
-        if !st.lost.contains_key(&src) {
+        // One step: a failure reported meanwhile must not be taken for the goodbye.
+        if let std::collections::hash_map::Entry::Vacant(e) = st.lost.entry(src) {
+            e.insert(format!("rank {src} closed its communicator"));
             st.left.insert(src);
         }
         drop(st);
-        self.peer_lost(src, format!("rank {src} closed its communicator"));
+        self.ready.notify_all();
     }
 
     /// Whether `src` was lost by saying goodbye ([`Mailbox::peer_left`]) rather than failing.

@@ -606,12 +606,6 @@ impl TcpTransport {
         &self.published
     }
 
-    /// Say goodbye to every peer and close every connection; waits (briefly) for the peers to
-    /// acknowledge and for the reader threads to end. Called by `Drop`; later sends fail.
-    pub fn shutdown(&self) {
-        self.close(true);
-    }
-
     /// Simulate this process's death: close every connection abruptly, without a goodbye.
     #[doc(hidden)]
     pub fn kill_for_test(&self) {
@@ -798,6 +792,8 @@ impl Transport for TcpTransport {
         self.mailbox.abort(by, reason);
     }
 
+    /// Say goodbye to every peer and close every connection; waits (briefly) for the peers to
+    /// acknowledge and for the reader threads to end. `Drop` does it too; later sends fail.
     fn shutdown(&self) {
         self.close(true);
     }
