@@ -10,7 +10,10 @@ A thin layer over the Rust core (``accord._native``)::
 
 Arrays are numpy arrays, torch tensors, CuPy arrays, or anything exporting ``__dlpack__``,
 ``__array_interface__``, ``__cuda_array_interface__`` or the buffer protocol; they must be
-C-contiguous, and outputs writable. A numpy scalar or a Python float/int counts as one element;
+C-contiguous, and outputs writable. Every numeric numpy dtype is supported (bool, int8-int64,
+uint8-uint64, float16, bfloat16, float32, float64, complex64, complex128): bools reduce as logic
+(sum and max are *or*, prod and min *and*), complex numbers sum, multiply and average. Other
+fixed-size dtypes move as raw bytes through ``arr.view(numpy.uint8)``. A numpy scalar or a Python float/int counts as one element;
 where a call writes it, the result comes back as a new scalar (``total = comm.allreduce(x.sum())``).
 Every call that may wait releases the GIL; ``async_op=True`` returns a :class:`Request`.
 
@@ -219,6 +222,8 @@ iprobe = _forward("iprobe")
 barrier = _forward("barrier")
 broadcast = _forward("broadcast")
 allreduce = _forward("allreduce")
+scan = _forward("scan")
+exscan = _forward("exscan")
 reduce = _forward("reduce")
 allgather = _forward("allgather")
 allgatherv = _forward("allgatherv")
@@ -267,6 +272,7 @@ __all__ = [
     "broadcast_object",
     "default_group",
     "destroy",
+    "exscan",
     "gather",
     "gather_object",
     "gatherv",
@@ -282,6 +288,7 @@ __all__ = [
     "reduce",
     "reduce_scatter",
     "reduce_scatterv",
+    "scan",
     "scatter",
     "scatter_object_list",
     "scatterv",

@@ -20,32 +20,45 @@ except ImportError:
 
 comm = accord.init(timeout=60)
 n, me = comm.size, comm.rank
-DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int32, np.int64, np.uint8, np.uint32, np.uint64]
+DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int32, np.int64, np.uint8, np.uint32, np.uint64,
+          np.bool_, np.int16, np.uint16, np.complex64, np.complex128]
 DTYPES = [np.dtype(d) for d in DTYPES] + ([BF16] if BF16 is not None else [])
 COUNT = 7  # elements per rank: odd, to exercise uneven chunking
 
 
 def data(rank, dtype, count=COUNT, salt=0):
     rng = np.random.default_rng(1000 * rank + 17 * salt + count)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, size=count).astype(dtype)
     lo = 0 if dtype.kind == "u" else -2
+    if dtype.kind == "c":
+        return (rng.integers(lo, 4, size=count) + 1j * rng.integers(lo, 4, size=count)).astype(dtype)
     return rng.integers(lo, 4, size=count).astype(dtype)
 
 
 def is_float(d):
-    return d.kind == "f" or d == BF16
+    return d.kind in "fc" or d == BF16
 
 
 def check(name, got, want, dtype):
-    g = np.asarray(got).astype(np.float64)
-    w = np.asarray(want).astype(np.float64)
+    wide = np.complex128 if dtype.kind == "c" else np.float64
+    g = np.asarray(got).astype(wide)
+    w = np.asarray(want).astype(wide)
     tol = 0.05 * np.maximum(1, np.abs(w)) if is_float(dtype) else 0
     if g.shape != w.shape or not np.all(np.abs(g - w) <= tol):
         print(f"FAIL rank {me} {name} {dtype}: got {g} want {w}", flush=True)
         sys.exit(1)
 
 
+LOGIC = {"sum": np.logical_or, "max": np.logical_or, "bor": np.logical_or, "prod": np.logical_and,
+         "min": np.logical_and, "band": np.logical_and, "bxor": np.logical_xor}
+
+
 def ref_reduce(op, arrays, dtype):
-    a = np.stack([x.astype(np.float64) if is_float(dtype) else x for x in arrays])
+    if dtype.kind == "b":
+        return LOGIC[op].reduce(np.stack(arrays), 0)
+    wide = np.complex128 if dtype.kind == "c" else np.float64
+    a = np.stack([x.astype(wide) if is_float(dtype) else x for x in arrays])
     if op == "sum":
         r = a.sum(0)
     elif op == "prod":
@@ -68,7 +81,8 @@ def ref_reduce(op, arrays, dtype):
 for dt in DTYPES:
     mine = data(me, dt)
     alls = [data(r, dt) for r in range(n)]
-    ops = ["sum", "prod", "min", "max"] + (["avg"] if is_float(dt) else ["band", "bor", "bxor"])
+    ops = ["sum", "prod"] + (["min", "max"] if dt.kind != "c" else [])
+    ops += ["avg"] if is_float(dt) else ["band", "bor", "bxor"]
     for op in ops:
         # allreduce in place: the same array object and memory, changed.
         x = mine.copy()
@@ -94,6 +108,17 @@ for dt in DTYPES:
         out = np.zeros(COUNT, dt)
         comm.reduce_scatter(big[me], out, op=op)
         check(f"reduce_scatter {op}", out, ref_reduce(op, big, dt)[me * COUNT:(me + 1) * COUNT], dt)
+        if op != "avg":
+            # Prefix reductions: ranks 0..me (scan) or 0..me-1 (exscan; rank 0's output untouched).
+            x = mine.copy()
+            assert comm.scan(x, op=op) is x
+            check(f"scan {op} in place", x, ref_reduce(op, alls[:me + 1], dt), dt)
+            out = np.zeros_like(mine)
+            comm.exscan(mine, op=op, out=out)
+            check(f"exscan {op}", out, ref_reduce(op, alls[:me], dt) if me else np.zeros_like(mine), dt)
+            x = mine.copy()
+            accord.exscan(x, op=op, group=comm)
+            check(f"exscan {op} in place", x, ref_reduce(op, alls[:me], dt) if me else mine, dt)
     # reduce_scatterv: rank r gets r+1 elements
     counts = [r + 1 for r in range(n)]
     big = [data(r, dt, sum(counts), 2) for r in range(n)]

@@ -16,13 +16,16 @@ import accord
 comm = accord.init(timeout=60)
 n, me = comm.size, comm.rank
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int32,
-          torch.int64, torch.uint8]
+          torch.int64, torch.uint8, torch.bool, torch.int16, torch.complex64, torch.complex128]
 
 
 def values(rank, dtype, count, salt=0):
     g = torch.Generator().manual_seed(104729 * rank + 31 * salt + count)
-    lo = 0 if dtype == torch.uint8 else -3
-    return torch.randint(lo, 4, (count,), generator=g).to(dtype)
+    lo = 0 if dtype in (torch.uint8, torch.bool) else -3
+    x = torch.randint(lo, 4 if dtype != torch.bool else 2, (count,), generator=g)
+    if dtype.is_complex:
+        return torch.complex(x.double(), torch.randint(-3, 4, (count,), generator=g).double()).to(dtype)
+    return x.to(dtype)
 
 
 def check(what, got, want):
@@ -34,13 +37,16 @@ def check(what, got, want):
 for dtype in DTYPES:
     for count in (0, 1, 7, 1031):
         mine = [values(r, dtype, count) for r in range(n)]
-        want = torch.stack(mine).amax(0) if count else mine[me].clone()
+        # Complex numbers have no order: they are summed instead (exactly: small integers).
+        op = "sum" if dtype.is_complex else "max"
+        stacked = torch.stack(mine)
+        want = (stacked.sum(0) if dtype.is_complex else stacked.amax(0)) if count else mine[me].clone()
         x = mine[me].clone()
-        assert comm.allreduce(x, op="max") is x
-        check(f"allreduce max {dtype} x {count}", x, want)
+        assert comm.allreduce(x, op=op) is x
+        check(f"allreduce {op} {dtype} x {count}", x, want)
         out = torch.zeros_like(x)
-        assert comm.allreduce(mine[me], op="max", out=out) is out
-        check(f"allreduce max out of place {dtype} x {count}", out, want)
+        assert comm.allreduce(mine[me], op=op, out=out) is out
+        check(f"allreduce {op} out of place {dtype} x {count}", out, want)
         b = mine[me].clone()
         comm.broadcast(b, root=n - 1)
         check(f"broadcast {dtype} x {count}", b, mine[n - 1])
@@ -76,6 +82,19 @@ except ValueError as e:
     assert "lazily negated" in str(e), e
 else:
     print(f"FAIL rank {me}: a negated view was written in place", flush=True)
+    sys.exit(1)
+
+# A lazily conjugated complex tensor likewise: resolved as input, refused as output.
+z = values(me, torch.complex64, 4, salt=4)
+out = torch.zeros_like(z)
+comm.allreduce(z.conj(), op="sum", out=out)
+check("conjugated view", out, sum(values(r, torch.complex64, 4, salt=4) for r in range(n)).conj())
+try:
+    comm.allreduce(z.conj(), op="sum")
+except (TypeError, ValueError) as e:
+    assert "lazily conjugated" in str(e), e
+else:
+    print(f"FAIL rank {me}: a conjugated view was written in place", flush=True)
     sys.exit(1)
 
 # Not contiguous and sparse tensors are refused, the first naming the problem.

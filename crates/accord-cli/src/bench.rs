@@ -15,6 +15,7 @@ pub const OPS: &[&str] = &[
     "scatter",
     "reduce_scatter",
     "alltoall",
+    "scan",
     "sendrecv",
     "barrier",
     "copy",
@@ -174,6 +175,7 @@ fn run_once<T: Num>(comm: &Communicator, op: &str, c: &mut Case<T>) -> Result<()
         "scatter" => comm.scatter(&c.send, &mut c.recv, 0),
         "reduce_scatter" => comm.reduce_scatter(&c.send, &mut c.recv, ReduceOp::Sum),
         "alltoall" => comm.all_to_all(&c.send, &mut c.recv),
+        "scan" => comm.scan((&c.send, &mut c.recv), ReduceOp::Sum),
         "sendrecv" => comm.sendrecv(&c.send, (me + 1) % n, &mut c.recv, (me + n - 1) % n, 7),
         "barrier" => return comm.barrier(),
         // No communication: every rank copies its own buffer at once with the collectives'
@@ -263,6 +265,9 @@ fn check<T: Num>(op: &str, n: usize, me: usize, c: &Case<T>) -> u64 {
         }
         "alltoall" => count_wrong(&c.recv, |j| a2a(j / block.max(1), me, j % block.max(1))),
         "sendrecv" => count_wrong(&c.recv, |i| val((me + n - 1) % n, i)),
+        "scan" => count_wrong(&c.recv, |i| {
+            T::of(((me + 1) * (me + 2) / 2 * (i % 7 + 1)) as i64)
+        }),
         "copy" => count_wrong(&c.recv, |i| val(me, i)),
         _ => 0,
     }
@@ -375,6 +380,10 @@ pub(crate) fn collective_of(op: &str, n: usize, count: usize) -> Option<Collecti
             recv_counts: vec![block; n],
         },
         "barrier" => Collective::Barrier,
+        "scan" => Collective::Scan {
+            count,
+            exclusive: false,
+        },
         _ => return None,
     })
 }

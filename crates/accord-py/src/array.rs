@@ -170,6 +170,11 @@ fn dtype_from_dlpack(t: DLDataType) -> Option<DataType> {
         (2, 32) => DataType::F32,
         (2, 64) => DataType::F64,
         (4, 16) => DataType::BF16,
+        (0, 16) => DataType::I16,
+        (1, 16) => DataType::U16,
+        (5, 64) => DataType::C64,
+        (5, 128) => DataType::C128,
+        (6, 8) => DataType::Bool,
         _ => return None,
     })
 }
@@ -192,6 +197,12 @@ fn dtype_from_typestr(s: &str, name: Option<&str>) -> Option<DataType> {
         "l" if std::mem::size_of::<std::ffi::c_long>() == 8 => DataType::I64,
         "L" if std::mem::size_of::<std::ffi::c_long>() == 8 => DataType::U64,
         "V2" if name == Some("bfloat16") => DataType::BF16,
+        "b1" | "?" => DataType::Bool,
+        "i2" | "h" => DataType::I16,
+        "u2" | "H" => DataType::U16,
+        // Array interfaces say `c8`; buffer formats `Zf` (PEP 3118).
+        "c8" | "Zf" => DataType::C64,
+        "c16" | "Zd" => DataType::C128,
         _ => return None,
     })
 }
@@ -214,8 +225,8 @@ fn dlpack_dtype_name(t: DLDataType) -> String {
     }
 }
 
-const DTYPES: &str =
-    "float16, bfloat16, float32, float64, int8, int32, int64, uint8, uint32, uint64";
+const DTYPES: &str = "bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, \
+     bfloat16, float32, float64, complex64, complex128";
 
 /// The numpy name of an element type.
 pub(crate) fn numpy_name(d: DataType) -> &'static str {
@@ -230,12 +241,18 @@ pub(crate) fn numpy_name(d: DataType) -> &'static str {
         DataType::U8 => "uint8",
         DataType::U32 => "uint32",
         DataType::U64 => "uint64",
+        DataType::Bool => "bool",
+        DataType::I16 => "int16",
+        DataType::U16 => "uint16",
+        DataType::C64 => "complex64",
+        DataType::C128 => "complex128",
     }
 }
 
 fn unsupported_dtype(what: &str, desc: &str) -> PyErr {
     PyTypeError::new_err(format!(
-        "{what} has dtype {desc}, which accord cannot communicate; supported: {DTYPES}"
+        "{what} has dtype {desc}, which accord cannot communicate; supported: {DTYPES} (other \
+         fixed-size dtypes can move as raw bytes: pass arr.view(numpy.uint8) on every rank)"
     ))
 }
 
@@ -472,6 +489,7 @@ fn from_torch_cpu(obj: &Bound<'_, PyAny>) -> Option<HostArray> {
         || truthy(intern!(py, "requires_grad"), false)?
         || !truthy(intern!(py, "is_contiguous"), true)?
         || truthy(intern!(py, "is_neg"), true)?
+        || truthy(intern!(py, "is_conj"), true)?
     {
         return None;
     }

@@ -36,6 +36,73 @@ pub(crate) fn rank_arg(v: i64, what: &str) -> PyResult<usize> {
     })
 }
 
+/// The reductions of one array per rank into one array per rank, in place or not.
+#[derive(Clone, Copy)]
+enum Elementwise {
+    AllReduce,
+    Scan,
+    ExScan,
+}
+
+impl Elementwise {
+    fn name(self) -> &'static str {
+        match self {
+            Elementwise::AllReduce => "allreduce",
+            Elementwise::Scan => "scan",
+            Elementwise::ExScan => "exscan",
+        }
+    }
+
+    fn call<'a>(
+        self,
+        c: &CoreComm,
+        io: (Option<accord::SendBuf<'a>>, accord::RecvBuf<'a>),
+        op: ReduceOp,
+    ) -> accord::Result<accord::Completion> {
+        match (self, io) {
+            (Elementwise::AllReduce, (None, r)) => c.all_reduce(r, op),
+            (Elementwise::AllReduce, (Some(s), r)) => c.all_reduce((s, r), op),
+            (Elementwise::Scan, (None, r)) => c.scan(r, op),
+            (Elementwise::Scan, (Some(s), r)) => c.scan((s, r), op),
+            (Elementwise::ExScan, (None, r)) => c.exscan(r, op),
+            (Elementwise::ExScan, (Some(s), r)) => c.exscan((s, r), op),
+        }
+    }
+}
+
+impl Communicator {
+    /// `allreduce`, `scan` or `exscan` of `arr` into `out` (into `arr` when `out` is None).
+    fn elementwise(
+        &self,
+        py: Python<'_>,
+        what: Elementwise,
+        arr: &Bound<'_, PyAny>,
+        op: Option<&Bound<'_, PyAny>>,
+        out: Option<&Bound<'_, PyAny>>,
+        async_op: bool,
+    ) -> PyResult<PyObject> {
+        let op = reduce_op(op)?;
+        let Some(out) = out.filter(|o| !o.is(arr)) else {
+            let arr = Arg::new(arr, "arr")?;
+            let a = buf(&arr.obj, "arr", true)?;
+            return self.run(
+                py,
+                Call::one(what.name(), async_op, a, &arr),
+                Box::new(move |c, b| unsafe { what.call(c, (None, b[0].recv()), op) }.map(Some)),
+            );
+        };
+        let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
+        let bufs = pair(&arr, &out, what.name())?;
+        self.run(
+            py,
+            Call::two(what.name(), async_op, bufs, [&arr, &out]),
+            Box::new(move |c, b| {
+                unsafe { what.call(c, (Some(b[0].send()), b[1].recv()), op) }.map(Some)
+            }),
+        )
+    }
+}
+
 pub(crate) fn reduce_op(op: Option<&Bound<'_, PyAny>>) -> PyResult<ReduceOp> {
     let Some(op) = op else {
         return Ok(ReduceOp::Sum);
@@ -437,23 +504,61 @@ impl Communicator {
         out: Option<&Bound<'_, PyAny>>,
         async_op: bool,
     ) -> PyResult<PyObject> {
-        let op = reduce_op(op)?;
-        let Some(out) = out.filter(|o| !o.is(arr)) else {
-            let arr = Arg::new(arr, "arr")?;
-            let a = buf(&arr.obj, "arr", true)?;
-            return self.run(
-                py,
-                Call::one("allreduce", async_op, a, &arr),
-                Box::new(move |c, b| unsafe { c.all_reduce(b[0].recv(), op) }.map(Some)),
-            );
-        };
-        let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
-        let bufs = pair(&arr, &out, "allreduce")?;
-        self.run(
-            py,
-            Call::two("allreduce", async_op, bufs, [&arr, &out]),
-            Box::new(move |c, b| unsafe { c.all_reduce((b[0].send(), b[1].recv()), op) }.map(Some)),
-        )
+        self.elementwise(py, Elementwise::AllReduce, arr, op, out, async_op)
+    }
+
+    /// Prefix reduction (MPI's `Scan`): rank r gets the reduction of the arrays of ranks
+    /// 0..r, both included. Returns the array holding the result, as `allreduce` does.
+    ///
+    /// Args:
+    ///     arr: this rank's contribution.
+    ///     op: as for `allreduce`, except `avg` (each rank's prefix has its own length).
+    ///     out: where the result goes (default: `arr`, in place).
+    ///     async_op: return a `Request` at once instead of waiting (see `Request.wait`).
+    ///
+    /// Returns:
+    ///     the array holding the result (a new scalar for a scalar; a `Request` with `async_op`).
+    ///
+    /// Raises:
+    ///     accord.TimeoutError, accord.DesyncError, accord.PeerLostError: as for `allreduce`.
+    ///     TypeError, ValueError: as for `allreduce`; `op="avg"`.
+    #[pyo3(signature = (arr, op=None, out=None, async_op=false))]
+    fn scan(
+        &self,
+        py: Python<'_>,
+        arr: &Bound<'_, PyAny>,
+        op: Option<&Bound<'_, PyAny>>,
+        out: Option<&Bound<'_, PyAny>>,
+        async_op: bool,
+    ) -> PyResult<PyObject> {
+        self.elementwise(py, Elementwise::Scan, arr, op, out, async_op)
+    }
+
+    /// Exclusive prefix reduction (MPI's `Exscan`): rank r gets the reduction of the arrays of
+    /// ranks 0..r-1. Rank 0 has no such prefix: its result array is left as it was (`arr`
+    /// itself, in place).
+    ///
+    /// Args:
+    ///     arr: this rank's contribution.
+    ///     op: as for `scan`.
+    ///     out: where the result goes (default: `arr`, in place).
+    ///     async_op: return a `Request` at once instead of waiting (see `Request.wait`).
+    ///
+    /// Returns:
+    ///     the array holding the result (a new scalar for a scalar; a `Request` with `async_op`).
+    ///
+    /// Raises:
+    ///     as for `scan`.
+    #[pyo3(signature = (arr, op=None, out=None, async_op=false))]
+    fn exscan(
+        &self,
+        py: Python<'_>,
+        arr: &Bound<'_, PyAny>,
+        op: Option<&Bound<'_, PyAny>>,
+        out: Option<&Bound<'_, PyAny>>,
+        async_op: bool,
+    ) -> PyResult<PyObject> {
+        self.elementwise(py, Elementwise::ExScan, arr, op, out, async_op)
     }
 
     /// Reduce `arr` over all ranks into `out` on `root` (into `arr` on root when `out` is None;

@@ -9,7 +9,7 @@
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyTuple};
+use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt, PyList, PyTuple};
 
 /// The kind of immutable scalar an argument was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,11 +20,15 @@ pub enum Kind {
     Float,
     /// A Python int: stands in as one int64.
     Int,
+    /// A Python bool: stands in as one bool (a `ctypes.c_bool` array, whose buffer says `?`).
+    Bool,
+    /// A Python complex: stands in as one complex128 (a numpy array: the standard library has
+    /// no complex buffer).
+    Complex,
 }
 
-/// Which kind of immutable scalar `obj` is, if any. A Python bool is refused: there is no bool
-/// dtype to reduce it in.
-fn kind(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<Kind>> {
+/// Which kind of immutable scalar `obj` is, if any.
+fn kind(obj: &Bound<'_, PyAny>) -> PyResult<Option<Kind>> {
     // The common case, an array, without looking anything up.
     if crate::array::is_ndarray(obj) {
         return Ok(None);
@@ -39,10 +43,10 @@ fn kind(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<Kind>> {
         }
     }
     if obj.is_instance_of::<PyBool>() {
-        return Err(PyTypeError::new_err(format!(
-            "{what} is a bool, which accord cannot communicate (there is no bool dtype); pass \
-             int({what}) or an integer array"
-        )));
+        return Ok(Some(Kind::Bool));
+    }
+    if obj.is_instance_of::<PyComplex>() {
+        return Ok(Some(Kind::Complex));
     }
     if obj.is_instance_of::<PyFloat>() {
         return Ok(Some(Kind::Float));
@@ -65,10 +69,25 @@ impl<'py> Arg<'py> {
     /// `what` names the argument in messages.
     pub fn new(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Arg<'py>> {
         let py = obj.py();
-        let scalar = kind(obj, what)?;
+        let scalar = kind(obj)?;
         let stand_in = match scalar {
             None => obj.clone(),
             Some(Kind::Numpy) => py.import("numpy")?.getattr("array")?.call1((obj,))?,
+            Some(Kind::Bool) => py
+                .import("ctypes")?
+                .getattr("c_bool")?
+                .mul(1)?
+                .call1((obj,))?,
+            Some(Kind::Complex) => py
+                .import("numpy")
+                .map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "{what} is a Python complex, which needs numpy to stand in as an array \
+                         (pip install numpy)"
+                    ))
+                })?
+                .getattr("array")?
+                .call1(((obj,), "complex128"))?,
             Some(k) => {
                 let code = if k == Kind::Float { "d" } else { "q" };
                 let values = PyList::new(py, [obj])?;
@@ -116,6 +135,8 @@ impl Output {
             None => obj.clone(),
             // arr[()] is the numpy scalar of the 0-d array's dtype; array.array()[0] the number.
             Some(Kind::Numpy) => obj.get_item(PyTuple::empty(py))?,
+            // numpy's complex128 scalar back to a Python complex.
+            Some(Kind::Complex) => obj.get_item(0)?.call_method0("item")?,
             Some(_) => obj.get_item(0)?,
         }
         .unbind())

@@ -4,9 +4,15 @@
 //! uses [`Element`] to map a Rust type to its [`DataType`]. Reductions are plain loops over slices
 //! of the concrete type, which the compiler vectorises; `f16`/`bf16` are widened to `f32` per
 //! element, as NCCL and Gloo do on CPUs.
+//!
+//! Besides the real numeric types there are `bool` (reduced as logic: sum and max are *or*,
+//! product and min are *and*, as torch does) and the complex types `c64` / `c128` (numpy's
+//! `complex64` / `complex128`, Rust's `Complex<f32>` / `Complex<f64>`), which sum, multiply and
+//! average but have no order (no min/max) and no bits to mask.
 
 use crate::error::{Error, Result};
 use half::{bf16, f16};
+pub use num_complex::Complex;
 use std::fmt;
 
 /// The element types Accord can communicate and reduce.
@@ -33,11 +39,21 @@ pub enum DataType {
     U32 = 9,
     /// 64-bit unsigned integer.
     U64 = 10,
+    /// Boolean: one byte, 0 or 1 (any non-zero byte reads as true).
+    Bool = 11,
+    /// 16-bit signed integer.
+    I16 = 12,
+    /// 16-bit unsigned integer.
+    U16 = 13,
+    /// Complex of two 32-bit floats, real part first (numpy's `complex64`).
+    C64 = 14,
+    /// Complex of two 64-bit floats, real part first (numpy's `complex128`).
+    C128 = 15,
 }
 
 impl DataType {
     /// Every data type, in wire order.
-    pub const ALL: [DataType; 10] = [
+    pub const ALL: [DataType; 15] = [
         DataType::F16,
         DataType::BF16,
         DataType::F32,
@@ -48,24 +64,50 @@ impl DataType {
         DataType::U8,
         DataType::U32,
         DataType::U64,
+        DataType::Bool,
+        DataType::I16,
+        DataType::U16,
+        DataType::C64,
+        DataType::C128,
     ];
 
     /// Size of one element in bytes.
     pub const fn size(self) -> usize {
         match self {
-            DataType::I8 | DataType::U8 => 1,
-            DataType::F16 | DataType::BF16 => 2,
+            DataType::I8 | DataType::U8 | DataType::Bool => 1,
+            DataType::F16 | DataType::BF16 | DataType::I16 | DataType::U16 => 2,
             DataType::F32 | DataType::I32 | DataType::U32 => 4,
-            DataType::F64 | DataType::I64 | DataType::U64 => 8,
+            DataType::F64 | DataType::I64 | DataType::U64 | DataType::C64 => 8,
+            DataType::C128 => 16,
         }
     }
 
-    /// Whether this is a floating-point type.
+    /// Whether this is a real floating-point type.
     pub const fn is_float(self) -> bool {
         matches!(
             self,
             DataType::F16 | DataType::BF16 | DataType::F32 | DataType::F64
         )
+    }
+
+    /// Whether this is a complex type.
+    pub const fn is_complex(self) -> bool {
+        matches!(self, DataType::C64 | DataType::C128)
+    }
+
+    /// Whether this is an integer type (not `bool`).
+    pub const fn is_integer(self) -> bool {
+        !self.is_float() && !self.is_complex() && !matches!(self, DataType::Bool)
+    }
+
+    /// The real type of one component: `f32` for `c64`, `f64` for `c128`, the type itself
+    /// otherwise.
+    pub const fn component(self) -> DataType {
+        match self {
+            DataType::C64 => DataType::F32,
+            DataType::C128 => DataType::F64,
+            t => t,
+        }
     }
 
     /// Short name as used in messages and on the command line (`f32`, `bf16`, ...).
@@ -81,6 +123,11 @@ impl DataType {
             DataType::U8 => "u8",
             DataType::U32 => "u32",
             DataType::U64 => "u64",
+            DataType::Bool => "bool",
+            DataType::I16 => "i16",
+            DataType::U16 => "u16",
+            DataType::C64 => "c64",
+            DataType::C128 => "c128",
         }
     }
 
@@ -98,6 +145,11 @@ impl DataType {
             "u8" | "uint8" | "byte" => DataType::U8,
             "u32" | "uint32" => DataType::U32,
             "u64" | "uint64" => DataType::U64,
+            "bool" | "boolean" => DataType::Bool,
+            "i16" | "int16" | "short" => DataType::I16,
+            "u16" | "uint16" => DataType::U16,
+            "c64" | "complex64" | "cfloat" => DataType::C64,
+            "c128" | "complex128" | "cdouble" => DataType::C128,
             _ => return Err(Error::invalid(format!("unknown data type {s:?}"))),
         };
         Ok(t)
@@ -127,13 +179,13 @@ pub enum ReduceOp {
     Min = 3,
     /// Maximum.
     Max = 4,
-    /// Arithmetic mean (floating types only): a sum divided by the number of ranks.
+    /// Arithmetic mean (floating and complex types only): a sum divided by the number of ranks.
     Avg = 5,
-    /// Bitwise and (integer types only).
+    /// Bitwise and (integer and bool types only).
     BAnd = 6,
-    /// Bitwise or (integer types only).
+    /// Bitwise or (integer and bool types only).
     BOr = 7,
-    /// Bitwise xor (integer types only).
+    /// Bitwise xor (integer and bool types only).
     BXor = 8,
 }
 
@@ -179,29 +231,33 @@ impl ReduceOp {
         Self::ALL.iter().copied().find(|o| *o as u8 == v)
     }
 
-    /// Whether `self` is defined for `dtype`: avg needs a floating type, bitwise ops an integer one.
+    /// Whether `self` is defined for `dtype`: avg needs a floating or complex type, bitwise
+    /// ops an integer or bool one, min and max an ordered (not complex) one.
     pub fn supports(self, dtype: DataType) -> bool {
+        let fractional = dtype.is_float() || dtype.is_complex();
         match self {
-            ReduceOp::Avg => dtype.is_float(),
-            ReduceOp::BAnd | ReduceOp::BOr | ReduceOp::BXor => !dtype.is_float(),
-            _ => true,
+            ReduceOp::Avg => fractional,
+            ReduceOp::BAnd | ReduceOp::BOr | ReduceOp::BXor => !fractional,
+            ReduceOp::Min | ReduceOp::Max => !dtype.is_complex(),
+            ReduceOp::Sum | ReduceOp::Prod => true,
         }
     }
 
     /// Error unless `self` is defined for `dtype`.
     pub fn check(self, dtype: DataType) -> Result<()> {
         if self.supports(dtype) {
-            Ok(())
-        } else {
-            let why = if dtype.is_float() {
-                "integer"
-            } else {
-                "floating-point"
-            };
-            Err(Error::invalid(format!(
-                "reduce op {self} is defined only for {why} types, not {dtype}"
-            )))
+            return Ok(());
         }
+        let why = match self {
+            ReduceOp::Avg => "is defined only for floating-point and complex types",
+            ReduceOp::Min | ReduceOp::Max => {
+                "is not defined for complex types (they have no order)"
+            }
+            _ => "is defined only for integer and bool types",
+        };
+        Err(Error::invalid(format!(
+            "reduce op {self} {why}, not {dtype}"
+        )))
     }
 }
 
@@ -228,7 +284,8 @@ macro_rules! element {
     )*};
 }
 element!(f16 => F16, bf16 => BF16, f32 => F32, f64 => F64, i8 => I8, i32 => I32, i64 => I64,
-         u8 => U8, u32 => U32, u64 => U64);
+         u8 => U8, u32 => U32, u64 => U64, i16 => I16, u16 => U16,
+         Complex<f32> => C64, Complex<f64> => C128);
 
 /// View a typed slice as bytes.
 pub fn as_bytes<T: Element>(s: &[T]) -> &[u8] {
@@ -258,6 +315,25 @@ pub fn reduce_into(dtype: DataType, op: ReduceOp, dst: &mut [u8], src: &[u8]) {
         DataType::U8 => reduce_typed::<u8>(op, dst, src),
         DataType::U32 => reduce_typed::<u32>(op, dst, src),
         DataType::U64 => reduce_typed::<u64>(op, dst, src),
+        DataType::I16 => reduce_typed::<i16>(op, dst, src),
+        DataType::U16 => reduce_typed::<u16>(op, dst, src),
+        DataType::C64 => reduce_typed::<Complex<f32>>(op, dst, src),
+        DataType::C128 => reduce_typed::<Complex<f64>>(op, dst, src),
+        DataType::Bool => reduce_bool(op, dst, src),
+    }
+}
+
+/// Bools reduce as logic on truth values (any non-zero byte is true) and always store 0 or 1:
+/// sum and max are *or*, product and min are *and*.
+fn reduce_bool(op: ReduceOp, dst: &mut [u8], src: &[u8]) {
+    let f: fn(bool, bool) -> bool = match op {
+        ReduceOp::Sum | ReduceOp::Max | ReduceOp::BOr => |a, b| a | b,
+        ReduceOp::Prod | ReduceOp::Min | ReduceOp::BAnd => |a, b| a & b,
+        ReduceOp::BXor => |a, b| a ^ b,
+        ReduceOp::Avg => unreachable!("avg is rejected for bool before any data moves"),
+    };
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = f(*d != 0, *s != 0) as u8;
     }
 }
 
@@ -270,8 +346,12 @@ pub fn finalize(dtype: DataType, op: ReduceOp, buf: &mut [u8], world: usize) {
     match dtype {
         DataType::F16 => map_half::<f16>(buf, |x| x / n as f32),
         DataType::BF16 => map_half::<bf16>(buf, |x| x / n as f32),
-        DataType::F32 => with_typed_mut::<f32>(buf, |s| s.iter_mut().for_each(|x| *x /= n as f32)),
-        DataType::F64 => with_typed_mut::<f64>(buf, |s| s.iter_mut().for_each(|x| *x /= n)),
+        DataType::F32 | DataType::C64 => {
+            with_typed_mut::<f32>(buf, |s| s.iter_mut().for_each(|x| *x /= n as f32))
+        }
+        DataType::F64 | DataType::C128 => {
+            with_typed_mut::<f64>(buf, |s| s.iter_mut().for_each(|x| *x /= n))
+        }
         _ => unreachable!("avg is rejected for integer types before any data moves"),
     }
 }
@@ -300,7 +380,7 @@ macro_rules! arith_int {
         }
     )*};
 }
-arith_int!(i8, i32, i64, u8, u32, u64);
+arith_int!(i8, i16, i32, i64, u8, u16, u32, u64);
 
 macro_rules! arith_float {
     ($($t:ty),*) => {$(
@@ -317,6 +397,21 @@ macro_rules! arith_float {
     )*};
 }
 arith_float!(f32, f64);
+
+macro_rules! arith_complex {
+    ($($t:ty),*) => {$(
+        impl Arith for Complex<$t> {
+            #[inline(always)] fn add(self, o: Self) -> Self { self + o }
+            #[inline(always)] fn mul(self, o: Self) -> Self { self * o }
+            fn min(self, _: Self) -> Self { unreachable!("min of complex numbers") }
+            fn max(self, _: Self) -> Self { unreachable!("max of complex numbers") }
+            fn band(self, _: Self) -> Self { unreachable!("bitwise op on complex") }
+            fn bor(self, _: Self) -> Self { unreachable!("bitwise op on complex") }
+            fn bxor(self, _: Self) -> Self { unreachable!("bitwise op on complex") }
+        }
+    )*};
+}
+arith_complex!(f32, f64);
 
 #[inline(always)]
 fn zip_apply<T: Arith>(dst: &mut [T], src: &[T], f: impl Fn(T, T) -> T) {
@@ -507,6 +602,81 @@ mod tests {
         );
         finalize(DataType::BF16, ReduceOp::Avg, as_bytes_mut(&mut d), 2);
         assert_eq!(d.map(|x| x.to_f32()), [2.0, 1.0]);
+    }
+
+    #[test]
+    fn bool_reduces_as_logic_and_stores_zero_or_one() {
+        let (a, b) = ([0u8, 0, 1, 1, 2, 7], [0u8, 1, 0, 1, 3, 0]);
+        let cases = [
+            (ReduceOp::Sum, [0, 1, 1, 1, 1, 1]),
+            (ReduceOp::Max, [0, 1, 1, 1, 1, 1]),
+            (ReduceOp::BOr, [0, 1, 1, 1, 1, 1]),
+            (ReduceOp::Prod, [0, 0, 0, 1, 1, 0]),
+            (ReduceOp::Min, [0, 0, 0, 1, 1, 0]),
+            (ReduceOp::BAnd, [0, 0, 0, 1, 1, 0]),
+            (ReduceOp::BXor, [0, 1, 1, 0, 0, 1]),
+        ];
+        for (op, want) in cases {
+            let mut x = a;
+            reduce_into(DataType::Bool, op, &mut x, &b);
+            assert_eq!(x, want, "{op}");
+        }
+        assert!(ReduceOp::Avg.check(DataType::Bool).is_err());
+    }
+
+    #[test]
+    fn complex_sum_prod_avg_and_no_order() {
+        let mut d = [Complex::new(1.0f32, 2.0), Complex::new(-1.0, 0.5)];
+        let s = [Complex::new(3.0f32, -1.0), Complex::new(2.0, 2.0)];
+        let mut p = d;
+        reduce_into(
+            DataType::C64,
+            ReduceOp::Prod,
+            as_bytes_mut(&mut p),
+            as_bytes(&s),
+        );
+        assert_eq!(p, [Complex::new(5.0, 5.0), Complex::new(-3.0, -1.0)]);
+        reduce_into(
+            DataType::C64,
+            ReduceOp::Avg,
+            as_bytes_mut(&mut d),
+            as_bytes(&s),
+        );
+        finalize(DataType::C64, ReduceOp::Avg, as_bytes_mut(&mut d), 2);
+        assert_eq!(d, [Complex::new(2.0, 0.5), Complex::new(0.5, 1.25)]);
+        let mut w = [Complex::new(1.0f64, -1.0)];
+        let c = w;
+        reduce_into(
+            DataType::C128,
+            ReduceOp::Sum,
+            as_bytes_mut(&mut w),
+            as_bytes(&c),
+        );
+        assert_eq!(w, [Complex::new(2.0, -2.0)]);
+        for op in [ReduceOp::Min, ReduceOp::Max, ReduceOp::BXor] {
+            let msg = op.check(DataType::C128).unwrap_err().to_string();
+            assert!(msg.contains("c128") && msg.contains(op.name()), "{msg}");
+        }
+    }
+
+    #[test]
+    fn sixteen_bit_integers_wrap() {
+        let mut d = [i16::MAX, -2];
+        reduce_into(
+            DataType::I16,
+            ReduceOp::Sum,
+            as_bytes_mut(&mut d),
+            as_bytes(&[1i16, -3]),
+        );
+        assert_eq!(d, [i16::MIN, -5]);
+        let mut u = [40000u16, 3];
+        reduce_into(
+            DataType::U16,
+            ReduceOp::Max,
+            as_bytes_mut(&mut u),
+            as_bytes(&[2u16, 9]),
+        );
+        assert_eq!(u, [40000, 9]);
     }
 
     #[test]

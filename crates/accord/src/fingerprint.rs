@@ -29,11 +29,13 @@ pub enum OpKind {
     AllToAll = 14,
     AllToAllV = 15,
     SendRecv = 16,
+    Scan = 17,
+    ExScan = 18,
 }
 
 impl OpKind {
     /// Every kind, in wire order.
-    pub const ALL: [OpKind; 16] = [
+    pub const ALL: [OpKind; 18] = [
         OpKind::P2p,
         OpKind::Barrier,
         OpKind::Broadcast,
@@ -50,6 +52,8 @@ impl OpKind {
         OpKind::AllToAll,
         OpKind::AllToAllV,
         OpKind::SendRecv,
+        OpKind::Scan,
+        OpKind::ExScan,
     ];
 
     /// Lower-case name as users call it (`allreduce`, `reduce_scatter`...).
@@ -71,6 +75,8 @@ impl OpKind {
             OpKind::AllToAll => "alltoall",
             OpKind::AllToAllV => "alltoallv",
             OpKind::SendRecv => "sendrecv",
+            OpKind::Scan => "scan",
+            OpKind::ExScan => "exscan",
         }
     }
 

@@ -75,6 +75,15 @@ pub enum Collective {
         /// Elements received from each rank.
         recv_counts: Vec<usize>,
     },
+    /// Prefix reduction: rank `r`'s `Out` (count) gets the reduction of the `In` of ranks
+    /// `0..=r` (inclusive) or `0..r` (exclusive; rank 0's `Out` is then left as it was, as MPI
+    /// leaves it undefined).
+    Scan {
+        /// Elements.
+        count: usize,
+        /// Whether rank `r`'s own input is left out (MPI's `Exscan`).
+        exclusive: bool,
+    },
 }
 
 impl Collective {
@@ -90,6 +99,12 @@ impl Collective {
             Collective::Scatter { .. } => OpKind::Scatter,
             Collective::ReduceScatter { .. } => OpKind::ReduceScatter,
             Collective::AllToAll { .. } => OpKind::AllToAll,
+            Collective::Scan {
+                exclusive: false, ..
+            } => OpKind::Scan,
+            Collective::Scan {
+                exclusive: true, ..
+            } => OpKind::ExScan,
         }
     }
 
@@ -97,7 +112,9 @@ impl Collective {
     pub fn in_len(&self, rank: usize) -> usize {
         match self {
             Collective::Barrier | Collective::Broadcast { .. } => 0,
-            Collective::Reduce { count, .. } | Collective::AllReduce { count } => *count,
+            Collective::Reduce { count, .. }
+            | Collective::AllReduce { count }
+            | Collective::Scan { count, .. } => *count,
             Collective::AllGather { counts } | Collective::Gather { counts, .. } => counts[rank],
             Collective::Scatter { counts, root } => {
                 if rank == *root {
@@ -115,7 +132,9 @@ impl Collective {
     pub fn out_len(&self, rank: usize) -> usize {
         match self {
             Collective::Barrier => 0,
-            Collective::Broadcast { count, .. } | Collective::AllReduce { count } => *count,
+            Collective::Broadcast { count, .. }
+            | Collective::AllReduce { count }
+            | Collective::Scan { count, .. } => *count,
             Collective::Reduce { count, .. } => *count,
             Collective::AllGather { counts } => counts.iter().sum(),
             Collective::Gather { counts, root } => {
@@ -132,13 +151,57 @@ impl Collective {
         }
     }
 
+    /// The same collective counted in elements `k` times smaller (every count times `k`):
+    /// how an engine that lacks a type runs it on that type's bytes or components.
+    pub fn scaled(&self, k: usize) -> Collective {
+        let mul = |v: &[usize]| v.iter().map(|c| c * k).collect::<Vec<_>>();
+        match self {
+            Collective::Barrier => Collective::Barrier,
+            Collective::Broadcast { count, root } => Collective::Broadcast {
+                count: count * k,
+                root: *root,
+            },
+            Collective::Reduce { count, root } => Collective::Reduce {
+                count: count * k,
+                root: *root,
+            },
+            Collective::AllReduce { count } => Collective::AllReduce { count: count * k },
+            Collective::Scan { count, exclusive } => Collective::Scan {
+                count: count * k,
+                exclusive: *exclusive,
+            },
+            Collective::AllGather { counts } => Collective::AllGather {
+                counts: mul(counts),
+            },
+            Collective::Gather { counts, root } => Collective::Gather {
+                counts: mul(counts),
+                root: *root,
+            },
+            Collective::Scatter { counts, root } => Collective::Scatter {
+                counts: mul(counts),
+                root: *root,
+            },
+            Collective::ReduceScatter { counts } => Collective::ReduceScatter {
+                counts: mul(counts),
+            },
+            Collective::AllToAll {
+                send_counts,
+                recv_counts,
+            } => Collective::AllToAll {
+                send_counts: mul(send_counts),
+                recv_counts: mul(recv_counts),
+            },
+        }
+    }
+
     /// Total payload in elements, for the cost model (the largest per-rank buffer).
     pub fn elements(&self) -> usize {
         match self {
             Collective::Barrier => 0,
             Collective::Broadcast { count, .. }
             | Collective::Reduce { count, .. }
-            | Collective::AllReduce { count } => *count,
+            | Collective::AllReduce { count }
+            | Collective::Scan { count, .. } => *count,
             Collective::AllGather { counts }
             | Collective::Gather { counts, .. }
             | Collective::Scatter { counts, .. }
@@ -242,9 +305,19 @@ impl Op {
         } = req;
         let reduces = matches!(
             kind,
-            OpKind::AllReduce | OpKind::Reduce | OpKind::ReduceScatter
+            OpKind::AllReduce
+                | OpKind::Reduce
+                | OpKind::ReduceScatter
+                | OpKind::Scan
+                | OpKind::ExScan
         );
         match (reduces, reduce) {
+            (true, Some(ReduceOp::Avg)) if matches!(kind, OpKind::Scan | OpKind::ExScan) => {
+                return Err(Error::invalid(format!(
+                    "{kind}: reduce op avg is not defined for prefix reductions (each rank's \
+                     prefix has its own length); use sum and divide by rank + 1"
+                )))
+            }
             (true, Some(op)) => op.check(dtype)?,
             (true, None) => return Err(Error::invalid(format!("{kind} needs a reduce operator"))),
             (false, Some(_)) => {
@@ -294,6 +367,13 @@ impl Op {
                     kind,
                 ),
                 OpKind::AllReduce => (Collective::AllReduce { count: recv.len }, kind),
+                OpKind::Scan | OpKind::ExScan => (
+                    Collective::Scan {
+                        count: recv.len,
+                        exclusive: kind == OpKind::ExScan,
+                    },
+                    kind,
+                ),
                 OpKind::Reduce => {
                     // Non-roots may pass no receive buffer: the count comes from what they send.
                     let count = match send_len {
@@ -463,7 +543,8 @@ fn fingerprint(
         Collective::Barrier => 0,
         Collective::Broadcast { count, .. }
         | Collective::Reduce { count, .. }
-        | Collective::AllReduce { count } => *count,
+        | Collective::AllReduce { count }
+        | Collective::Scan { count, .. } => *count,
         Collective::AllGather { counts }
         | Collective::Gather { counts, .. }
         | Collective::Scatter { counts, .. }

@@ -526,7 +526,10 @@ fn processes_every_kernel_dtype_and_op_matches_the_host() {
     let (mut checks, mut loose) = (0, 0);
     let kernel_calls = accord::testing::gpu_kernel_calls();
     for (k, &count) in counts.iter().enumerate() {
-        for dtype in DataType::ALL {
+        // The kernels' own types; the others reach them re-expressed (the conformance suite
+        // covers those on device memory).
+        for dtype in &DataType::ALL[..10] {
+            let dtype = *dtype;
             check_dtype(g, dtype, count, 1000 + k as u64, &mut loose)
                 .unwrap_or_else(|e| panic!("rank {}: {dtype} x {count}: {e}", g.rank()));
             checks += 1;

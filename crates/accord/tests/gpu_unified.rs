@@ -55,7 +55,7 @@ impl Buffer for GpuBuf {
     }
 }
 
-/// What NCCL offers: no bitwise reductions.
+/// What NCCL offers: no bitwise reductions, and what the device engines reduce at all.
 fn device_options(engine: &str) -> Options {
     let mut o = Options::new(engine);
     o.reduce_ops = vec![
@@ -65,6 +65,7 @@ fn device_options(engine: &str) -> Options {
         ReduceOp::Max,
         ReduceOp::Avg,
     ];
+    o.reduces = accord::gpu::reduces_on_device;
     o
 }
 

@@ -29,6 +29,22 @@ impl Communicator {
         self.collective(OpKind::AllReduce, Some(op), None, send, recv)
     }
 
+    /// Prefix reduction (MPI's `Scan`): rank `r` gets the reduction with `op` of the buffers of
+    /// ranks `0..=r`. In place (`buf`) or out of place (`(send, recv)`). Every operator but
+    /// `Avg` (whose divisor would differ per rank).
+    pub fn scan<'a>(&self, buf: impl AsInOut<'a>, op: ReduceOp) -> Result<Completion> {
+        let (send, recv) = buf.into_in_out();
+        self.collective(OpKind::Scan, Some(op), None, send, recv)
+    }
+
+    /// Exclusive prefix reduction (MPI's `Exscan`): rank `r` gets the reduction of the buffers
+    /// of ranks `0..r`. Rank 0 has no such prefix: its output is left as it was (its buffer,
+    /// in place).
+    pub fn exscan<'a>(&self, buf: impl AsInOut<'a>, op: ReduceOp) -> Result<Completion> {
+        let (send, recv) = buf.into_in_out();
+        self.collective(OpKind::ExScan, Some(op), None, send, recv)
+    }
+
     /// Reduce every rank's buffer with `op` into `root`'s. In place (`buf`: other ranks' is
     /// left unchanged) or out of place (`(send, recv)`: other ranks may pass an empty `recv`).
     pub fn reduce<'a>(

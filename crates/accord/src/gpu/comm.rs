@@ -260,6 +260,15 @@ impl DeviceComm {
         recv: DeviceSlice,
         stream: Stream,
     ) -> Result<GpuRequest> {
+        let lowered = super::lower::lower(op)?;
+        let (op, send, recv) = match &lowered {
+            None => (op, send, recv),
+            Some(low) => (
+                low,
+                send.map(|s| super::lower::view(s, low.dtype)),
+                super::lower::view(recv, low.dtype),
+            ),
+        };
         let recv = match op.coll {
             // SAFETY: the communicator's own 8-byte scratch allocation.
             Collective::Barrier => unsafe { DeviceSlice::from_raw(self.scratch, 1, DataType::I32) },
@@ -315,8 +324,21 @@ impl DeviceComm {
                 )));
             }
         }
+        let ops: Vec<P2p> = ops
+            .iter()
+            .map(|o| match *o {
+                P2p::Send { buf, peer } => P2p::Send {
+                    buf: super::lower::movable(buf),
+                    peer,
+                },
+                P2p::Recv { buf, peer } => P2p::Recv {
+                    buf: super::lower::movable(buf),
+                    peer,
+                },
+            })
+            .collect();
         let engine = self.engines.fallback();
-        self.launch(fp, None, stream, |s| engine.enqueue_p2p(ops, s))
+        self.launch(fp, None, stream, |s| engine.enqueue_p2p(&ops, s))
     }
 
     /// Give the operation its place and event, and enqueue it with `f`. `route`: for a

@@ -176,6 +176,8 @@ mod facade;
 mod group;
 mod health;
 mod link;
+mod lower;
+pub use lower::reduces_on_device;
 pub(crate) mod own;
 mod request;
 mod select;

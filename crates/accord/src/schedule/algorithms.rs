@@ -6,7 +6,7 @@
 
 use super::{
     agreement, allgather, allreduce, alltoall, barrier, broadcast, gather_scatter, reduce,
-    reduce_scatter,
+    reduce_scatter, scan,
 };
 use super::{Algorithm, Collective, Schedule};
 use crate::error::{Error, Result};
@@ -22,6 +22,7 @@ pub fn applicable(coll: &Collective) -> &'static [Algorithm] {
         Collective::AllGather { .. } => &[Ring, RecursiveDoubling, Bruck, Direct],
         Collective::Gather { .. } | Collective::Scatter { .. } => &[BinomialTree, Direct],
         Collective::ReduceScatter { .. } => &[Ring, Rabenseifner, Direct],
+        Collective::Scan { .. } => &[RecursiveDoubling],
         Collective::AllToAll {
             send_counts,
             recv_counts,
@@ -99,6 +100,7 @@ pub fn build(coll: &Collective, world: usize, rank: usize, algo: Algorithm) -> R
             Bruck => alltoall::bruck(send_counts.first().copied().unwrap_or(0), p, r),
             _ => alltoall::direct(send_counts, recv_counts, p, r),
         },
+        &Collective::Scan { count, exclusive } => scan::recursive_doubling(count, exclusive, p, r),
     };
     Ok(if rooted(coll) {
         agreement::with_agreement(p, r, sched)

@@ -80,8 +80,13 @@ impl Val {
     }
 
     fn all_ranks(p: usize, idx: usize, fin: u32) -> Val {
+        Val::ranks(0..p, idx, fin)
+    }
+
+    /// Element `idx` of each rank in `ranks`, reduced.
+    fn ranks(ranks: std::ops::Range<usize>, idx: usize, fin: u32) -> Val {
         Val::Data {
-            parts: (0..p).map(|q| (q as u32, idx as u32)).collect(),
+            parts: ranks.map(|q| (q as u32, idx as u32)).collect(),
             fin,
         }
     }
@@ -458,6 +463,13 @@ fn expected(colls: &[Collective], r: usize) -> Vec<Option<Val>> {
             (0..n)
                 .map(|k| Some(Val::all_ranks(p, off + k, 1)))
                 .collect()
+        }
+        Collective::Scan {
+            exclusive: true, ..
+        } if r == 0 => vec![None; n],
+        Collective::Scan { exclusive, .. } => {
+            let upto = if *exclusive { r } else { r + 1 };
+            (0..n).map(|i| Some(Val::ranks(0..upto, i, 1))).collect()
         }
         Collective::AllToAll { recv_counts, .. } => (0..p)
             .flat_map(|q| {

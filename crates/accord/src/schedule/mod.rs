@@ -38,6 +38,7 @@ mod plan;
 mod recursive;
 mod reduce;
 mod reduce_scatter;
+mod scan;
 
 /// Which buffer a span refers to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -234,6 +234,10 @@ pub fn predict(
             m.msgs(s.lg, s.lg * (p / 2.0).floor() * blk) + m.copy(2.0 * n + s.lg * n)
         }
         (Collective::AllToAll { .. }, _) => m.msgs(p - 1.0, (p - 1.0) * blk),
+
+        (Collective::Scan { .. }, _) => {
+            m.msgs(s.lg, s.lg * n) + m.reduce(2.0 * s.lg * n) + m.copy(2.0 * n)
+        }
     }
 }
 

@@ -174,6 +174,9 @@ pub struct Options {
     pub dtypes: Vec<DataType>,
     /// Reduce operators (each runs with every type in `dtypes` it is defined for).
     pub reduce_ops: Vec<ReduceOp>,
+    /// Which (type, operator) pairs the engine reduces: by default every pair the library
+    /// defines; device engines lack a few (see [`crate::gpu::reduces_on_device`]).
+    pub reduces: fn(DataType, ReduceOp) -> bool,
     /// Operations to run (`v` variants are kinds of their own; [`OpKind::SendRecv`] is the
     /// ring of messages).
     pub kinds: Vec<OpKind>,
@@ -191,6 +194,7 @@ impl Options {
             counts: vec![0, 1, 7, 1031],
             dtypes: DataType::ALL.to_vec(),
             reduce_ops: ReduceOp::ALL.to_vec(),
+            reduces: |d, o| o.supports(d),
             kinds: OpKind::ALL
                 .into_iter()
                 .filter(|&k| k != OpKind::P2p)
@@ -373,6 +377,7 @@ impl<'a> Suite<'a> {
                 OpKind::ReduceScatter | OpKind::ReduceScatterV => self.reduce_scatter(kind)?,
                 OpKind::AllToAll | OpKind::AllToAllV => self.all_to_all(kind)?,
                 OpKind::SendRecv => self.ring()?,
+                OpKind::Scan | OpKind::ExScan => self.scan(kind)?,
                 OpKind::P2p => {}
             }
         }
@@ -402,7 +407,7 @@ impl<'a> Suite<'a> {
         let mut v = Vec::new();
         for &d in &self.opts.dtypes {
             for &o in &self.opts.reduce_ops {
-                if o.supports(d) {
+                if (self.opts.reduces)(d, o) {
                     v.push((d, o));
                 }
             }

@@ -35,6 +35,12 @@ super::symbol_table! {
         memcpy_dtoh: "cuMemcpyDtoH_v2" => fn(*mut c_void, CuDevicePtr, usize) -> CuResult;
         memcpy_dtod_async: "cuMemcpyDtoDAsync_v2" => fn(CuDevicePtr, CuDevicePtr, usize, CuStream) -> CuResult;
         memset_d8: "cuMemsetD8_v2" => fn(CuDevicePtr, u8, usize) -> CuResult;
+        memset_d8_async: "cuMemsetD8Async" => fn(CuDevicePtr, u8, usize, CuStream) -> CuResult;
+        memset_d16_async: "cuMemsetD16Async" => fn(CuDevicePtr, u16, usize, CuStream) -> CuResult;
+        memset_d32_async: "cuMemsetD32Async" => fn(CuDevicePtr, u32, usize, CuStream) -> CuResult;
+        memset_d2d32_async: "cuMemsetD2D32Async" => fn(CuDevicePtr, usize, u32, usize, usize, CuStream) -> CuResult;
+        mem_alloc_async: "cuMemAllocAsync" => fn(*mut CuDevicePtr, usize, CuStream) -> CuResult;
+        mem_free_async: "cuMemFreeAsync" => fn(CuDevicePtr, CuStream) -> CuResult;
         ctx_synchronize: "cuCtxSynchronize" => fn() -> CuResult;
         mem_get_info: "cuMemGetInfo_v2" => fn(*mut usize, *mut usize) -> CuResult;
         get_error_string: "cuGetErrorString" => fn(CuResult, *mut *const c_char) -> CuResult;

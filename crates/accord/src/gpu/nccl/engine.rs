@@ -132,6 +132,66 @@ impl NcclEngine {
         self.cu.check(rc, "cuMemcpyDtoDAsync")
     }
 
+    /// Scan and exscan as one reduce-scatter (see [`super::scan`]); the scratch array is
+    /// allocated and freed in stream order.
+    fn scan(
+        &self,
+        op: &Op,
+        input: DeviceSlice,
+        recv: DeviceSlice,
+        count: usize,
+        exclusive: bool,
+        s: CuStream,
+    ) -> EngineResult<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        let (p, me, es) = (self.size, self.rank, op.dtype.size());
+        let reduce = op.reduce_or_sum();
+        let (width, bits) = super::scan::identity(op.dtype, reduce)
+            .expect("supports() refused the operators NCCL lacks");
+        let mut scratch = 0u64;
+        // SAFETY: out-pointer to a local; freed below on the same stream.
+        let rc = unsafe { (self.cu.mem_alloc_async)(&mut scratch, p * count * es, s) };
+        self.cu.check(rc, "cuMemAllocAsync")?;
+        let result = (|| -> EngineResult<()> {
+            // Blocks of ranks whose prefix leaves this rank out hold the identity.
+            let first = if exclusive { me + 1 } else { me };
+            super::scan::fill(self.cu, scratch, width, bits, first * count, s)?;
+            for r in first..p {
+                // SAFETY: block `r` of the scratch array, `count` elements.
+                let block = unsafe {
+                    DeviceSlice::from_raw(scratch + (r * count * es) as u64, count, op.dtype)
+                };
+                self.copy(input, block, s)?;
+            }
+            // Rank 0 has no exclusive prefix: its block lands in place in the scratch array,
+            // leaving its output as it was.
+            let out = match exclusive && me == 0 {
+                true => scratch as *mut std::ffi::c_void,
+                false => recv.as_mut_ptr(),
+            };
+            let (n, c, o) = (self.nccl, self.comm(), self.reduce_op(op));
+            // SAFETY: `scratch` holds `p` blocks of `count`; `out` holds `count` (or is block 0
+            // of `scratch`, NCCL's in-place form for rank 0).
+            self.rc("ncclReduceScatter", unsafe {
+                (n.reduce_scatter)(
+                    scratch as *const _,
+                    out,
+                    count,
+                    nccl_dtype(op.dtype),
+                    o,
+                    c,
+                    s,
+                )
+            })
+        })();
+        // SAFETY: allocated above on `s`; freed once the work queued before it is done.
+        let rc = unsafe { (self.cu.mem_free_async)(scratch, s) };
+        result?;
+        Ok(self.cu.check(rc, "cuMemFreeAsync")?)
+    }
+
     /// On one rank an average is the sum (divided by one). NCCL 2.28 left the last element of a
     /// one-rank f64 average of 65,537 elements unwritten (seen on an H100: it kept what the
     /// buffer held), so the sum it computes correctly is asked for instead.
@@ -370,6 +430,9 @@ impl DeviceEngine for NcclEngine {
                     recv_counts,
                 },
             ) => self.all_to_all(input, send_counts, recv, recv_counts, s),
+            (_, &Collective::Scan { count, exclusive }) => {
+                self.scan(op, input, recv, count, exclusive, s)
+            }
         }
     }
 
@@ -562,6 +625,10 @@ fn nccl_dtype(d: DataType) -> i32 {
         DataType::F32 => 7,
         DataType::F64 => 8,
         DataType::BF16 => 9,
+        // Re-expressed in the types above before they reach an engine (see `gpu::lower`).
+        DataType::Bool | DataType::I16 | DataType::U16 | DataType::C64 | DataType::C128 => {
+            unreachable!("{d} reaches NCCL only as bytes or components")
+        }
     }
 }
 

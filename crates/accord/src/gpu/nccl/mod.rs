@@ -10,6 +10,7 @@
 mod engine;
 mod init;
 mod loader;
+mod scan;
 
 pub use loader::*;
 

@@ -93,6 +93,21 @@ fn in_place_allreduce_and_reduce() {
 }
 
 #[test]
+fn scan_and_exscan_in_and_out_of_place() {
+    for p in WORLDS.chain([16, 17, 33]) {
+        for count in [0, 1, 13] {
+            for exclusive in [false, true] {
+                let coll = Collective::Scan { count, exclusive };
+                check_all(&coll, p);
+                for &algo in applicable(&coll) {
+                    verify_in_place(&coll, p, algo).unwrap_or_else(|e| panic!("{algo}: {e}"));
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn allgather_and_reduce_scatter() {
     for p in WORLDS {
         for counts in count_vectors(p) {

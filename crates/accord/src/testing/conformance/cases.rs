@@ -179,6 +179,67 @@ impl Suite<'_> {
         Ok(())
     }
 
+    /// Scan or exscan: rank `r` expects the reduction of ranks `0..=r` (`0..r`); rank 0 of an
+    /// exscan expects its output untouched.
+    pub(super) fn scan(&mut self, kind: OpKind) -> Step {
+        let exclusive = kind == OpKind::ExScan;
+        for (dtype, op) in self.dtype_ops() {
+            if op == crate::dtype::ReduceOp::Avg {
+                continue;
+            }
+            for count in self.opts.counts.clone() {
+                let seed = self.next_seed();
+                let inputs: Vec<_> = (0..self.n)
+                    .map(|r| self.input(seed, r, dtype, Some(op), count))
+                    .collect();
+                let upto = if exclusive { self.me } else { self.me + 1 };
+                let mine = Expect::Exact(inputs[self.me].clone());
+                let want = |untouched: &[u8]| match upto {
+                    0 => Expect::Exact(untouched.to_vec()),
+                    k => reference::reduce(dtype, op, &inputs[..k]),
+                };
+                let coll = Collective::Scan { count, exclusive };
+                for algo in self.algorithms(&[coll]) {
+                    self.force(kind, algo);
+                    for in_place in [true, false] {
+                        let case = Case {
+                            op: kind,
+                            in_place: Some(in_place),
+                            dtype,
+                            reduce: Some(op),
+                            counts: vec![count],
+                            root: None,
+                            algorithm: algo,
+                        };
+                        if in_place {
+                            let mut buf = self.upload(dtype, &inputs[self.me]);
+                            let r = match exclusive {
+                                true => self.comm.exscan(buf.recv(), op),
+                                false => self.comm.scan(buf.recv(), op),
+                            };
+                            self.done(&case, waited(r))?;
+                            self.expect(&case, "", &*buf, &want(&inputs[self.me]));
+                        } else {
+                            let send = self.upload(dtype, &inputs[self.me]);
+                            let mut out = self.output(dtype, count);
+                            let untouched = out.download();
+                            let io = (send.send(), out.recv());
+                            let r = match exclusive {
+                                true => self.comm.exscan(io, op),
+                                false => self.comm.scan(io, op),
+                            };
+                            self.done(&case, waited(r))?;
+                            self.expect(&case, "", &*out, &want(&untouched));
+                            self.expect(&case, SEND_CHANGED, &*send, &mine);
+                        }
+                    }
+                }
+            }
+        }
+        self.unforce(kind);
+        Ok(())
+    }
+
     /// Per-rank counts to run `kind` with: equal blocks of every count, or uneven vectors for
     /// a `v` variant.
     fn count_vectors(&self, v: bool) -> Vec<Vec<usize>> {

@@ -43,15 +43,21 @@ pub(super) fn seed_of(words: &[u64]) -> u64 {
 /// (`None`) only moves data.
 ///
 /// Moved data is random bits, so any byte out of place shows. Reduced integers are random bits
-/// too (sums and products wrap, as the library's do). Reduced floats are finite: products use
-/// magnitudes in `[0.5, 2)` so that no product over a few ranks overflows or underflows even in
-/// `f16`; everything else uses `[-8, 8)`.
+/// too (sums and products wrap, as the library's do); reduced bools are 0 or 1. Reduced floats
+/// (and both components of a complex) are finite: products use magnitudes in `[0.5, 2)` so
+/// that no product over a few ranks overflows or underflows even in `f16`; everything else
+/// uses `[-8, 8)`.
 pub(super) fn random(dtype: DataType, op: Option<ReduceOp>, count: usize, seed: u64) -> Vec<u8> {
     let mut rng = Rng::new(seed);
     let mut out = Vec::with_capacity(count * dtype.size());
-    for _ in 0..count {
-        if op.is_none() || !dtype.is_float() {
-            out.extend_from_slice(&rng.next_u64().to_le_bytes()[..dtype.size()]);
+    let (scalar, lanes) = (dtype.component(), lanes(dtype));
+    for _ in 0..count * lanes {
+        if op.is_some() && dtype == DataType::Bool {
+            out.push((rng.next_u64() & 1) as u8);
+            continue;
+        }
+        if op.is_none() || !scalar.is_float() {
+            out.extend_from_slice(&rng.next_u64().to_le_bytes()[..scalar.size()]);
             continue;
         }
         let v = if op == Some(ReduceOp::Prod) {
@@ -60,9 +66,19 @@ pub(super) fn random(dtype: DataType, op: Option<ReduceOp>, count: usize, seed: 
         } else {
             rng.uniform(-8.0, 8.0)
         };
-        out.extend_from_slice(&encode_float(dtype, v));
+        out.extend_from_slice(&encode_float(scalar, v));
     }
     out
+}
+
+/// Real components per element: 2 for complex types, else 1. Approximate expectations hold
+/// one value per component.
+fn lanes(dtype: DataType) -> usize {
+    if dtype.is_complex() {
+        2
+    } else {
+        1
+    }
 }
 
 /// What an output must hold.
@@ -87,10 +103,13 @@ impl Expect {
                 let s = dtype.size();
                 Expect::Exact(b[start * s..(start + len) * s].to_vec())
             }
-            Expect::Approx { want, tol } => Expect::Approx {
-                want: want[start..start + len].to_vec(),
-                tol: tol[start..start + len].to_vec(),
-            },
+            Expect::Approx { want, tol } => {
+                let (a, b) = (start * lanes(dtype), (start + len) * lanes(dtype));
+                Expect::Approx {
+                    want: want[a..b].to_vec(),
+                    tol: tol[a..b].to_vec(),
+                }
+            }
         }
     }
 }
@@ -115,23 +134,31 @@ pub(super) fn first_mismatch(dtype: DataType, got: &[u8], want: &Expect) -> Opti
             ))
         }
         Expect::Approx { want, tol } => {
-            if got.len() != want.len() * s {
+            let (scalar, lanes) = (dtype.component(), lanes(dtype));
+            if got.len() * lanes != want.len() * s {
                 return Some(format!(
                     "holds {} bytes, want {}",
                     got.len(),
-                    want.len() * s
+                    want.len() * s / lanes
                 ));
             }
-            got.chunks_exact(s)
+            let part = |j: usize| match (lanes, j % 2) {
+                (1, _) => String::new(),
+                (_, 0) => " (real part)".into(),
+                _ => " (imaginary part)".into(),
+            };
+            got.chunks_exact(scalar.size())
                 .zip(want.iter().zip(tol))
                 .enumerate()
-                .find_map(|(i, (g, (&w, &t)))| {
-                    let g = decode_float(dtype, g);
+                .find_map(|(j, (g, (&w, &t)))| {
+                    let g = decode_float(scalar, g);
                     // Written so that a NaN result fails.
                     let close = (g - w).abs() <= t;
                     (!close).then(|| {
                         format!(
-                            "element {i}: got {}, want {} (tolerance {t:.1e})",
+                            "element {}{}: got {}, want {} (tolerance {t:.1e})",
+                            j / lanes,
+                            part(j),
                             num(g),
                             num(w)
                         )
@@ -147,6 +174,24 @@ pub(super) fn reduce(dtype: DataType, op: ReduceOp, inputs: &[Vec<u8>]) -> Expec
     let s = dtype.size();
     let count = inputs.first().map_or(0, |i| i.len() / s);
     let elem = |r: usize, i: usize| &inputs[r][i * s..(i + 1) * s];
+    if dtype == DataType::Bool {
+        let f: fn(bool, bool) -> bool = match op {
+            ReduceOp::Sum | ReduceOp::Max | ReduceOp::BOr => |a, b| a || b,
+            ReduceOp::Prod | ReduceOp::Min | ReduceOp::BAnd => |a, b| a && b,
+            ReduceOp::BXor => |a, b| a != b,
+            ReduceOp::Avg => unreachable!("avg is not defined for bool"),
+        };
+        let out = (0..count)
+            .map(|i| {
+                let truth = |r: usize| elem(r, i)[0] != 0;
+                (1..inputs.len()).fold(truth(0), |acc, r| f(acc, truth(r))) as u8
+            })
+            .collect();
+        return Expect::Exact(out);
+    }
+    if dtype.is_complex() {
+        return reduce_complex(dtype, op, inputs);
+    }
     if !dtype.is_float() {
         let mut out = Vec::with_capacity(count * s);
         for i in 0..count {
@@ -200,6 +245,38 @@ pub(super) fn reduce(dtype: DataType, op: ReduceOp, inputs: &[Vec<u8>]) -> Expec
     Expect::Approx { want, tol }
 }
 
+/// Complex reductions, per component: sums and averages of components are real sums; a product
+/// is multiplied out in `f64`, with a tolerance relative to the product of the magnitudes
+/// (each complex multiplication rounds each part within a few units of that).
+fn reduce_complex(dtype: DataType, op: ReduceOp, inputs: &[Vec<u8>]) -> Expect {
+    let scalar = dtype.component();
+    if op != ReduceOp::Prod {
+        let parts: Vec<Vec<u8>> = inputs.to_vec();
+        return reduce(scalar, op, &parts);
+    }
+    let (s, h) = (dtype.size(), scalar.size());
+    let count = inputs.first().map_or(0, |i| i.len() / s);
+    let n = inputs.len() as f64;
+    let u = unit_roundoff(scalar);
+    let (mut want, mut tol) = (Vec::with_capacity(2 * count), Vec::with_capacity(2 * count));
+    for i in 0..count {
+        let z = |r: usize| {
+            let b = &inputs[r][i * s..(i + 1) * s];
+            (decode_float(scalar, &b[..h]), decode_float(scalar, &b[h..]))
+        };
+        let (mut re, mut im, mut mag) = (1.0f64, 0.0f64, 1.0f64);
+        for r in 0..inputs.len() {
+            let (a, b) = z(r);
+            (re, im) = (re * a - im * b, re * b + im * a);
+            mag *= a.hypot(b);
+        }
+        let t = 4.0 * n * u * mag;
+        want.extend([re, im]);
+        tol.extend([t, t]);
+    }
+    Expect::Approx { want, tol }
+}
+
 /// Half the distance between 1 and the next value: the relative error of one rounding.
 fn unit_roundoff(dtype: DataType) -> f64 {
     match dtype {
@@ -239,6 +316,9 @@ fn decode_int(dtype: DataType, b: &[u8]) -> i128 {
         DataType::U8 => b[0] as i128,
         DataType::U32 => u32::from_le_bytes(b.try_into().unwrap()) as i128,
         DataType::U64 => u64::from_le_bytes(b.try_into().unwrap()) as i128,
+        DataType::I16 => i16::from_le_bytes(b.try_into().unwrap()) as i128,
+        DataType::U16 => u16::from_le_bytes(b.try_into().unwrap()) as i128,
+        DataType::Bool => b[0] as i128,
         _ => unreachable!("{dtype} is not an integer type"),
     }
 }
@@ -246,6 +326,15 @@ fn decode_int(dtype: DataType, b: &[u8]) -> i128 {
 /// One element for a message: its value and, for floats (whose bytes may be any pattern when
 /// only moved), its bits.
 fn show(dtype: DataType, b: &[u8]) -> String {
+    if dtype.is_complex() {
+        let h = dtype.component().size();
+        let (re, im) = b.split_at(h);
+        return format!(
+            "{} + {}i",
+            show(dtype.component(), re),
+            show(dtype.component(), im)
+        );
+    }
     if dtype.is_float() {
         let bits: String = b.iter().rev().map(|x| format!("{x:02x}")).collect();
         format!("{} (0x{bits})", num(decode_float(dtype, b)))
@@ -333,6 +422,34 @@ mod tests {
             panic!("floats are approximate")
         };
         assert_eq!(want, [-1.125]);
+    }
+
+    #[test]
+    fn complex_products_multiply_out_and_name_the_part() {
+        let z = |re: f32, im: f32| [re.to_le_bytes(), im.to_le_bytes()].concat();
+        let inputs = [z(1.0, 2.0), z(3.0, -1.0)];
+        let want = reduce(DataType::C64, ReduceOp::Prod, &inputs);
+        assert_eq!(first_mismatch(DataType::C64, &z(5.0, 5.0), &want), None);
+        let msg = first_mismatch(DataType::C64, &z(5.0, -5.0), &want).expect("a mismatch");
+        assert!(msg.starts_with("element 0 (imaginary part)"), "{msg}");
+        let sum = reduce(DataType::C64, ReduceOp::Sum, &inputs);
+        assert_eq!(first_mismatch(DataType::C64, &z(4.0, 1.0), &sum), None);
+        assert_eq!(
+            sum.slice(DataType::C64, 0, 1),
+            sum,
+            "one complex element holds two values"
+        );
+    }
+
+    #[test]
+    fn bool_reference_is_logic() {
+        let (a, b) = (vec![0u8, 1, 1, 0], vec![0u8, 1, 0, 1]);
+        let r = |op| reduce(DataType::Bool, op, &[a.clone(), b.clone()]);
+        assert_eq!(r(ReduceOp::Sum), Expect::Exact(vec![0, 1, 1, 1]));
+        assert_eq!(r(ReduceOp::Prod), Expect::Exact(vec![0, 1, 0, 0]));
+        assert_eq!(r(ReduceOp::BXor), Expect::Exact(vec![0, 0, 1, 1]));
+        let x = random(DataType::Bool, Some(ReduceOp::Min), 64, 3);
+        assert!(x.iter().all(|&v| v <= 1) && x.contains(&1) && x.contains(&0));
     }
 
     #[test]
