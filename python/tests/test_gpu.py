@@ -41,3 +41,15 @@ def test_gpu_all_operations(framework, run_ranks):
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     for rank in range(WORLD):
         assert f"GPU-OK {framework} {rank}" in r.stdout
+
+
+@pytest.mark.parametrize("framework", ["torch", "cupy"])
+def test_gpu_element_types_and_scan_on_one_gpu(framework, run_ranks):
+    """One rank: the plumbing of bool, int16 and complex CUDA arrays and of scan to NCCL."""
+    if importlib.util.find_spec(framework) is None:
+        pytest.skip(f"{framework} is not installed")
+    if _cuda_devices() < 1:
+        pytest.skip("needs a CUDA device (nvidia-smi lists none)")
+    r = run_ranks(1, "gpu_dtypes_worker.py", timeout=300, args=[framework])
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    assert f"GPU-DTYPES-OK {framework} 0" in r.stdout

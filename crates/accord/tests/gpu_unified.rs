@@ -151,3 +151,47 @@ fn processes_conform_on_device_memory() {
         comm.attached_device()
     );
 }
+
+/// The types the device engines lack (bool, 16-bit integers, complex), re-expressed for Accord's
+/// own kernels, which run where ranks share a GPU:
+/// `ACCORD_GPU_ENGINE=accord accord run -n 2 ./gpu_unified lowered_types` (no NCCL needed, so
+/// scan, which runs on NCCL, and point-to-point are left out).
+#[test]
+fn processes_lowered_types_conform_on_own_kernels() {
+    let test = "processes_lowered_types_conform_on_own_kernels";
+    // Before `launched`: the other `processes_` tests of a job initialise the process's
+    // communicator.
+    if std::env::var("ACCORD_GPU_ENGINE").as_deref() != Ok("accord") {
+        println!("{test}: skipping: run with ACCORD_GPU_ENGINE=accord");
+        return;
+    }
+    let Some(comm) = launched(test) else {
+        return;
+    };
+    let count = gpu::cuda::driver().and_then(|d| d.device_count()).unwrap();
+    let local: usize = std::env::var("LOCAL_RANK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(comm.rank());
+    comm.attach_device(local % count.max(1)).unwrap();
+    let mut o = device_options("accord kernels, lowered types");
+    o.dtypes = vec![
+        DataType::Bool,
+        DataType::I16,
+        DataType::U16,
+        DataType::C64,
+        DataType::C128,
+    ];
+    o.reduces = gpu::reduces_on_device;
+    o.kinds.retain(|k| {
+        use accord::fingerprint::OpKind::*;
+        !matches!(k, Scan | ExScan | SendRecv)
+    });
+    let summary = conformance::check(&comm, &Gpu(&comm), &o)
+        .unwrap_or_else(|f| panic!("rank {}: {f}", comm.rank()));
+    println!(
+        "{test}: rank {} of {}: {summary:?}",
+        comm.rank(),
+        comm.size()
+    );
+}
