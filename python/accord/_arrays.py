@@ -26,6 +26,83 @@ def require_writable(x: Any, what: str) -> None:
         )
 
 
+def writable(x: Any, what: str) -> None:
+    """Make ``x`` ready to be written in place: refuse an immutable scalar, and give a read-only
+    numpy array whose memory Ray's object store holds private memory of its own (see
+    :func:`detach_from_ray_store`). Anything else read-only is left for the call to refuse."""
+    require_writable(x, what)
+    np = sys.modules.get("numpy")
+    if np is not None and type(x) is np.ndarray and not x.flags.writeable:
+        detach_from_ray_store(x)
+
+
+def detach_from_ray_store(arr: Any) -> bool:
+    """Switch ``arr``, a read-only numpy array over Ray's object store (a zero-copy argument of
+    a task or actor call), to a private copy of its values, in place, and make it writable.
+
+    Ray deserialises numpy arguments as read-only views of the store: large ones (and
+    ``ray.put`` objects) of memory shared by every process of the node that reads the object.
+    Writing there, as Ray's gloo backend does, changes the object under every other reader,
+    and two actors handed one object would reduce into the same memory. Copying on write
+    keeps the store immutable while code written for Ray (``col.allreduce(self.buffer)`` on a
+    buffer received as an argument) works as it does with gloo.
+
+    numpy has no call to replace an array's memory, so the array's data and base pointers are
+    rewritten where numpy keeps them (``PyArrayObject_fields``, part of numpy's C ABI); the
+    layout is checked against what numpy reports first. Returns False, changing nothing, for
+    arrays that are not of the store, not C-contiguous, or of a layout that does not check out.
+    """
+    import ctypes
+
+    import numpy as np
+
+    root = arr
+    while isinstance(root, np.ndarray) and root.base is not None:
+        root = root.base
+    if not type(root).__module__.startswith("ray.") or not arr.flags.c_contiguous:
+        return False
+    word = ctypes.sizeof(ctypes.c_void_p)
+    addr = id(arr)
+    # PyObject_HEAD (refcount, type), then data, nd, dimensions, strides, base.
+    data_at, nd_at, base_at = addr + 2 * word, addr + 3 * word, addr + 6 * word
+    data = ctypes.c_void_p.from_address(data_at)
+    base = ctypes.c_void_p.from_address(base_at)
+    if (
+        data.value != arr.__array_interface__["data"][0]
+        or ctypes.c_int.from_address(nd_at).value != arr.ndim
+        or base.value != id(arr.base)
+    ):
+        return False
+    private = np.array(arr, order="C", copy=True)
+    owner = private.view(_owned_view())
+    owner._store = arr.base
+    old = arr.base
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(owner))
+    data.value = private.__array_interface__["data"][0]
+    base.value = id(owner)
+    # The array's own reference to the store buffer; `owner._store` keeps one.
+    ctypes.pythonapi.Py_DecRef(ctypes.py_object(old))
+    arr.flags.writeable = True
+    return True
+
+
+_OWNED_VIEW: Any = None
+
+
+def _owned_view() -> Any:
+    """The base a detached array hangs from: a view of its private copy that also keeps the
+    store buffer it replaced (buffers exported before the switch still point into it)."""
+    global _OWNED_VIEW
+    if _OWNED_VIEW is None:
+        import numpy as np
+
+        class OwnedView(np.ndarray):
+            pass
+
+        _OWNED_VIEW = OwnedView
+    return _OWNED_VIEW
+
+
 def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch")
 

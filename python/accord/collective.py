@@ -25,7 +25,14 @@ Every wait (for rank 0's address, the rendezvous, and later every call) is bound
 Importing this module also registers accord as a backend of Ray's own API when Ray has
 ``ray.util.collective.register_collective_backend`` (Ray >= 2.5x), so
 ``ray.util.collective.init_collective_group(..., backend="accord")`` works as well — in every
-process that uses it, after ``import accord.collective``.
+process that uses it, after ``import accord.collective``, or in every worker without it through
+Ray's setup hook: ``ray.init(runtime_env={"worker_process_setup_hook":
+"accord.collective.register_ray_backend"})``.
+
+Ray hands actors numpy arguments as read-only views of its object store. A call that writes
+such an array in place (both APIs) first switches it to a private copy of its values, so the
+stored object and its other readers stay unchanged (:func:`accord._arrays.detach_from_ray_store`);
+other read-only arrays are refused.
 
 Tensors may be numpy arrays, torch tensors or CuPy arrays, on the host or on a CUDA device: CUDA
 tensors run on NCCL, on the framework's current stream (the group attaches the tensors' device
@@ -347,7 +354,7 @@ def _op(op: Any) -> str:
 
 def allreduce(tensor: Any, group_name: str = "default", op: Any = "sum") -> None:
     """Reduce ``tensor`` over the group, in place."""
-    _arrays.require_writable(tensor, "tensor")
+    _arrays.writable(tensor, "tensor")
     _group(group_name).allreduce(tensor, op=_op(op))
 
 
@@ -362,13 +369,13 @@ def barrier(group_name: str = "default") -> None:
 
 def reduce(tensor: Any, dst_rank: int = 0, group_name: str = "default", op: Any = "sum") -> None:
     """Reduce into ``tensor`` on ``dst_rank`` (others unchanged)."""
-    _arrays.require_writable(tensor, "tensor")
+    _arrays.writable(tensor, "tensor")
     _group(group_name).reduce(tensor, op=_op(op), root=dst_rank)
 
 
 def broadcast(tensor: Any, src_rank: int = 0, group_name: str = "default") -> None:
     """Copy ``tensor`` of ``src_rank`` to every rank, in place."""
-    _arrays.require_writable(tensor, "tensor")
+    _arrays.writable(tensor, "tensor")
     _group(group_name).broadcast(tensor, root=src_rank)
 
 
@@ -378,7 +385,7 @@ def allgather(tensor_list: List[Any], tensor: Any, group_name: str = "default") 
     if len(tensor_list) != g.size:
         raise ValueError(f"tensor_list has {len(tensor_list)} entries for {g.size} ranks")
     for t in tensor_list:
-        _arrays.require_writable(t, "an entry of tensor_list")
+        _arrays.writable(t, "an entry of tensor_list")
     out = _arrays.empty_stack(tensor, g.size)
     g.allgather(tensor, out)
     for r, t in enumerate(tensor_list):
@@ -391,7 +398,7 @@ def reducescatter(tensor: Any, tensor_list: List[Any], group_name: str = "defaul
     g = _group(group_name)
     if len(tensor_list) != g.size:
         raise ValueError(f"tensor_list has {len(tensor_list)} entries for {g.size} ranks")
-    _arrays.require_writable(tensor, "tensor")
+    _arrays.writable(tensor, "tensor")
     g.reduce_scatter(_arrays.concat(tensor_list), tensor, op=_op(op))
 
 
@@ -409,7 +416,7 @@ def recv(tensor: Any, src_rank: int, group_name: str = "default") -> None:
         accord.TimeoutError: nothing came within the group's timeout.
         ValueError: ``tensor`` cannot be written (a read-only array).
     """
-    _arrays.require_writable(tensor, "tensor")
+    _arrays.writable(tensor, "tensor")
     _group(group_name).recv(tensor, src_rank)
 
 
@@ -422,7 +429,7 @@ def gather(tensor: Any, gather_list: Optional[List[Any]] = None, dst_rank: int =
     if gather_list is None or len(gather_list) != g.size:
         raise ValueError(f"the destination needs a gather_list of {g.size} tensors")
     for t in gather_list:
-        _arrays.require_writable(t, "an entry of gather_list")
+        _arrays.writable(t, "an entry of gather_list")
     out = _arrays.empty_stack(tensor, g.size)
     g.gather(tensor, out, root=dst_rank)
     for r, t in enumerate(gather_list):
@@ -431,7 +438,7 @@ def gather(tensor: Any, gather_list: Optional[List[Any]] = None, dst_rank: int =
 
 def scatter(tensor: Any, scatter_list: Optional[List[Any]] = None, src_rank: int = 0, group_name: str = "default") -> None:
     """``tensor`` on rank r gets ``scatter_list[r]`` of ``src_rank``."""
-    _arrays.require_writable(tensor, "tensor")
+    _arrays.writable(tensor, "tensor")
     g = _group(group_name)
     send_buf = None
     if g.rank == src_rank:
@@ -443,7 +450,7 @@ def scatter(tensor: Any, scatter_list: Optional[List[Any]] = None, src_rank: int
 
 def alltoall(tensor: Any, out: Any, group_name: str = "default") -> None:
     """Slice j of ``tensor`` goes to rank j; slice i of ``out`` comes from rank i."""
-    _arrays.require_writable(out, "out")
+    _arrays.writable(out, "out")
     _group(group_name).alltoall(tensor, out)
 
 
@@ -503,7 +510,7 @@ def _make_backend():
 
         def allreduce(self, tensors, opts=None):
             for t in tensors:
-                _arrays.require_writable(t, "tensor")
+                _arrays.writable(t, "tensor")
             with _bounded(self._comm, opts):
                 for t in tensors:
                     self._comm.allreduce(t, op=_op(getattr(opts, "reduceOp", "sum")))
@@ -514,14 +521,14 @@ def _make_backend():
 
         def reduce(self, tensors, opts=None):
             for t in tensors:
-                _arrays.require_writable(t, "tensor")
+                _arrays.writable(t, "tensor")
             with _bounded(self._comm, opts):
                 for t in tensors:
                     self._comm.reduce(t, op=_op(getattr(opts, "reduceOp", "sum")), root=getattr(opts, "root_rank", 0))
 
         def broadcast(self, tensors, opts=None):
             for t in tensors:
-                _arrays.require_writable(t, "tensor")
+                _arrays.writable(t, "tensor")
             with _bounded(self._comm, opts):
                 for t in tensors:
                     self._comm.broadcast(t, root=getattr(opts, "root_rank", 0))
@@ -529,7 +536,7 @@ def _make_backend():
         def allgather(self, tensor_lists, tensors, opts=None):
             for lst in tensor_lists:
                 for dst in lst:
-                    _arrays.require_writable(dst, "an entry of tensor_lists")
+                    _arrays.writable(dst, "an entry of tensor_lists")
             with _bounded(self._comm, opts):
                 for lst, t in zip(tensor_lists, tensors):
                     out = _arrays.empty_stack(t, self._comm.size)
@@ -539,7 +546,7 @@ def _make_backend():
 
         def reducescatter(self, tensors, tensor_lists, opts=None):
             for t in tensors:
-                _arrays.require_writable(t, "tensor")
+                _arrays.writable(t, "tensor")
             with _bounded(self._comm, opts):
                 for t, lst in zip(tensors, tensor_lists):
                     self._comm.reduce_scatter(_arrays.concat(lst), t, op=_op(getattr(opts, "reduceOp", "sum")))
@@ -551,7 +558,7 @@ def _make_backend():
 
         def recv(self, tensors, opts):
             for t in tensors:
-                _arrays.require_writable(t, "tensor")
+                _arrays.writable(t, "tensor")
             with _bounded(self._comm, opts):
                 for t in tensors:
                     self._comm.recv(t, opts.src_rank)

@@ -15,7 +15,10 @@ ray = pytest.importorskip("ray", reason="ray not installed (pip install ray)")
 
 @pytest.fixture(scope="module")
 def ray_session():
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=True, ignore_reinit_error=True)
+    # The setup hook registers backend "accord" in every worker, whether or not the actor's
+    # code imports accord (see BareWorker).
+    hook = {"worker_process_setup_hook": "accord.collective.register_ray_backend"}
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=True, ignore_reinit_error=True, runtime_env=hook)
     yield
     ray.shutdown()
 
@@ -118,6 +121,82 @@ class Worker:
         size = col.get_collective_group_size(group)
         col.destroy_collective_group(group)
         return x.tolist(), gl and [g.tolist() for g in gl], sc.tolist(), a2a.tolist(), size
+
+
+@ray.remote(num_cpus=0.5)
+class BareWorker:
+    """An actor written for Ray's own API: it never imports accord, keeps the arrays it is
+    handed (read-only views of Ray's object store) and reduces into them in place, as Ray's
+    own collective tests do."""
+
+    def __init__(self, rank, n, group):
+        import ray.util.collective as col
+
+        col.init_collective_group(n, rank, backend="accord", group_name=group)
+        self.group, self.buffer = group, None
+
+    def set_buffer(self, data):
+        self.buffer = data
+        return self.buffer.flags.writeable
+
+    def do(self, what, op=None):
+        import ray.util.collective as col
+        from ray.util.collective.types import ReduceOp
+
+        if what == "allreduce":
+            col.allreduce(self.buffer, self.group, getattr(ReduceOp, op or "SUM"))
+        elif what == "broadcast":
+            col.broadcast(self.buffer, 1, self.group)
+        elif what == "recv":
+            col.recv(self.buffer, 0, self.group) if col.get_rank(self.group) == 1 else col.send(np.full_like(self.buffer, 7), 1, self.group)
+        return self.buffer
+
+    def accord_loaded_by(self):
+        import sys
+
+        return "accord" in sys.modules
+
+
+def test_ray_api_without_importing_accord_writes_store_arrays_copy_on_write(ray_session):
+    """Both actors are handed one object of the store (shared memory on this node) and reduce
+    into it in place: each gets the result in its own array, and the object stays as it was
+    (written in place there, as Ray's gloo does, the two would reduce into one memory)."""
+    import accord.collective
+
+    if not accord.collective.RAY_BACKEND_REGISTERED:
+        pytest.skip("installed Ray has no ray.util.collective.register_collective_backend")
+    n = 2
+    actors = [BareWorker.remote(r, n, "bare") for r in range(n)]
+    try:
+        for size in (10, 300_000):  # inlined in the call, and in the shared store
+            base = np.arange(size, dtype=np.float32)
+            ref = ray.put(base)
+            assert ray.get([a.set_buffer.remote(ref) for a in actors], timeout=60) == [False] * n
+            got = ray.get([a.do.remote("allreduce") for a in actors], timeout=60)
+            for g in got:
+                np.testing.assert_array_equal(g, base * n)
+            np.testing.assert_array_equal(ray.get(ref), base)
+            # Ray's ReduceOp names; arrays passed by value, not by reference.
+            ray.get([a.set_buffer.remote(base + r) for r, a in enumerate(actors)], timeout=60)
+            got = ray.get([a.do.remote("allreduce", "MAX") for a in actors], timeout=60)
+            np.testing.assert_array_equal(got[0], base + n - 1)
+            ray.get([a.set_buffer.remote(base + r) for r, a in enumerate(actors)], timeout=60)
+            got = ray.get([a.do.remote("broadcast") for a in actors], timeout=60)
+            np.testing.assert_array_equal(got[0], base + 1)
+            ray.get([a.set_buffer.remote(ref) for a in actors], timeout=60)
+            got = ray.get([a.do.remote("recv") for a in actors], timeout=60)
+            np.testing.assert_array_equal(got[1], np.full(size, 7, np.float32))
+            np.testing.assert_array_equal(ray.get(ref), base)
+        assert ray.get(actors[0].accord_loaded_by.remote(), timeout=60)  # by the hook only
+    finally:
+        _kill(actors)
+
+
+def test_detaching_leaves_other_arrays_alone():
+    from accord import _arrays
+
+    y = np.frombuffer(bytes(8), np.float32)  # read-only, but not Ray's: refused by the call
+    assert not _arrays.detach_from_ray_store(y) and not y.flags.writeable
 
 
 def test_ray_backend_registered(ray_session):

@@ -2,7 +2,8 @@
 //!
 //! Collective communication for distributed CPUs and GPUs: point-to-point messages and every
 //! collective (broadcast, reduce, allreduce, allgather(v), gather(v), scatter(v),
-//! reduce_scatter(v), alltoall(v), barrier) on host and device memory, behind one
+//! reduce_scatter(v), alltoall(v), scan, exscan, barrier) on host and device memory, in every
+//! element type of [`DataType`] (the real numeric types, `bool` and complex), behind one
 //! [`Communicator`], with a deadline on every wait and errors that name the rank that is missing
 //! and why.
 //!
