@@ -2,7 +2,7 @@
 
 bool, int16, complex64 and complex128 arrays on the GPU (types NCCL lacks, re-expressed as bytes
 or real components) and scan/exscan (built on NCCL's reduce-scatter), compared with numpy.
-Prints `GPU-DTYPES-OK <framework> <rank>` at the end.
+Then closing releases the device engine. Prints `GPU-DTYPES-OK <framework> <rank>` at the end.
 """
 
 import os
@@ -100,4 +100,26 @@ for op, ref in [("sum", np.sum), ("prod", np.prod), ("min", np.min), ("max", np.
         comm.scan(x, op=op)
         check(f"scan {op} {np.dtype(dt).name}", x, ref(np.stack(ins[:me + 1]), 0).astype(dt))
 comm.synchronize()
-print(f"GPU-DTYPES-OK {FW} {me}", flush=True)
+
+# Closing releases the device engine at once (NCCL's communicator and its buffers), not when
+# the last reference goes; later calls say it was closed.
+def free_bytes():
+    return torch.cuda.mem_get_info()[0] if FW == "torch" else cp.cuda.runtime.memGetInfo()[0]
+
+
+comm.barrier()
+before = free_bytes()
+keep = comm  # a second reference: closing must not wait for it to go
+comm.close()
+released = free_bytes() - before
+if n > 1 and released <= 0:
+    print(f"FAIL rank {me} {FW}: close released no device memory ({released} bytes)", flush=True)
+    sys.exit(1)
+try:
+    keep.allreduce(dev(np.ones(3, np.float32)))
+except accord.InvalidArgumentError as e:
+    assert "closed" in str(e), e
+else:
+    print(f"FAIL rank {me} {FW}: a closed communicator ran a GPU call", flush=True)
+    sys.exit(1)
+print(f"GPU-DTYPES-OK {FW} {me} (close released {released >> 20} MiB)", flush=True)

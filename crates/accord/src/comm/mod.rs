@@ -303,14 +303,22 @@ impl Communicator {
     /// also says goodbye to every peer and closes its connections, so the groups split from it
     /// end with it (as MPI's finalize ends every communicator), and a peer still waiting for
     /// this rank learns that it closed its communicator instead of waiting for its deadline.
-    /// Memory, threads and GPU resources go when the last handle is dropped. Closing again
-    /// does nothing more.
+    /// The device engine (NCCL's communicator and buffers, Accord's kernels' memory) is released
+    /// now, once the work issued on it has finished (within the timeout; aborted otherwise);
+    /// host memory and threads go when the last handle is dropped. Closing again does nothing
+    /// more.
     pub fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
-        self.poison_with(Error::InvalidArgument(format!(
+        let closed = Error::InvalidArgument(format!(
             "communicator {} was closed on this rank",
             self.name()
-        )));
+        ));
+        // The device engine goes now (NCCL's communicator and buffers), once what was issued
+        // on it has finished, not whenever the last handle of this communicator is dropped.
+        if let Some(d) = self.inner.device.get() {
+            d.shutdown(closed.clone());
+        }
+        self.poison_with(closed);
         if self.inner.id == 1 {
             self.inner.transport.shutdown();
         }

@@ -448,6 +448,31 @@ impl DeviceComm {
         }
     }
 
+    /// Release the engines now, for a closed communicator: wait for what was issued (within the
+    /// timeout), then destroy them, or abort them if that wait failed. Later calls fail with
+    /// `e`; operations that finished keep their results.
+    pub(crate) fn shutdown(self: &Arc<Self>, e: Error) {
+        let finished = self.synchronize().is_ok();
+        let _ = self.cu.make_current(self.ctx as CuContext);
+        let _exclusive = self.abort_lock.write().unwrap_or_else(|p| p.into_inner());
+        {
+            let mut p = self.poison.lock().unwrap_or_else(|p| p.into_inner());
+            if p.is_none() {
+                self.spares_finished.store(true, Ordering::Release);
+                *p = Some(e);
+            }
+        }
+        self.poisoned.store(true, Ordering::Release);
+        if !self.aborted.swap(true, Ordering::AcqRel) {
+            for engine in self.engines.iter() {
+                match finished {
+                    true => engine.close(),
+                    false => engine.abort(),
+                }
+            }
+        }
+    }
+
     // -----------------------------------------------------------------------------------------
     // Failure.
 

@@ -130,6 +130,11 @@ impl GpuCommunicator {
         self.comm.abort(reason);
     }
 
+    /// Release the engine now (a closed communicator; see [`DeviceComm::shutdown`]).
+    pub(crate) fn shutdown(&self, e: crate::error::Error) {
+        self.comm.shutdown(e);
+    }
+
     /// Block until every operation issued so far has finished (see
     /// [`DeviceComm::synchronize`]).
     pub(crate) fn synchronize(&self) -> Result<()> {
