@@ -127,16 +127,49 @@ def empty_stack(like: Any, n: int) -> Any:
     return np.empty((n, *like.shape), dtype=like.dtype)
 
 
+def like(x: Any, model: Any) -> Any:
+    """``x`` as an array of ``model``'s framework and device (a view where it can be): Ray's
+    list-based calls accept lists that mix numpy arrays and tensors, as its gloo backend does."""
+    if _is_torch(model):
+        if _is_torch(x):
+            return x.to(model.device) if x.device != model.device else x
+        import torch
+
+        if _is_cupy(x):
+            return torch.from_dlpack(x).to(model.device)
+        return torch.as_tensor(x, device=model.device)
+    if _is_cupy(model):
+        import cupy
+
+        if _is_cupy(x):
+            return x
+        with model.device:
+            return cupy.asarray(x.detach() if _is_torch(x) else x)
+    if _is_torch(x):
+        return x.detach().cpu().numpy()
+    if _is_cupy(x):
+        return x.get()
+    return x
+
+
+def numel(x: Any) -> int:
+    """Number of elements of a numpy array, torch tensor or CuPy array."""
+    return int(x.numel()) if _is_torch(x) else int(x.size)
+
+
 def concat(arrays: Sequence[Any]) -> Any:
-    """The arrays, flattened and concatenated into one new contiguous array (on their device)."""
-    if _is_torch(arrays[0]):
+    """The arrays, flattened and concatenated into one new contiguous array (on the first one's
+    framework and device)."""
+    first = arrays[0]
+    arrays = [like(a, first) for a in arrays]
+    if _is_torch(first):
         import torch
 
         return torch.cat([a.reshape(-1) for a in arrays]).contiguous()
-    if _is_cupy(arrays[0]):
+    if _is_cupy(first):
         import cupy
 
-        with arrays[0].device:
+        with first.device:
             return cupy.ascontiguousarray(cupy.concatenate([cupy.ravel(a) for a in arrays]))
     import numpy as np
 
@@ -144,7 +177,8 @@ def concat(arrays: Sequence[Any]) -> Any:
 
 
 def copy_into(dst: Any, src: Any) -> None:
-    """dst[...] = src (same number of elements, same device)."""
+    """dst[...] = src (same number of elements; any framework or device)."""
+    src = like(src, dst)
     if _is_torch(dst):
         dst.copy_(src.reshape(dst.shape))
     else:

@@ -342,6 +342,22 @@ def get_group_handle(group_name: str = "default") -> Communicator:
 _RAY_OPS = {"SUM": "sum", "PRODUCT": "prod", "PROD": "prod", "MIN": "min", "MAX": "max"}
 
 
+class ListMismatchError(ValueError, RuntimeError):
+    """An entry of a list-based call's tensor list does not hold as many elements as the
+    tensor. A ``ValueError`` like accord's other argument errors, and a ``RuntimeError`` as
+    Ray's own backends raise it. Raised before anything is sent."""
+
+
+def _check_list(entries: Sequence[Any], tensor: Any, what: str) -> None:
+    want = _arrays.numel(tensor)
+    for i, t in enumerate(entries):
+        if t is not None and _arrays.numel(t) != want:
+            raise ListMismatchError(
+                f"{what}[{i}] holds {_arrays.numel(t)} elements but the tensor holds {want}: "
+                "every entry must have the tensor's number of elements"
+            )
+
+
 def _op(op: Any) -> str:
     """accord op name from a string, accord.ReduceOp or ray.util.collective.ReduceOp."""
     if isinstance(op, str):
@@ -384,6 +400,7 @@ def allgather(tensor_list: List[Any], tensor: Any, group_name: str = "default") 
     g = _group(group_name)
     if len(tensor_list) != g.size:
         raise ValueError(f"tensor_list has {len(tensor_list)} entries for {g.size} ranks")
+    _check_list(tensor_list, tensor, "tensor_list")
     for t in tensor_list:
         _arrays.writable(t, "an entry of tensor_list")
     out = _arrays.empty_stack(tensor, g.size)
@@ -398,6 +415,7 @@ def reducescatter(tensor: Any, tensor_list: List[Any], group_name: str = "defaul
     g = _group(group_name)
     if len(tensor_list) != g.size:
         raise ValueError(f"tensor_list has {len(tensor_list)} entries for {g.size} ranks")
+    _check_list(tensor_list, tensor, "tensor_list")
     _arrays.writable(tensor, "tensor")
     g.reduce_scatter(_arrays.concat(tensor_list), tensor, op=_op(op))
 
@@ -428,6 +446,7 @@ def gather(tensor: Any, gather_list: Optional[List[Any]] = None, dst_rank: int =
         return
     if gather_list is None or len(gather_list) != g.size:
         raise ValueError(f"the destination needs a gather_list of {g.size} tensors")
+    _check_list(gather_list, tensor, "gather_list")
     for t in gather_list:
         _arrays.writable(t, "an entry of gather_list")
     out = _arrays.empty_stack(tensor, g.size)
@@ -444,6 +463,7 @@ def scatter(tensor: Any, scatter_list: Optional[List[Any]] = None, src_rank: int
     if g.rank == src_rank:
         if scatter_list is None or len(scatter_list) != g.size:
             raise ValueError(f"the source needs a scatter_list of {g.size} tensors")
+        _check_list(scatter_list, tensor, "scatter_list")
         send_buf = _arrays.concat(scatter_list)
     g.scatter(send_buf, tensor, root=src_rank)
 
@@ -534,6 +554,8 @@ def _make_backend():
                     self._comm.broadcast(t, root=getattr(opts, "root_rank", 0))
 
         def allgather(self, tensor_lists, tensors, opts=None):
+            for lst, t in zip(tensor_lists, tensors):
+                _check_list(lst, t, "tensor_list")
             for lst in tensor_lists:
                 for dst in lst:
                     _arrays.writable(dst, "an entry of tensor_lists")
@@ -545,6 +567,8 @@ def _make_backend():
                         _arrays.copy_into(dst, out[r])
 
         def reducescatter(self, tensors, tensor_lists, opts=None):
+            for t, lst in zip(tensors, tensor_lists):
+                _check_list(lst, t, "tensor_list")
             for t in tensors:
                 _arrays.writable(t, "tensor")
             with _bounded(self._comm, opts):

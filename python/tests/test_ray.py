@@ -133,7 +133,7 @@ class BareWorker:
         import ray.util.collective as col
 
         col.init_collective_group(n, rank, backend="accord", group_name=group)
-        self.group, self.buffer = group, None
+        self.group, self.rank, self.buffer = group, rank, None
 
     def set_buffer(self, data):
         self.buffer = data
@@ -150,6 +150,28 @@ class BareWorker:
         elif what == "recv":
             col.recv(self.buffer, 0, self.group) if col.get_rank(self.group) == 1 else col.send(np.full_like(self.buffer, 7), 1, self.group)
         return self.buffer
+
+    def lists(self):
+        """List-based calls with an entry of the wrong size, and with lists mixing numpy arrays
+        and torch tensors (Ray's gloo backend takes both)."""
+        import ray.util.collective as col
+
+        out = {}
+        try:
+            col.allgather([np.zeros(20, np.float32) for _ in range(2)], np.ones(10, np.float32), self.group)
+        except Exception as e:
+            out["mismatch"] = (isinstance(e, RuntimeError), isinstance(e, ValueError), str(e))
+        try:
+            import torch
+        except ImportError:
+            return out
+        lst = [torch.zeros(4), np.zeros(4, np.float32)]
+        col.allgather(lst, np.full(4, self.rank + 1, np.float32), self.group)
+        out["allgather"] = [np.asarray(x).tolist() for x in lst]
+        r = torch.zeros(4)
+        col.reducescatter(r, [torch.ones(4), np.full(4, 2, np.float32)], self.group)
+        out["reducescatter"] = r.tolist()
+        return out
 
     def accord_loaded_by(self):
         import sys
@@ -190,6 +212,27 @@ def test_ray_api_without_importing_accord_writes_store_arrays_copy_on_write(ray_
         assert ray.get(actors[0].accord_loaded_by.remote(), timeout=60)  # by the hook only
     finally:
         _kill(actors)
+
+
+def test_ray_list_calls_check_sizes_and_mix_numpy_and_torch(ray_session):
+    import importlib.util
+
+    import accord.collective
+
+    if not accord.collective.RAY_BACKEND_REGISTERED:
+        pytest.skip("installed Ray has no ray.util.collective.register_collective_backend")
+    actors = [BareWorker.remote(r, 2, "lists") for r in range(2)]
+    try:
+        res = ray.get([a.lists.remote() for a in actors], timeout=60)
+    finally:
+        _kill(actors)
+    for r, out in enumerate(res):
+        is_runtime, is_value, msg = out["mismatch"]
+        assert is_runtime and is_value and "tensor_list[0] holds 20 elements" in msg, out
+        if importlib.util.find_spec("torch") is None:
+            continue  # said by the missing keys: torch is not installed
+        assert out["allgather"] == [[1.0] * 4, [2.0] * 4], out
+        assert out["reducescatter"] == [[2.0] * 4, [4.0] * 4][r], out
 
 
 def test_detaching_leaves_other_arrays_alone():
