@@ -13,7 +13,8 @@ Arrays are numpy arrays, torch tensors, CuPy arrays, or anything exporting ``__d
 C-contiguous, and outputs writable. Every numeric numpy dtype is supported (bool, int8-int64,
 uint8-uint64, float16, bfloat16, float32, float64, complex64, complex128): bools reduce as logic
 (sum and max are *or*, prod and min *and*), complex numbers sum, multiply and average. Other
-fixed-size dtypes move as raw bytes through ``arr.view(numpy.uint8)``. A numpy scalar or a Python float/int counts as one element;
+fixed-size numpy dtypes (datetime64, strings, structured...) move as their bytes and cannot be
+reduced. A numpy scalar or a Python float/int counts as one element;
 where a call writes it, the result comes back as a new scalar (``total = comm.allreduce(x.sum())``).
 Every call that may wait releases the GIL; ``async_op=True`` returns a :class:`Request`.
 

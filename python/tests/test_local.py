@@ -100,8 +100,13 @@ def test_numpy_arrays_keep_their_checks_on_the_buffer_path(comm):
         comm.allreduce(np.zeros((4, 4), np.float32)[:, 0])
     with pytest.raises(TypeError, match=r">f4 \(float32, big-endian\).*newbyteorder"):
         comm.allreduce(np.zeros(4, ">f4"))
-    with pytest.raises(TypeError, match="float128.*view"):
+    with pytest.raises(TypeError, match="float128.*cannot reduce"):
         comm.allreduce(np.zeros(4, np.longdouble))
+    # ... though such a dtype moves, as its bytes.
+    when = np.array(["2026-11-27T06:00", "NaT"], "datetime64[s]")
+    out = np.zeros(2 * comm.size, when.dtype)
+    assert comm.allgather(when, out) is out
+    np.testing.assert_array_equal(out, np.tile(when, comm.size))
 
     # A subclass takes the general path and works the same.
     class Tagged(np.ndarray):

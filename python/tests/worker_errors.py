@@ -20,9 +20,12 @@ def expect(exc, fn, words):
     raise AssertionError(f"expected {exc.__name__}")
 
 
-# Types numpy has but accord does not: named as numpy names them, with the raw-bytes way out.
+# Types numpy has but accord does not move as bytes, and cannot be reduced (named as numpy
+# names them); Python objects cannot be sent as memory at all.
 for odd in (np.zeros(4, np.longdouble), np.zeros(4, "datetime64[ns]"), np.zeros(4, "U3")):
-    expect(TypeError, lambda: comm.broadcast(odd), ["dtype", odd.dtype.name, "supported", "view(numpy.uint8)"])
+    expect(TypeError, lambda: comm.allreduce(odd), ["dtype", odd.dtype.name, "cannot reduce"])
+    expect(TypeError, lambda: comm.allgather(odd, np.zeros(4 * comm.size, np.float64)), ["dtype", odd.dtype.name])
+expect(TypeError, lambda: comm.broadcast(np.array([None, 1], dtype=object)), ["object", "broadcast_object"])
 # Complex numbers have no order and no bits; prefix averages have no one divisor.
 expect(accord.InvalidArgumentError, lambda: comm.allreduce(np.zeros(4, np.complex64), op="max"), ["max", "complex"])
 expect(accord.InvalidArgumentError, lambda: comm.allreduce(np.zeros(4, np.complex128), op="bxor"), ["bxor"])

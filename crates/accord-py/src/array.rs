@@ -87,7 +87,19 @@ pub struct HostArray {
     pub ptr: usize,
     pub len: usize,
     pub dtype: DataType,
+    /// A numpy dtype accord has no type for, moved as its bytes (`dtype` is then `u8`).
+    pub raw: Option<Raw>,
     _owner: Owner,
+}
+
+/// A fixed-size numpy dtype without an accord type (datetime64, longdouble, structured,
+/// fixed-width strings...): such arrays move as bytes and cannot be reduced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Raw {
+    /// numpy's name of the dtype (`datetime64[ns]`).
+    pub name: String,
+    /// Bytes per element.
+    pub itemsize: usize,
 }
 
 // SAFETY: the pointer is plain host memory owned by `_owner`; `Owner` only holds Python
@@ -225,7 +237,8 @@ fn dlpack_dtype_name(t: DLDataType) -> String {
     }
 }
 
-const DTYPES: &str = "bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, \
+pub(crate) const DTYPES: &str =
+    "bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, \
      bfloat16, float32, float64, complex64, complex128";
 
 /// The numpy name of an element type.
@@ -251,8 +264,8 @@ pub(crate) fn numpy_name(d: DataType) -> &'static str {
 
 fn unsupported_dtype(what: &str, desc: &str) -> PyErr {
     PyTypeError::new_err(format!(
-        "{what} has dtype {desc}, which accord cannot communicate; supported: {DTYPES} (other \
-         fixed-size dtypes can move as raw bytes: pass arr.view(numpy.uint8) on every rank)"
+        "{what} has dtype {desc}, which accord cannot communicate; supported: {DTYPES} (and, \
+         moved as bytes, any other fixed-size numpy dtype of a numpy array)"
     ))
 }
 
@@ -514,6 +527,7 @@ fn from_torch_cpu(obj: &Bound<'_, PyAny>) -> Option<HostArray> {
         ptr,
         len: count * dtype.size(),
         dtype,
+        raw: None,
         _owner: Owner::Objects(vec![obj.clone().unbind(), storage.unbind()]),
     })
 }
@@ -588,6 +602,7 @@ fn from_dlpack(
         ptr: v.ptr,
         len: v.count * v.dtype.size(),
         dtype: v.dtype,
+        raw: None,
         _owner: Owner::Objects(vec![obj.clone().unbind(), cap.clone().unbind()]),
     }))
 }
@@ -672,7 +687,7 @@ fn extract_cuda(
     let ai = ai
         .downcast::<PyDict>()
         .map_err(|_| PyTypeError::new_err(format!("{what}: malformed __cuda_array_interface__")))?;
-    let (ptr, len, dtype) = interface_parts(obj, ai, what, writable)?;
+    let (ptr, len, dtype, _) = interface_parts(obj, ai, what, writable, false)?;
     let count = len / dtype.size();
     let device = match device {
         Some(d) => d,
@@ -711,25 +726,28 @@ fn from_array_interface(
     what: &str,
     writable: bool,
 ) -> PyResult<HostArray> {
-    let (ptr, len, dtype) = interface_parts(obj, ai, what, writable)?;
+    let (ptr, len, dtype, raw) = interface_parts(obj, ai, what, writable, true)?;
     Ok(HostArray {
         ptr,
         len,
         dtype,
+        raw,
         // The dictionary too: an exporter may hand out a temporary that only it keeps alive
         // (numpy's scalars do, under "__ref").
         _owner: Owner::Objects(vec![obj.clone().unbind(), ai.clone().into_any().unbind()]),
     })
 }
 
-/// (address, length in bytes, dtype) from an `__array_interface__` or
-/// `__cuda_array_interface__` dictionary (same layout).
+/// (address, length in bytes, dtype, raw dtype) from an `__array_interface__` or
+/// `__cuda_array_interface__` dictionary (same layout). With `raw_ok`, a numpy dtype accord has
+/// no type for, but of fixed size and without Python objects, comes back as bytes.
 fn interface_parts(
     obj: &Bound<'_, PyAny>,
     ai: &Bound<'_, PyDict>,
     what: &str,
     writable: bool,
-) -> PyResult<(usize, usize, DataType)> {
+    raw_ok: bool,
+) -> PyResult<(usize, usize, DataType, Option<Raw>)> {
     let bad = || PyTypeError::new_err(format!("{what}: malformed array interface"));
     let typestr: String = ai.get_item("typestr")?.ok_or_else(bad)?.extract()?;
     let name: Option<String> = obj
@@ -737,6 +755,7 @@ fn interface_parts(
         .and_then(|d| d.getattr("name"))
         .and_then(|n| n.extract())
         .ok();
+    let mut raw = None;
     let dtype = match dtype_from_typestr(&typestr, name.as_deref()) {
         Some(d) => d,
         // A type accord has, in the other byte order: say so, and how to convert.
@@ -750,13 +769,27 @@ fn interface_parts(
                 name.as_deref().unwrap_or("?")
             )))
         }
-        None => return Err(unsupported_dtype(what, name.as_deref().unwrap_or(&typestr))),
+        None => match raw_ok.then(|| raw_dtype(obj)).flatten() {
+            Some(r) => {
+                raw = Some(r);
+                DataType::U8
+            }
+            None if typestr.contains('O') => {
+                return Err(PyTypeError::new_err(format!(
+                    "{what} has dtype object (Python objects, whose addresses mean nothing in \
+                     another process): send them with the object calls (broadcast_object, \
+                     all_gather_object, send_object, ...)"
+                )))
+            }
+            None => return Err(unsupported_dtype(what, name.as_deref().unwrap_or(&typestr))),
+        },
     };
+    let esz = raw.as_ref().map_or(dtype.size(), |r| r.itemsize);
     let shape: Vec<i64> = ai.get_item("shape")?.ok_or_else(bad)?.extract()?;
     if let Some(strides) = ai.get_item("strides")? {
         if !strides.is_none() {
             let strides: Vec<i64> = strides.extract()?;
-            let el = dtype.size() as i64;
+            let el = esz as i64;
             let in_elems: Vec<i64> = strides.iter().map(|s| s / el).collect();
             if strides.iter().any(|s| s % el != 0) || !c_contiguous(&shape, &in_elems) {
                 return Err(not_contiguous(what));
@@ -778,7 +811,19 @@ fn interface_parts(
         _ => 0,
     };
     let count: i64 = shape.iter().product();
-    Ok((ptr + offset, count.max(0) as usize * dtype.size(), dtype))
+    Ok((ptr + offset, count.max(0) as usize * esz, dtype, raw))
+}
+
+/// The numpy dtype of `obj` as bytes to move, if it has a fixed size and holds no Python
+/// objects (whose pointers would mean nothing in another process).
+fn raw_dtype(obj: &Bound<'_, PyAny>) -> Option<Raw> {
+    let dt = obj.getattr("dtype").ok()?;
+    if dt.getattr("hasobject").ok()?.is_truthy().ok()? {
+        return None;
+    }
+    let itemsize: usize = dt.getattr("itemsize").ok()?.extract().ok()?;
+    let name: String = dt.getattr("name").ok()?.extract().ok()?;
+    (itemsize > 0).then_some(Raw { name, itemsize })
 }
 
 /// What keeps a buffer-protocol array's memory valid.
@@ -814,6 +859,7 @@ fn from_buffer(
                 ptr,
                 len,
                 dtype,
+                raw: None,
                 _owner: owner,
             })
         }
@@ -829,6 +875,7 @@ fn from_buffer(
                 ptr,
                 len,
                 dtype,
+                raw: None,
                 _owner: Owner::Object(obj.clone().unbind()),
             })
         }

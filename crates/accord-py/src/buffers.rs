@@ -34,6 +34,29 @@ impl Buf {
         matches!(self, Buf::Host(_))
     }
 
+    /// The numpy dtype this array moves as bytes, if accord has no type for it.
+    pub(crate) fn raw(&self) -> Option<&array::Raw> {
+        match self {
+            Buf::Host(a) => a.raw.as_ref(),
+            Buf::Cuda(_) => None,
+        }
+    }
+
+    /// Per-rank counts in the caller's elements as counts of this array's core elements (bytes,
+    /// for a dtype moved as bytes).
+    pub(crate) fn counts(&self, counts: &[usize]) -> Vec<usize> {
+        let unit = self.raw().map_or(1, |r| r.itemsize);
+        counts.iter().map(|c| c * unit).collect()
+    }
+
+    /// The dtype as messages name it: numpy's name where it moves as bytes.
+    fn dtype_name(&self) -> String {
+        match self.raw() {
+            Some(r) => r.name.clone(),
+            None => self.dtype().to_string(),
+        }
+    }
+
     /// The array as the buffer an operation reads.
     ///
     /// # Safety
@@ -96,11 +119,11 @@ pub(crate) fn buf(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResul
 }
 
 pub(crate) fn same_dtype(a: &Buf, b: &Buf, what: &str) -> PyResult<()> {
-    if a.dtype() != b.dtype() {
+    if a.dtype() != b.dtype() || a.raw() != b.raw() {
         return Err(PyTypeError::new_err(format!(
             "{what}: input has dtype {} but output has dtype {}; they must match",
-            a.dtype(),
-            b.dtype()
+            a.dtype_name(),
+            b.dtype_name()
         )));
     }
     Ok(())
@@ -151,7 +174,34 @@ pub(crate) struct Call {
     pub keep: Vec<PyObject>,
 }
 
+/// The operations that reduce: arrays moved as bytes cannot take part.
+const REDUCING: [&str; 6] = [
+    "allreduce",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatterv",
+    "scan",
+    "exscan",
+];
+
 impl Call {
+    /// TypeError if the call reduces arrays of a dtype accord only moves as bytes.
+    pub(crate) fn check_reducible(&self) -> PyResult<()> {
+        if !REDUCING.contains(&self.op) {
+            return Ok(());
+        }
+        match self.bufs.iter().find_map(|(w, b)| Some((w, b.raw()?))) {
+            Some((w, r)) => Err(PyTypeError::new_err(format!(
+                "{}: `{w}` has dtype {}, which accord moves as bytes but cannot reduce; \
+                 supported for reductions: {}",
+                self.op,
+                r.name,
+                array::DTYPES
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// A collective on one array, in place.
     pub(crate) fn one(op: &'static str, async_op: bool, a: Buf, arr: &Arg<'_>) -> Call {
         Call {

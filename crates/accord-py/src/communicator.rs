@@ -688,6 +688,7 @@ impl Communicator {
             py,
             Call::two("allgatherv", async_op, bufs, [&arr, &out]),
             Box::new(move |c, b| {
+                let counts = b[1].counts(&counts);
                 let recv = Parts::new(unsafe { b[1].recv() }, &counts);
                 c.all_gather(unsafe { b[0].send() }, recv).map(Some)
             }),
@@ -899,8 +900,9 @@ impl Communicator {
             py,
             Call::two("alltoallv", async_op, bufs, [&arr, &out]),
             Box::new(move |c, b| {
-                let send = Parts::new(unsafe { b[0].send() }, &send_counts);
-                let recv = Parts::new(unsafe { b[1].recv() }, &recv_counts);
+                let (sc, rc) = (b[0].counts(&send_counts), b[1].counts(&recv_counts));
+                let send = Parts::new(unsafe { b[0].send() }, &sc);
+                let recv = Parts::new(unsafe { b[1].recv() }, &rc);
                 c.all_to_all(send, recv).map(Some)
             }),
         )

@@ -58,7 +58,7 @@ impl Communicator {
                 };
                 match &counts {
                     None => c.gather(send, recv, root),
-                    Some(n) => c.gather(send, Parts::new(recv, n), root),
+                    Some(n) => c.gather(send, Parts::new(recv, &b[0].counts(n)), root),
                 }
                 .map(Some)
             }),
@@ -115,7 +115,7 @@ impl Communicator {
                 let recv = unsafe { b[0].recv() };
                 match &counts {
                     None => c.scatter(send, recv, root),
-                    Some(n) => c.scatter(Parts::new(send, n), recv, root),
+                    Some(n) => c.scatter(Parts::new(send, &b[0].counts(n)), recv, root),
                 }
                 .map(Some)
             }),

@@ -51,6 +51,7 @@ impl Communicator {
     /// Run one call (see the module docs): `output` is what it returns once done, `keep` what a
     /// Request keeps alive.
     pub(crate) fn run(&self, py: Python<'_>, mut call: Call, job: Job) -> PyResult<PyObject> {
+        call.check_reducible()?;
         match call.device()? {
             Some(device) => self.run_device(py, call, device, job),
             None => self.run_host(py, call, job),
