@@ -5,6 +5,7 @@ that a group fed GPU tensors stays on the GPU."""
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any, Sequence
 
 
@@ -74,19 +75,26 @@ def detach_from_ray_store(arr: Any) -> bool:
     ):
         return False
     private = np.array(arr, order="C", copy=True)
-    owner = private.view(_owned_view())
-    owner._store = arr.base
-    old = arr.base
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(owner))
-    data.value = private.__array_interface__["data"][0]
-    base.value = id(owner)
-    # The array's own reference to the store buffer; `owner._store` keeps one.
-    ctypes.pythonapi.Py_DecRef(ctypes.py_object(old))
-    arr.flags.writeable = True
+    with _DETACHING:
+        # Another thread may have detached it meanwhile: the base it saw is gone then.
+        old = arr.base
+        if base.value != id(old) or arr.flags.writeable:
+            return arr.flags.writeable
+        owner = private.view(_owned_view())
+        owner._store = old
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(owner))
+        data.value = private.__array_interface__["data"][0]
+        base.value = id(owner)
+        # The array's own reference to the store buffer; `owner._store` keeps one.
+        ctypes.pythonapi.Py_DecRef(ctypes.py_object(old))
+        arr.flags.writeable = True
     return True
 
 
 _OWNED_VIEW: Any = None
+#: Held while an array's pointers are rewritten: two threads detaching one array would both
+#: release the store buffer's reference.
+_DETACHING = threading.Lock()
 
 
 def _owned_view() -> Any:

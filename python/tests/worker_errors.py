@@ -26,6 +26,10 @@ for odd in (np.zeros(4, np.longdouble), np.zeros(4, "datetime64[ns]"), np.zeros(
     expect(TypeError, lambda: comm.allreduce(odd), ["dtype", odd.dtype.name, "cannot reduce"])
     expect(TypeError, lambda: comm.allgather(odd, np.zeros(4 * comm.size, np.float64)), ["dtype", odd.dtype.name])
 expect(TypeError, lambda: comm.broadcast(np.array([None, 1], dtype=object)), ["object", "broadcast_object"])
+if comm.size > 1:
+    # Moved as bytes, an alltoall's blocks must still be whole elements.
+    odd = np.zeros(comm.size + 1, "datetime64[ns]")
+    expect(accord.InvalidArgumentError, lambda: comm.alltoall(odd, np.zeros_like(odd)), ["not a multiple"])
 # Complex numbers have no order and no bits; prefix averages have no one divisor.
 expect(accord.InvalidArgumentError, lambda: comm.allreduce(np.zeros(4, np.complex64), op="max"), ["max", "complex"])
 expect(accord.InvalidArgumentError, lambda: comm.allreduce(np.zeros(4, np.complex128), op="bxor"), ["bxor"])

@@ -6,7 +6,7 @@
 //! first such call attach the device to the communicator, a collective step (see
 //! [`crate::run`]).
 
-use crate::buffers::{buf, kept, no_gpu_tag, obj, pair, same_dtype, Call};
+use crate::buffers::{buf, kept, no_gpu_tag, obj, pair, same_dtype, Buf, Call};
 use crate::errors::to_py as err;
 use crate::scalar::Arg;
 use accord::{Communicator as CoreComm, Parts, ReduceOp};
@@ -875,6 +875,15 @@ impl Communicator {
     ) -> PyResult<PyObject> {
         let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
         let bufs = pair(&arr, &out, "alltoall")?;
+        // The core splits bytes for a dtype moved as bytes: the blocks must be whole elements.
+        if let (Buf::Host(a), Some(r)) = (&bufs.0, bufs.0.raw()) {
+            let (n, size) = (a.len / r.itemsize, self.inner.size());
+            if n % size != 0 {
+                return Err(err(accord::Error::invalid(format!(
+                    "alltoall: send buffer has {n} elements, not a multiple of the {size} ranks"
+                ))));
+            }
+        }
         self.run(
             py,
             Call::two("alltoall", async_op, bufs, [&arr, &out]),

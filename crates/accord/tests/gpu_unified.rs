@@ -87,6 +87,25 @@ fn one_rank_conforms_on_device_memory() {
     println!("one_rank_conforms_on_device_memory: {}", out[0]);
 }
 
+/// Scan is refused inside a launch group, before anything is enqueued; the communicator still
+/// works after.
+#[test]
+fn one_rank_scan_is_refused_inside_a_group() {
+    if skip("one_rank_scan_is_refused_inside_a_group") {
+        return;
+    }
+    run_world(1, |comm| {
+        comm.attach_device(0).unwrap();
+        let mut dev = comm.device_copy(&[2.0f32; 4]).unwrap();
+        let e = gpu::group(|| comm.scan(&mut dev, ReduceOp::Sum).map(|_| ()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("inside gpu::group"), "{e}");
+        comm.scan(&mut dev, ReduceOp::Sum).unwrap().wait().unwrap();
+        assert_eq!(dev.to_host().unwrap(), vec![2.0f32; 4]);
+    });
+}
+
 #[test]
 fn device_buffers_need_an_attached_device_and_one_memory_per_call() {
     if skip("device_buffers_need_an_attached_device_and_one_memory_per_call") {

@@ -313,12 +313,12 @@ impl Communicator {
             "communicator {} was closed on this rank",
             self.name()
         ));
+        self.poison_with(closed.clone());
         // The device engine goes now (NCCL's communicator and buffers), once what was issued
         // on it has finished, not whenever the last handle of this communicator is dropped.
         if let Some(d) = self.inner.device.get() {
-            d.shutdown(closed.clone());
+            d.shutdown(closed);
         }
-        self.poison_with(closed);
         if self.inner.id == 1 {
             self.inner.transport.shutdown();
         }

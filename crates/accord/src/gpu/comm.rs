@@ -260,6 +260,20 @@ impl DeviceComm {
         recv: DeviceSlice,
         stream: Stream,
     ) -> Result<GpuRequest> {
+        if matches!(op.coll, Collective::Scan { .. }) {
+            // Its scratch array is freed in stream order right behind the kernel, which a
+            // group would launch only at its end.
+            super::group::not_in_group("scan or exscan on GPU buffers")?;
+        }
+        let recv = match op.coll {
+            // SAFETY: the communicator's own 8-byte scratch allocation.
+            Collective::Barrier => unsafe { DeviceSlice::from_raw(self.scratch, 1, DataType::I32) },
+            _ => {
+                // In the caller's type, before it is re-expressed.
+                fits(op, self.rank, send, recv)?;
+                recv
+            }
+        };
         let lowered = super::lower::lower(op)?;
         let (op, send, recv) = match &lowered {
             None => (op, send, recv),
@@ -268,14 +282,6 @@ impl DeviceComm {
                 send.map(|s| super::lower::view(s, low.dtype)),
                 super::lower::view(recv, low.dtype),
             ),
-        };
-        let recv = match op.coll {
-            // SAFETY: the communicator's own 8-byte scratch allocation.
-            Collective::Barrier => unsafe { DeviceSlice::from_raw(self.scratch, 1, DataType::I32) },
-            _ => {
-                fits(op, self.rank, send, recv)?;
-                recv
-            }
         };
         let heap = self.engines.heap_arrays(op, send, recv);
         let (at, engine) = self.engines.pick(op, heap, self.rank)?;
@@ -448,24 +454,38 @@ impl DeviceComm {
         }
     }
 
-    /// Release the engines now, for a closed communicator: wait for what was issued (within the
-    /// timeout), then destroy them, or abort them if that wait failed. Later calls fail with
-    /// `e`; operations that finished keep their results.
-    pub(crate) fn shutdown(self: &Arc<Self>, e: Error) {
-        let finished = self.synchronize().is_ok();
+    /// Release the engines now, for a closed communicator. Later calls fail with `e` at once;
+    /// the work already issued (on any stream) is waited for, within the timeout, then the
+    /// engines are destroyed, or aborted if that wait ran out or an engine faulted. Operations
+    /// that finished keep their results.
+    pub(crate) fn shutdown(&self, e: Error) {
         let _ = self.cu.make_current(self.ctx as CuContext);
-        let _exclusive = self.abort_lock.write().unwrap_or_else(|p| p.into_inner());
         {
+            let _exclusive = self.abort_lock.write().unwrap_or_else(|p| p.into_inner());
             let mut p = self.poison.lock().unwrap_or_else(|p| p.into_inner());
             if p.is_none() {
                 self.spares_finished.store(true, Ordering::Release);
                 *p = Some(e);
             }
+            self.poisoned.store(true, Ordering::Release);
         }
-        self.poisoned.store(true, Ordering::Release);
+        let deadline = Instant::now() + self.timeout();
+        let drained = loop {
+            let pending = self.unless_aborted(|| {
+                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.retire(&|| self.faulted()).is_some()
+            });
+            match pending {
+                Some(false) => break true,
+                None => break false,
+                Some(true) if self.faulted() || Instant::now() >= deadline => break false,
+                Some(true) => std::thread::sleep(Duration::from_micros(200)),
+            }
+        };
+        let _exclusive = self.abort_lock.write().unwrap_or_else(|p| p.into_inner());
         if !self.aborted.swap(true, Ordering::AcqRel) {
             for engine in self.engines.iter() {
-                match finished {
+                match drained {
                     true => engine.close(),
                     false => engine.abort(),
                 }

@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 /// Issue operations on several communicators (one per GPU of this process) as one group.
 ///
-/// Requests returned inside `f` are armed when the group ends.
+/// Requests returned inside `f` are armed when the group ends. Scan and exscan are refused
+/// inside a group (their scratch array is freed in stream order behind a kernel the group would
+/// launch only at its end).
 pub fn group<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
     let groups = select::launch_groups()?;
     start(&groups)?;

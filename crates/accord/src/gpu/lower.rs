@@ -4,7 +4,8 @@
 //! floats. The others (`bool`, `i16`, `u16`, `c64`, `c128`) reach them re-expressed: whatever
 //! only moves data moves bytes (`u8`, count x size); a complex sum or average is a sum or average
 //! of its real components (`f32`/`f64`, count x 2); bool *or* and *and* are `u8` max and min
-//! (bools hold 0 or 1). What has no such form (a complex product, a 16-bit integer reduction) is
+//! (bools must hold 0 or 1, as torch and CuPy store them: other bytes reduce as bytes, where the
+//! host reads any non-zero byte as true). What has no such form (a complex product, a 16-bit integer reduction) is
 //! refused before anything is enqueued, with the reason. The fingerprint keeps the caller's
 //! type, so ranks that disagree on it are still told apart.
 

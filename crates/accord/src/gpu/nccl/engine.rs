@@ -150,20 +150,23 @@ impl NcclEngine {
         let reduce = op.reduce_or_sum();
         let (width, bits) = super::scan::identity(op.dtype, reduce)
             .expect("supports() refused the operators NCCL lacks");
+        // A rank that fails to stage its blocks must not go on out of step with peers already
+        // in the reduce-scatter: such failures fail the communicator.
+        let fatal = |e: Error| Fault::fatal(e);
         let mut scratch = 0u64;
         // SAFETY: out-pointer to a local; freed below on the same stream.
         let rc = unsafe { (self.cu.mem_alloc_async)(&mut scratch, p * count * es, s) };
-        self.cu.check(rc, "cuMemAllocAsync")?;
+        self.cu.check(rc, "cuMemAllocAsync").map_err(fatal)?;
         let result = (|| -> EngineResult<()> {
             // Blocks of ranks whose prefix leaves this rank out hold the identity.
             let first = if exclusive { me + 1 } else { me };
-            super::scan::fill(self.cu, scratch, width, bits, first * count, s)?;
+            super::scan::fill(self.cu, scratch, width, bits, first * count, s).map_err(fatal)?;
             for r in first..p {
                 // SAFETY: block `r` of the scratch array, `count` elements.
                 let block = unsafe {
                     DeviceSlice::from_raw(scratch + (r * count * es) as u64, count, op.dtype)
                 };
-                self.copy(input, block, s)?;
+                self.copy(input, block, s).map_err(fatal)?;
             }
             // Rank 0 has no exclusive prefix: its block lands in place in the scratch array,
             // leaving its output as it was.
@@ -189,7 +192,7 @@ impl NcclEngine {
         // SAFETY: allocated above on `s`; freed once the work queued before it is done.
         let rc = unsafe { (self.cu.mem_free_async)(scratch, s) };
         result?;
-        Ok(self.cu.check(rc, "cuMemFreeAsync")?)
+        self.cu.check(rc, "cuMemFreeAsync").map_err(fatal)
     }
 
     /// On one rank an average is the sum (divided by one). NCCL 2.28 left the last element of a
