@@ -78,54 +78,12 @@ def ref_reduce(op, arrays, dtype):
     return r.astype(dtype) if not is_float(dtype) else r
 
 
-for dt in DTYPES:
+def movement(dt, data, check):
+    """Every data-movement operation on `dt`, inputs from `data`, results compared by `check`."""
     mine = data(me, dt)
     alls = [data(r, dt) for r in range(n)]
-    ops = ["sum", "prod"] + (["min", "max"] if dt.kind != "c" else [])
-    ops += ["avg"] if is_float(dt) else ["band", "bor", "bxor"]
-    for op in ops:
-        # allreduce in place: the same array object and memory, changed.
-        x = mine.copy()
-        ptr = x.__array_interface__["data"][0]
-        y = comm.allreduce(x, op=op)
-        assert y is x and x.__array_interface__["data"][0] == ptr
-        check(f"allreduce {op} in place", x, ref_reduce(op, alls, dt), dt)
-        out = np.zeros_like(mine)
-        r = comm.allreduce(mine, op=accord.ReduceOp(op), out=out)
-        assert r is out
-        check(f"allreduce {op} out", out, ref_reduce(op, alls, dt), dt)
-        check("allreduce input untouched", mine, data(me, dt), dt)
-        for root in {0, n - 1}:
-            x = mine.copy()
-            comm.reduce(x, op=op, root=root)
-            check(f"reduce {op} root {root}", x, ref_reduce(op, alls, dt) if me == root else mine, dt)
-            out = np.zeros_like(mine)
-            comm.reduce(mine, op=op, root=root, out=out if me == root else None)
-            if me == root:
-                check(f"reduce {op} out", out, ref_reduce(op, alls, dt), dt)
-        # reduce_scatter: input n*COUNT, output COUNT
-        big = [data(r, dt, n * COUNT, 1) for r in range(n)]
-        out = np.zeros(COUNT, dt)
-        comm.reduce_scatter(big[me], out, op=op)
-        check(f"reduce_scatter {op}", out, ref_reduce(op, big, dt)[me * COUNT:(me + 1) * COUNT], dt)
-        if op != "avg":
-            # Prefix reductions: ranks 0..me (scan) or 0..me-1 (exscan; rank 0's output untouched).
-            x = mine.copy()
-            assert comm.scan(x, op=op) is x
-            check(f"scan {op} in place", x, ref_reduce(op, alls[:me + 1], dt), dt)
-            out = np.zeros_like(mine)
-            comm.exscan(mine, op=op, out=out)
-            check(f"exscan {op}", out, ref_reduce(op, alls[:me], dt) if me else np.zeros_like(mine), dt)
-            x = mine.copy()
-            accord.exscan(x, op=op, group=comm)
-            check(f"exscan {op} in place", x, ref_reduce(op, alls[:me], dt) if me else mine, dt)
-    # reduce_scatterv: rank r gets r+1 elements
     counts = [r + 1 for r in range(n)]
-    big = [data(r, dt, sum(counts), 2) for r in range(n)]
-    out = np.zeros(counts[me], dt)
-    comm.reduce_scatterv(big[me], out, counts, op="sum")
     off = sum(counts[:me])
-    check("reduce_scatterv", out, ref_reduce("sum", big, dt)[off:off + counts[me]], dt)
     for root in {0, n - 1}:
         x = data(root, dt) if me == root else np.zeros(COUNT, dt)
         comm.broadcast(x, root=root)
@@ -180,15 +138,66 @@ for dt in DTYPES:
             comm.recv(out, left, tag=5)
             comm.send(mine, right, tag=5)
         check("send/recv", out, alls[left], dt)
+
+
+for dt in DTYPES:
+    mine = data(me, dt)
+    alls = [data(r, dt) for r in range(n)]
+    ops = ["sum", "prod"] + (["min", "max"] if dt.kind != "c" else [])
+    ops += ["avg"] if is_float(dt) else ["band", "bor", "bxor"]
+    for op in ops:
+        # allreduce in place: the same array object and memory, changed.
+        x = mine.copy()
+        ptr = x.__array_interface__["data"][0]
+        y = comm.allreduce(x, op=op)
+        assert y is x and x.__array_interface__["data"][0] == ptr
+        check(f"allreduce {op} in place", x, ref_reduce(op, alls, dt), dt)
+        out = np.zeros_like(mine)
+        r = comm.allreduce(mine, op=accord.ReduceOp(op), out=out)
+        assert r is out
+        check(f"allreduce {op} out", out, ref_reduce(op, alls, dt), dt)
+        check("allreduce input untouched", mine, data(me, dt), dt)
+        for root in {0, n - 1}:
+            x = mine.copy()
+            comm.reduce(x, op=op, root=root)
+            check(f"reduce {op} root {root}", x, ref_reduce(op, alls, dt) if me == root else mine, dt)
+            out = np.zeros_like(mine)
+            comm.reduce(mine, op=op, root=root, out=out if me == root else None)
+            if me == root:
+                check(f"reduce {op} out", out, ref_reduce(op, alls, dt), dt)
+        # reduce_scatter: input n*COUNT, output COUNT
+        big = [data(r, dt, n * COUNT, 1) for r in range(n)]
+        out = np.zeros(COUNT, dt)
+        comm.reduce_scatter(big[me], out, op=op)
+        check(f"reduce_scatter {op}", out, ref_reduce(op, big, dt)[me * COUNT:(me + 1) * COUNT], dt)
+        if op != "avg":
+            # Prefix reductions: ranks 0..me (scan) or 0..me-1 (exscan; rank 0's output untouched).
+            x = mine.copy()
+            assert comm.scan(x, op=op) is x
+            check(f"scan {op} in place", x, ref_reduce(op, alls[:me + 1], dt), dt)
+            out = np.zeros_like(mine)
+            comm.exscan(mine, op=op, out=out)
+            check(f"exscan {op}", out, ref_reduce(op, alls[:me], dt) if me else np.zeros_like(mine), dt)
+            x = mine.copy()
+            accord.exscan(x, op=op, group=comm)
+            check(f"exscan {op} in place", x, ref_reduce(op, alls[:me], dt) if me else mine, dt)
+    # reduce_scatterv: rank r gets r+1 elements
+    counts = [r + 1 for r in range(n)]
+    big = [data(r, dt, sum(counts), 2) for r in range(n)]
+    out = np.zeros(counts[me], dt)
+    comm.reduce_scatterv(big[me], out, counts, op="sum")
+    off = sum(counts[:me])
+    check("reduce_scatterv", out, ref_reduce("sum", big, dt)[off:off + counts[me]], dt)
+    movement(dt, data, check)
     comm.barrier()
 
 # Dtypes accord has no type for move as their bytes: every data-movement operation, counts
-# in the caller's elements.
+# in the caller's elements, compared exactly.
 RAW = [np.dtype("datetime64[ns]"), np.dtype("timedelta64[s]"), np.dtype(np.longdouble), np.dtype("U3"),
        np.dtype([("id", "<i4"), ("w", "<f8")])]
 
 
-def raw_data(rank, dt, count, salt=0):
+def raw_data(rank, dt, count=COUNT, salt=0):
     ints = np.random.default_rng(5000 + 1000 * rank + salt + count).integers(0, 1000, count)
     if dt.kind in "Mm":
         return ints.astype(dt)
@@ -201,45 +210,14 @@ def raw_data(rank, dt, count, salt=0):
     return ints.astype(dt) / 3
 
 
-def same_raw(name, got, want):
+def same_raw(name, got, want, dt):
     if got.dtype != want.dtype or not np.array_equal(got, want):
-        print(f"FAIL rank {me} {name}: got {got} want {want}", flush=True)
+        print(f"FAIL rank {me} {name} {dt}: got {got} want {want}", flush=True)
         sys.exit(1)
 
 
 for dt in RAW:
-    mine = raw_data(me, dt, COUNT)
-    alls = [raw_data(r, dt, COUNT) for r in range(n)]
-    b = mine.copy()
-    comm.broadcast(b, root=n - 1)
-    same_raw(f"broadcast {dt}", b, alls[n - 1])
-    out = np.zeros(n * COUNT, dt)
-    comm.allgather(mine, out)
-    same_raw(f"allgather {dt}", out, np.concatenate(alls))
-    counts = [r + 1 for r in range(n)]
-    vdata = [raw_data(r, dt, r + 1, 3) for r in range(n)]
-    out = np.zeros(sum(counts), dt)
-    comm.allgatherv(vdata[me], out, counts)
-    same_raw(f"allgatherv {dt}", out, np.concatenate(vdata))
-    out = np.zeros(sum(counts), dt) if me == 0 else None
-    comm.gatherv(vdata[me], out, counts, root=0)
-    if me == 0:
-        same_raw(f"gatherv {dt}", out, np.concatenate(vdata))
-    src = raw_data(0, dt, sum(counts), 5)
-    out = np.zeros(counts[me], dt)
-    comm.scatterv(src if me == 0 else None, out, counts, root=0)
-    off = sum(counts[:me])
-    same_raw(f"scatterv {dt}", out, src[off:off + counts[me]])
-    sc = lambda r: [(r + j) % 3 + 1 for j in range(n)]
-    a2av = [raw_data(r, dt, sum(sc(r)), 7) for r in range(n)]
-    rc = [sc(r)[me] for r in range(n)]
-    out = np.zeros(sum(rc), dt)
-    comm.alltoallv(a2av[me], sc(me), out, rc)
-    want = np.concatenate([a2av[r][sum(sc(r)[:me]):sum(sc(r)[:me + 1])] for r in range(n)])
-    same_raw(f"alltoallv {dt}", out, want)
-    out = np.zeros(COUNT, dt)
-    comm.sendrecv(mine, (me + 1) % n, out, (me - 1) % n, tag=9)
-    same_raw(f"sendrecv {dt}", out, alls[(me - 1) % n])
+    movement(dt, raw_data, same_raw)
 
 # Nonblocking: several requests in flight, completed in reverse order.
 f = np.dtype(np.float32)

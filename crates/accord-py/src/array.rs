@@ -502,12 +502,15 @@ fn from_torch_cpu(obj: &Bound<'_, PyAny>) -> Option<HostArray> {
         || truthy(intern!(py, "requires_grad"), false)?
         || !truthy(intern!(py, "is_contiguous"), true)?
         || truthy(intern!(py, "is_neg"), true)?
-        || truthy(intern!(py, "is_conj"), true)?
     {
         return None;
     }
     let dt = obj.getattr(intern!(py, "dtype")).ok()?;
     let dtype = dtypes.iter().find(|(t, _)| t.bind(py).is(&dt))?.1;
+    // Only complex tensors can be conjugated in name: real ones skip the call.
+    if dtype.is_complex() && truthy(intern!(py, "is_conj"), true)? {
+        return None;
+    }
     let ptr: usize = obj
         .call_method0(intern!(py, "data_ptr"))
         .ok()?

@@ -135,6 +135,16 @@ fn device_buffers_need_an_attached_device_and_one_memory_per_call() {
     });
 }
 
+/// Attach the GPU of this process's local rank (ranks share GPUs where there are fewer).
+fn attach_local_gpu(comm: &Communicator) {
+    let count = gpu::cuda::driver().and_then(|d| d.device_count()).unwrap();
+    let local: usize = std::env::var("LOCAL_RANK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(comm.rank());
+    comm.attach_device(local % count.max(1)).unwrap();
+}
+
 fn launched(test: &str) -> Option<Communicator> {
     if skip(test) {
         return None;
@@ -151,12 +161,7 @@ fn processes_conform_on_device_memory() {
     let Some(comm) = launched("processes_conform_on_device_memory") else {
         return;
     };
-    let count = gpu::cuda::driver().and_then(|d| d.device_count()).unwrap();
-    let local: usize = std::env::var("LOCAL_RANK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(comm.rank());
-    comm.attach_device(local % count.max(1)).unwrap();
+    attach_local_gpu(&comm);
     let summary = conform_on_device(&comm, &format!("nccl, {} processes", comm.size()));
     // The same communicator runs host buffers too, in the same order.
     let mut v = vec![comm.rank() as u32 + 1; 5];
@@ -187,12 +192,7 @@ fn processes_lowered_types_conform_on_own_kernels() {
     let Some(comm) = launched(test) else {
         return;
     };
-    let count = gpu::cuda::driver().and_then(|d| d.device_count()).unwrap();
-    let local: usize = std::env::var("LOCAL_RANK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(comm.rank());
-    comm.attach_device(local % count.max(1)).unwrap();
+    attach_local_gpu(&comm);
     let mut o = device_options("accord kernels, lowered types");
     o.dtypes = vec![
         DataType::Bool,

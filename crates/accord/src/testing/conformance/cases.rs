@@ -137,54 +137,24 @@ impl Suite<'_> {
     }
 
     pub(super) fn all_reduce(&mut self) -> Step {
-        let kind = OpKind::AllReduce;
-        for (dtype, op) in self.dtype_ops() {
-            for count in self.opts.counts.clone() {
-                let seed = self.next_seed();
-                let inputs: Vec<_> = (0..self.n)
-                    .map(|r| self.input(seed, r, dtype, Some(op), count))
-                    .collect();
-                let want = reference::reduce(dtype, op, &inputs);
-                let mine = Expect::Exact(inputs[self.me].clone());
-                for algo in self.algorithms(&[Collective::AllReduce { count }]) {
-                    self.force(kind, algo);
-                    for in_place in [true, false] {
-                        let case = Case {
-                            op: kind,
-                            in_place: Some(in_place),
-                            dtype,
-                            reduce: Some(op),
-                            counts: vec![count],
-                            root: None,
-                            algorithm: algo,
-                        };
-                        if in_place {
-                            let mut buf = self.upload(dtype, &inputs[self.me]);
-                            let r = self.comm.all_reduce(buf.recv(), op);
-                            self.done(&case, waited(r))?;
-                            self.expect(&case, "", &*buf, &want);
-                        } else {
-                            let send = self.upload(dtype, &inputs[self.me]);
-                            let mut out = self.output(dtype, count);
-                            let r = self.comm.all_reduce((send.send(), out.recv()), op);
-                            self.done(&case, waited(r))?;
-                            self.expect(&case, "", &*out, &want);
-                            self.expect(&case, SEND_CHANGED, &*send, &mine);
-                        }
-                    }
-                }
-            }
-        }
-        self.unforce(kind);
-        Ok(())
+        self.elementwise(OpKind::AllReduce)
     }
 
-    /// Scan or exscan: rank `r` expects the reduction of ranks `0..=r` (`0..r`); rank 0 of an
-    /// exscan expects its output untouched.
     pub(super) fn scan(&mut self, kind: OpKind) -> Step {
-        let exclusive = kind == OpKind::ExScan;
+        self.elementwise(kind)
+    }
+
+    /// Allreduce, scan or exscan: rank `r` expects the reduction of the inputs of every rank,
+    /// of ranks `0..=r` or of ranks `0..r`; rank 0 of an exscan expects its output untouched.
+    fn elementwise(&mut self, kind: OpKind) -> Step {
+        let upto = match kind {
+            OpKind::AllReduce => self.n,
+            OpKind::Scan => self.me + 1,
+            _ => self.me,
+        };
         for (dtype, op) in self.dtype_ops() {
-            if op == crate::dtype::ReduceOp::Avg {
+            // A prefix has no single divisor.
+            if kind != OpKind::AllReduce && op == crate::dtype::ReduceOp::Avg {
                 continue;
             }
             for count in self.opts.counts.clone() {
@@ -192,13 +162,15 @@ impl Suite<'_> {
                 let inputs: Vec<_> = (0..self.n)
                     .map(|r| self.input(seed, r, dtype, Some(op), count))
                     .collect();
-                let upto = if exclusive { self.me } else { self.me + 1 };
                 let mine = Expect::Exact(inputs[self.me].clone());
-                let want = |untouched: &[u8]| match upto {
-                    0 => Expect::Exact(untouched.to_vec()),
-                    k => reference::reduce(dtype, op, &inputs[..k]),
+                let want = (upto > 0).then(|| reference::reduce(dtype, op, &inputs[..upto]));
+                let coll = match kind {
+                    OpKind::AllReduce => Collective::AllReduce { count },
+                    _ => Collective::Scan {
+                        count,
+                        exclusive: kind == OpKind::ExScan,
+                    },
                 };
-                let coll = Collective::Scan { count, exclusive };
                 for algo in self.algorithms(&[coll]) {
                     self.force(kind, algo);
                     for in_place in [true, false] {
@@ -213,23 +185,17 @@ impl Suite<'_> {
                         };
                         if in_place {
                             let mut buf = self.upload(dtype, &inputs[self.me]);
-                            let r = match exclusive {
-                                true => self.comm.exscan(buf.recv(), op),
-                                false => self.comm.scan(buf.recv(), op),
-                            };
+                            let r = self.reduce_call(kind, buf.recv(), op);
                             self.done(&case, waited(r))?;
-                            self.expect(&case, "", &*buf, &want(&inputs[self.me]));
+                            self.expect(&case, "", &*buf, want.as_ref().unwrap_or(&mine));
                         } else {
                             let send = self.upload(dtype, &inputs[self.me]);
                             let mut out = self.output(dtype, count);
-                            let untouched = out.download();
-                            let io = (send.send(), out.recv());
-                            let r = match exclusive {
-                                true => self.comm.exscan(io, op),
-                                false => self.comm.scan(io, op),
-                            };
+                            let untouched = want.is_none().then(|| Expect::Exact(out.download()));
+                            let r = self.reduce_call(kind, (send.send(), out.recv()), op);
                             self.done(&case, waited(r))?;
-                            self.expect(&case, "", &*out, &want(&untouched));
+                            let want = want.as_ref().or(untouched.as_ref()).expect("one of them");
+                            self.expect(&case, "", &*out, want);
                             self.expect(&case, SEND_CHANGED, &*send, &mine);
                         }
                     }
@@ -238,6 +204,20 @@ impl Suite<'_> {
         }
         self.unforce(kind);
         Ok(())
+    }
+
+    /// The call of [`Suite::elementwise`]'s `kind`.
+    fn reduce_call<'b>(
+        &self,
+        kind: OpKind,
+        io: impl crate::buffer::AsInOut<'b>,
+        op: crate::dtype::ReduceOp,
+    ) -> crate::Result<crate::Completion> {
+        match kind {
+            OpKind::AllReduce => self.comm.all_reduce(io, op),
+            OpKind::Scan => self.comm.scan(io, op),
+            _ => self.comm.exscan(io, op),
+        }
     }
 
     /// Per-rank counts to run `kind` with: equal blocks of every count, or uneven vectors for
