@@ -215,6 +215,24 @@ fn main() -> ExitCode {
                 .map(|_| "ok".into())
                 .map_err(Into::into)
         }
+        // Five good allreduces, then rank ACCORD_CHECK_RANK stalls (`stall`: sleeps, as a hung
+        // rank) or broadcasts from the wrong root (`wrong-root`): flight records explain both.
+        "stall" | "wrong-root" => {
+            let odd = env_rank("ACCORD_CHECK_RANK");
+            let mut v = [1.0f32; 16];
+            let warm: Result<(), accord::Error> =
+                (0..5).try_for_each(|_| comm.all_reduce(&mut v, ReduceOp::Sum).map(drop));
+            warm.and_then(|()| match (mode.as_str(), Some(me) == odd) {
+                ("stall", true) => {
+                    std::thread::sleep(Duration::from_secs(30));
+                    Ok(())
+                }
+                ("stall", false) => comm.all_reduce(&mut v, ReduceOp::Sum).map(drop),
+                (_, wrong) => comm.broadcast(&mut v, wrong as usize).map(drop),
+            })
+            .map(|()| "ok".into())
+            .map_err(Into::into)
+        }
         other => Err(format!("unknown mode {other:?}").into()),
     };
     match result {

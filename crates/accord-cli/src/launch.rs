@@ -112,6 +112,15 @@ pub fn run(job: Launch) -> i32 {
         .map(|c| c.with_prefix(INIT_PREFIX))
         .ok();
     let master_port = free_port().to_string();
+    // Names this job's flight records (see `accord::observe`).
+    let job_id = match std::env::var("ACCORD_JOB_ID") {
+        Ok(j) if !j.trim().is_empty() => j,
+        _ => format!(
+            "run{}-{}",
+            std::process::id(),
+            store.replace([':', '.'], "-")
+        ),
+    };
     let signals = Handlers::install();
     let _subreaper = rank::adopt_orphans();
     let guard = Guard::start(job.n)
@@ -143,6 +152,7 @@ pub fn run(job: Launch) -> i32 {
             .env("LOCAL_WORLD_SIZE", job.n.to_string())
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", &master_port)
+            .env("ACCORD_JOB_ID", &job_id)
             .envs(job.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -178,6 +188,9 @@ pub fn run(job: Launch) -> i32 {
         }
     }
     let ending = ending.unwrap_or_else(|| supervise(&mut ranks, &signals, joining.as_ref()));
+    if let Ending::Failed(_) = ending {
+        collect_flight_records(&mut ranks, &job_id);
+    }
 
     // Whatever the ending, stop what is left of every rank's group: the ranks still running,
     // and the children of the ranks that exited.
@@ -204,6 +217,37 @@ pub fn run(job: Launch) -> i32 {
         (Ending::Signalled(sig), _) | (_, Some(sig)) => signals.reraise(sig),
         (Ending::Done, None) => 0,
         (Ending::Failed(code), None) => code,
+    }
+}
+
+/// After a rank failed: ask the ranks still running for their flight records (the others
+/// wrote theirs when they failed or heard of the failure), give them a moment, and say where
+/// the records are.
+fn collect_flight_records(ranks: &mut [Rank], job_id: &str) {
+    if std::env::var("ACCORD_FLIGHT_RECORDER").is_ok_and(|v| v.trim() == "0") {
+        return;
+    }
+    for r in ranks.iter_mut() {
+        r.ask_for_record();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let dir = accord::observe::flight_dir();
+    let job = accord::observe::job_id_of(job_id);
+    let prefix = format!("accord-flight-{job}-rank");
+    let count = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .count()
+        })
+        .unwrap_or(0);
+    if count > 0 {
+        eprintln!(
+            "accord run: flight records of {count} rank(s) are in {}; `accord analyze {} --job \
+             {job}` says which rank is behind and who waited for whom",
+            dir.display(),
+            dir.display()
+        );
     }
 }
 

@@ -3,6 +3,7 @@
 //! Also a library, so that other front ends (the Python package's `python -m accord`) can run
 //! the same command line in-process with [`main_with`].
 
+mod analyze;
 mod bench;
 mod calibrate;
 /// The operations `accord bench` knows.
@@ -150,12 +151,88 @@ enum Cmd {
         #[arg(long, default_value = "0.0.0.0")]
         host: String,
     },
+    /// Explain a failed or hung job from its ranks' flight records: which rank is behind, on
+    /// which operation, where ranks disagree, who waited for whom.
+    Analyze {
+        /// The directory the records are in (`ACCORD_FLIGHT_DIR`; by default `accord-flight`
+        /// in the temporary directory).
+        dir: Option<String>,
+        /// The job to analyze (default: the one dumped last).
+        #[arg(long)]
+        job: Option<String>,
+        /// Print the findings as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Timelines written with `ACCORD_TRACE`.
+    Trace {
+        #[command(subcommand)]
+        cmd: TraceCmd,
+    },
     /// One benchmark rank (started by `accord bench`).
     #[command(hide = true)]
     BenchRank {
         #[command(flatten)]
         args: BenchArgs,
     },
+}
+
+#[derive(Subcommand)]
+enum TraceCmd {
+    /// Join the ranks' trace files (or every `*.json` file of a directory) into one
+    /// Chrome-trace file, one process per rank.
+    Merge {
+        /// Trace files or directories.
+        #[arg(required = true)]
+        inputs: Vec<String>,
+        /// Where to write the merged trace.
+        #[arg(short, long)]
+        output: String,
+    },
+}
+
+fn trace_merge(inputs: &[String], output: &str) -> i32 {
+    let mut files = Vec::new();
+    for i in inputs {
+        let p = std::path::PathBuf::from(i);
+        if p.is_dir() {
+            let mut found: Vec<_> = match std::fs::read_dir(&p) {
+                Ok(d) => d
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|f| f.extension().is_some_and(|x| x == "json"))
+                    .collect(),
+                Err(e) => {
+                    eprintln!("accord trace merge: cannot read {i}: {e}");
+                    return 2;
+                }
+            };
+            found.sort();
+            files.extend(found);
+        } else {
+            files.push(p);
+        }
+    }
+    if files.is_empty() {
+        eprintln!("accord trace merge: no trace files in {}", inputs.join(" "));
+        return 2;
+    }
+    let merged = match accord::observe::trace::merge(&files) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("accord trace merge: {e}");
+            return 2;
+        }
+    };
+    match std::fs::write(output, serde_json::to_vec(&merged).unwrap_or_default()) {
+        Ok(()) => {
+            eprintln!("accord trace merge: {} file(s) -> {output}", files.len());
+            0
+        }
+        Err(e) => {
+            eprintln!("accord trace merge: cannot write {output}: {e}");
+            1
+        }
+    }
 }
 
 fn bench_opts(a: &BenchArgs) -> Result<bench::BenchOpts, String> {
@@ -290,6 +367,13 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
         },
         Cmd::Store { port, host } => store_main(&host, port),
         Cmd::Selftest => selftest::rank_main(),
+        Cmd::Analyze { dir, job, json } => {
+            let dir = dir.unwrap_or_else(|| accord::observe::flight_dir().display().to_string());
+            analyze::main(&dir, job.as_deref(), json)
+        }
+        Cmd::Trace {
+            cmd: TraceCmd::Merge { inputs, output },
+        } => trace_merge(&inputs, &output),
         Cmd::Sim {
             op,
             n,

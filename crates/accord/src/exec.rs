@@ -168,7 +168,13 @@ pub(crate) fn execute(call: &Routed<'_>, sched: &Schedule, bufs: &Buffers) -> Re
     // Set at the first wait (a call that never waits does not read the clock).
     let mut deadline = None;
     let env = call.envelope();
-    for round in &sched.rounds {
+    let traced = crate::observe::trace::enabled();
+    for (no, round) in sched.rounds.iter().enumerate() {
+        let began = if traced {
+            crate::observe::clock::precise_ns()
+        } else {
+            0
+        };
         for step in round {
             if let Step::Send { peer, src } = *step {
                 let data = mem.read(src)?;
@@ -211,8 +217,32 @@ pub(crate) fn execute(call: &Routed<'_>, sched: &Schedule, bufs: &Buffers) -> Re
                 }
             }
         }
+        if traced {
+            trace_round(no, round, esz, began);
+        }
     }
     Ok(())
+}
+
+/// A round of a schedule on the timeline: whom it sent to and received from, how much.
+#[cold]
+fn trace_round(no: usize, round: &[Step], esz: usize, began: u64) {
+    let mut sends = Vec::new();
+    let mut recvs = Vec::new();
+    for s in round {
+        match *s {
+            Step::Send { peer, src } => sends.push([peer, src.len * esz]),
+            Step::Recv { peer, dst } | Step::RecvReduce { peer, dst } => {
+                recvs.push([peer, dst.len * esz])
+            }
+            _ => {}
+        }
+    }
+    crate::observe::trace::step(
+        || format!("round {no}"),
+        began,
+        serde_json::json!({"send [peer, bytes]": sends, "recv [peer, bytes]": recvs}),
+    );
 }
 
 /// Peers of the receives from `steps` onwards, deduplicated, for timeout messages.

@@ -146,6 +146,7 @@ pub mod error;
 mod exec;
 pub mod fingerprint;
 pub mod gpu;
+pub mod observe;
 pub mod op;
 mod p2p_order;
 pub mod rendezvous;

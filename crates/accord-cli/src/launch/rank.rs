@@ -25,6 +25,15 @@ pub struct Rank {
 }
 
 impl Rank {
+    /// Ask the rank's process, if it still runs, to write its flight record (`SIGUSR1`, see
+    /// `accord::observe`).
+    pub fn ask_for_record(&mut self) {
+        if self.status.is_none() && matches!(self.child.try_wait(), Ok(None)) {
+            // SAFETY: signals a child this launcher started and has not reaped.
+            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGUSR1) };
+        }
+    }
+
     /// Start `cmd` as rank `rank`, leading its own process group (so that stopping the group
     /// reaches the children it forks) and with SIGKILL as its parent-death signal.
     ///

@@ -147,6 +147,7 @@ impl Inner {
         let inner = Arc::get_mut(&mut c.inner).expect("just made");
         inner.host_side = false;
         let _ = inner.device.set(g);
+        c.register();
         c
     }
 }

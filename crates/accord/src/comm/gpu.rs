@@ -86,7 +86,12 @@ impl Communicator {
         self.check_poison()?;
         let g = self.device_engine()?;
         self.explain_engine(op, || "the GPU (NCCL)");
-        let req = g.run_op(op, send, recv, stream)?;
-        Ok(Completion::device(req))
+        let rec = self.record_device(op);
+        let r = g.run_op(op, send, recv, stream);
+        if let Ok(req) = &r {
+            self.record_device_seq(rec, req.seq());
+        }
+        self.record_end(rec, &r);
+        Ok(Completion::device(r?))
     }
 }

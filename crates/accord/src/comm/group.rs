@@ -90,13 +90,16 @@ impl Communicator {
         if id <= 1 {
             id = 2; // 1 is the world
         }
-        p.derived(ranks, rank, id, format!("{}/{label}", p.name))
+        let c = p.derived(ranks, rank, id, format!("{}/{label}", p.name));
+        c.register();
+        c
     }
 }
 
 impl Inner {
     /// A communicator over the same transport and resources as this one, with its own order,
-    /// poison and plans: `ranks` maps its ranks to transport ranks.
+    /// poison and plans: `ranks` maps its ranks to transport ranks. Not yet visible to
+    /// flight-record dumps: the caller registers it once it is complete.
     pub(super) fn derived(
         &self,
         ranks: Vec<usize>,
@@ -129,6 +132,7 @@ impl Inner {
                 attaching: Default::default(),
                 host_side: true,
                 symmetric: Default::default(),
+                flight: crate::observe::new_recorder(),
             }),
             reserved: None,
         }

@@ -2,6 +2,7 @@
 //! across hosts, and otherwise a schedule chosen by the tuner, run over the transport.
 
 use super::*;
+use crate::observe::Route;
 
 impl Communicator {
     /// Run a checked collective on host buffers. `input == None` is in place.
@@ -49,16 +50,39 @@ impl Communicator {
         // Reserved calls may run concurrently and in any order on each rank: they take the
         // message path, which matches by sequence number. Others run in program order.
         let engine = (!reserved)
-            .then(|| self.inner.engines.iter().find(|e| e.supports(op)))
+            .then(|| self.inner.engines.iter().position(|e| e.supports(op)))
             .flatten();
-        if let Some(e) = engine {
-            self.check_poison()?;
-            self.explain_engine(op, || e.name());
-            let call = op.call(self.inner.id, &self.inner.name, seq, self.timeout());
-            return e.run(&call, op, input, output).map_err(|e| self.fail(e));
+        let span = self.trace_begin();
+        let (r, route) = match engine {
+            Some(at) => {
+                let e = &self.inner.engines[at];
+                self.check_poison()?;
+                self.explain_engine(op, || e.name());
+                let route = Route::Engine(at as u8);
+                let rec = self.record_host(seq, op, route, true);
+                let call = op.call(self.inner.id, &self.inner.name, seq, self.timeout());
+                let r = e.run(&call, op, input, output).map_err(|e| self.fail(e));
+                self.record_end(rec, &r);
+                (r, route)
+            }
+            None => {
+                self.explain_engine(op, || "a schedule over the transport");
+                let rec = self.record_host(seq, op, Route::Schedule(None), !reserved);
+                let r = self.run_schedule(seq, op, input, output, rec);
+                self.record_end(rec, &r);
+                (r, Route::Schedule(self.cached_algorithm(op)))
+            }
+        };
+        if let Some(span) = span {
+            self.trace_end(
+                span,
+                (op.kind().name().into(), Some(seq)),
+                &op.fp,
+                route,
+                &r,
+            );
         }
-        self.explain_engine(op, || "a schedule over the transport");
-        self.run_schedule(seq, op, input, output)
+        r
     }
 
     /// Run an f16/bf16 average in f32 (see [`crate::dtype::averages_wide`]): every rank widens,
@@ -91,12 +115,14 @@ impl Communicator {
         op: &Op,
         input: Option<&[u8]>,
         output: &mut [u8],
+        rec: Option<crate::observe::Entry>,
     ) -> Result<()> {
         self.check_poison()?;
         // The sequence number is spent: from here on, a failure must reach the peers.
-        let sched = self
+        let (sched, algo) = self
             .schedule(&op.coll, op.kind(), op.dtype)
             .map_err(|e| self.fail(e))?;
+        self.record_route(rec, Route::Schedule(Some(algo)));
         let bufs = match input {
             Some(i) => Buffers {
                 input: i.as_ptr(),

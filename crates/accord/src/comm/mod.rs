@@ -38,6 +38,7 @@ mod hierarchy;
 mod host;
 mod p2p;
 mod probe;
+mod recorded;
 mod request;
 mod symmetric;
 
@@ -88,6 +89,8 @@ pub(crate) struct Resources {
     pub rendezvous: Option<crate::rendezvous::Rendezvous>,
     /// Placement over hosts and this host's shared-memory group.
     pub shm: Option<Arc<crate::shm_coll::ShmWorld>>,
+    /// The job's name in flight-record dumps ([`crate::observe::job_id`]).
+    pub job: String,
 }
 
 /// A place in the communicator's order, taken ahead by [`Communicator::reserve`].
@@ -107,6 +110,9 @@ impl std::fmt::Debug for Communicator {
     }
 }
 
+/// A cached plan and the algorithm it runs.
+type Plan = (Arc<Schedule>, Algorithm);
+
 struct Inner {
     transport: Arc<dyn Transport>,
     /// Communicator rank -> transport rank.
@@ -123,7 +129,7 @@ struct Inner {
     /// `close` was called.
     closed: std::sync::atomic::AtomicBool,
     /// Plans by (collective, element size): the algorithm choice depends on both.
-    cache: Mutex<HashMap<(Collective, usize), Arc<Schedule>>>,
+    cache: Mutex<HashMap<(Collective, usize), Plan>>,
     /// `ACCORD_EXPLAIN=1`: say which engine and algorithm run each operation.
     explain: bool,
     /// The (operation, engine) pairs `ACCORD_EXPLAIN` has reported.
@@ -148,6 +154,8 @@ struct Inner {
     host_side: bool,
     /// This host's ranks, connected for the symmetric heap once it is first used.
     symmetric: Mutex<Option<Arc<crate::gpu::symm::LocalGroup>>>,
+    /// The last operations (see [`crate::observe`]); `None` with `ACCORD_FLIGHT_RECORDER=0`.
+    flight: Option<crate::observe::FlightRecorder>,
 }
 
 impl Communicator {
@@ -159,7 +167,11 @@ impl Communicator {
     /// Like [`Communicator::new`], with what the world was bootstrapped with: the rendezvous
     /// (kept alive as long as the communicator) and the shared-memory placement, which gives
     /// collectives their shared-memory path.
-    pub(crate) fn with_resources(transport: Arc<dyn Transport>, resources: Resources) -> Self {
+    pub(crate) fn with_resources(transport: Arc<dyn Transport>, mut resources: Resources) -> Self {
+        if resources.job.is_empty() {
+            resources.job = crate::observe::job_id();
+        }
+        crate::observe::trace::init();
         let ranks = (0..transport.size()).collect();
         let rank = transport.rank();
         let model = tuner::CostModel::for_link(transport.link());
@@ -189,6 +201,7 @@ impl Communicator {
                 attaching: Default::default(),
                 host_side: true,
                 symmetric: Default::default(),
+                flight: crate::observe::new_recorder(),
             }),
             reserved: None,
         };
@@ -216,6 +229,7 @@ impl Communicator {
                 inner.engines.push(e);
             }
         }
+        comm.register();
         comm
     }
 
@@ -321,6 +335,7 @@ impl Communicator {
         }
         if self.inner.id == 1 {
             self.inner.transport.shutdown();
+            let _ = crate::observe::trace::flush();
         }
     }
 
@@ -367,12 +382,15 @@ impl Communicator {
         }
     }
 
-    fn poison_with(&self, e: Error) {
+    /// Poison with `e` unless poisoned already; whether it was not.
+    fn poison_with(&self, e: Error) -> bool {
         let mut p = self.inner.poison.lock().unwrap();
         if p.is_none() {
             *p = Some(e);
             self.inner.poisoned.store(true, Ordering::Release);
+            return true;
         }
+        false
     }
 
     /// Record a failure: poison this communicator and tell every peer, so nobody waits for us.
@@ -388,13 +406,19 @@ impl Communicator {
             (Error::PeerLost { .. }, Some((by, reason))) => Error::aborted_by(by, &reason),
             (e, _) => e,
         };
-        self.poison_with(e.clone());
+        let first = self.poison_with(e.clone());
         let t = &self.inner.transport;
         match (&e, t.mailbox().aborted()) {
             // Pass on the notice we heard, before this rank may close (see above).
             (Error::Aborted { .. }, Some((by, reason))) if by != t.rank() => t.abort(by, &reason),
             (Error::Aborted { .. }, _) => {}
             _ => t.abort(t.rank(), &format!("{e}")),
+        }
+        if first && self.inner.flight.is_some() {
+            crate::observe::dump_all(&format!("rank {} failed: {e}", t.rank()));
+        }
+        if first {
+            let _ = crate::observe::trace::flush();
         }
         e
     }
@@ -429,7 +453,12 @@ impl Communicator {
     /// The cached plan for `coll`, choosing the algorithm on first use. The choice is made once
     /// per (collective, sizes) so the tuner stays off the per-call path; with `ACCORD_EXPLAIN=1`
     /// rank 0 prints the cost table behind each new choice.
-    fn schedule(&self, coll: &Collective, kind: OpKind, dtype: DataType) -> Result<Arc<Schedule>> {
+    fn schedule(
+        &self,
+        coll: &Collective,
+        kind: OpKind,
+        dtype: DataType,
+    ) -> Result<(Arc<Schedule>, Algorithm)> {
         let key = (coll.clone(), dtype.size());
         if let Some(s) = self.inner.cache.lock().unwrap().get(&key) {
             return Ok(s.clone());
@@ -456,8 +485,8 @@ impl Communicator {
         if cache.len() > 4096 {
             cache.clear(); // bounded: workloads with ever-changing sizes must not grow it forever
         }
-        cache.insert(key, s.clone());
-        Ok(s)
+        cache.insert(key, (s.clone(), algo));
+        Ok((s, algo))
     }
 
     /// With `ACCORD_EXPLAIN=1`, rank 0 says once per operation kind which engine runs it

@@ -2,6 +2,7 @@
 //! (see [`crate::p2p_order`]), blocking or posted now and run later.
 
 use super::*;
+use crate::observe::Route;
 
 impl Communicator {
     /// Send `data` to `peer` with `tag`. Host data: returns once the data is handed to the
@@ -19,9 +20,12 @@ impl Communicator {
                 self.check_rank("destination", peer)?;
                 no_device_tag(tag)?;
                 self.check_poison()?;
-                Ok(Completion::device(
-                    self.device_engine()?.send(d, peer, stream)?,
-                ))
+                let g = self.device_engine()?;
+                let bytes = d.count() * d.dtype().size();
+                let rec = self.record_p2p(OpKind::P2p, d.dtype(), bytes, (peer, tag, false));
+                let r = g.send(d, peer, stream);
+                self.record_end(rec, &r);
+                Ok(Completion::device(r?))
             }
         }
     }
@@ -40,9 +44,12 @@ impl Communicator {
                 self.check_rank("source", peer)?;
                 no_device_tag(tag)?;
                 self.check_poison()?;
-                Ok(Completion::device(
-                    self.device_engine()?.recv(d, peer, stream)?,
-                ))
+                let g = self.device_engine()?;
+                let bytes = d.count() * d.dtype().size();
+                let rec = self.record_p2p(OpKind::P2p, d.dtype(), bytes, (peer, tag, true));
+                let r = g.recv(d, peer, stream);
+                self.record_end(rec, &r);
+                Ok(Completion::device(r?))
             }
         }
     }
@@ -65,7 +72,11 @@ impl Communicator {
                 no_device_tag(tag)?;
                 self.check_poison()?;
                 let g = self.device_engine()?;
-                Ok(Completion::device(g.sendrecv(s, dest, r, source, stream)?))
+                let bytes = s.count() * s.dtype().size();
+                let rec = self.record_p2p(OpKind::SendRecv, s.dtype(), bytes, (dest, tag, false));
+                let r = g.sendrecv(s, dest, r, source, stream);
+                self.record_end(rec, &r);
+                Ok(Completion::device(r?))
             }
             (SendData::Host(_), data @ RecvData::Host(_)) => {
                 self.send(send, dest, tag)?;
@@ -158,8 +169,23 @@ impl Communicator {
         self.check_poison()?;
         let (peer, tag) = (turn.peer(), turn.tag());
         let count = elements("send buffer", data.len(), dtype)?;
+        let rec = self.record_p2p(OpKind::P2p, dtype, data.len(), (peer, tag, false));
+        let span = self.trace_begin();
+        let r = self.send_in_turn(&turn, dtype, count, data);
+        self.record_end(rec, &r);
+        if let Some(span) = span {
+            let fp = crate::fingerprint::Fingerprint::new(OpKind::P2p, dtype, count);
+            let name = format!("send to {peer} (tag {tag})");
+            self.trace_end(span, (name, None), &fp, Route::Unknown, &r);
+        }
+        r
+    }
+
+    /// The body of [`Communicator::send_posted`], its arguments checked.
+    fn send_in_turn(&self, turn: &Turn, dtype: DataType, count: usize, data: &[u8]) -> Result<()> {
+        let (peer, tag) = (turn.peer(), turn.tag());
         let env = self.p2p_envelope(dtype, count, tag);
-        self.await_turn(&turn, "send", dtype, count, Instant::now() + self.timeout())?;
+        self.await_turn(turn, "send", dtype, count, Instant::now() + self.timeout())?;
         if peer == self.rank() {
             let me = self.inner.ranks[peer];
             let mailbox = self.inner.transport.mailbox();
@@ -203,10 +229,14 @@ impl Communicator {
         self.check_poison()?;
         let (peer, tag) = (turn.peer(), turn.tag());
         let count = elements("receive buffer", buf.len(), dtype)?;
+        let rec = self.record_p2p(OpKind::P2p, dtype, buf.len(), (peer, tag, true));
+        let span = self.trace_begin();
         let routed = self.routed(self.p2p_call(dtype, count, tag));
         let deadline = Instant::now() + self.timeout();
-        self.await_turn(&turn, "recv", dtype, count, deadline)?;
-        exec::receive(&routed, peer, buf.as_mut_ptr(), buf.len(), false, deadline, || vec![peer])
+        let r = self.await_turn(&turn, "recv", dtype, count, deadline).and_then(|()| {
+            exec::receive(&routed, peer, buf.as_mut_ptr(), buf.len(), false, deadline, || {
+                vec![peer]
+            })
             .map_err(|e| match e {
                 // A size mismatch on send/recv is an argument error, not a collective desync.
                 Error::Desync { mine, theirs, .. } => Error::invalid(format!(
@@ -214,6 +244,14 @@ impl Communicator {
                 )),
                 e => self.fail(e),
             })
+        });
+        self.record_end(rec, &r);
+        if let Some(span) = span {
+            let fp = crate::fingerprint::Fingerprint::new(OpKind::P2p, dtype, count);
+            let name = format!("recv from {peer} (tag {tag})");
+            self.trace_end(span, (name, None), &fp, Route::Unknown, &r);
+        }
+        r
     }
 
     /// Nonblocking [`Communicator::recv`] of host memory: it takes its place among the

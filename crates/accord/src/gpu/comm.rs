@@ -127,6 +127,8 @@ pub(crate) struct DeviceComm {
     pub(super) splits: AtomicU64,
     /// Scratch device word for the barrier.
     scratch: u64,
+    /// This communicator's work on the timeline, when `ACCORD_TRACE` is set.
+    pub(super) timeline: super::timeline::Timeline,
 }
 
 impl DeviceComm {
@@ -185,6 +187,7 @@ impl DeviceComm {
             stop: AtomicBool::new(false),
             splits: AtomicU64::new(0),
             scratch,
+            timeline: Default::default(),
         });
         comm.set_timeout(host.timeout());
         if comm.watch {
@@ -290,6 +293,24 @@ impl DeviceComm {
         })
     }
 
+    /// Put the traced work that has finished on the timeline.
+    pub(super) fn resolve_timeline(&self) {
+        if crate::observe::trace::enabled() {
+            self.timeline
+                .resolve(self.cu, self.host.rank(), self.device);
+        }
+    }
+
+    /// The issue count of the oldest operation not yet finished on the GPU (asking the events
+    /// of those the watchdog has not retired yet); `None` when all have finished.
+    pub(crate) fn oldest_unfinished(&self) -> Option<u64> {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.outstanding
+            .iter()
+            .find(|o| !o.event.finished.load(Ordering::Acquire) && !o.event.done().unwrap_or(false))
+            .map(|o| o.seq)
+    }
+
     /// The last collective, for messages: with the engine that ran it where there are several
     /// (ranks that passed symmetric-heap arrays and ranks that did not may have picked
     /// different ones).
@@ -375,7 +396,16 @@ impl DeviceComm {
             }
             (st.seq, st.cseq)
         };
+        let traced = match crate::observe::trace::enabled() && !self.capturing(s) {
+            true => self.timeline.before(self.cu, s),
+            false => None,
+        };
         f(s).map_err(|fault| self.fault(fault))?;
+        if let Some(start) = traced {
+            let args = serde_json::json!({"seq": seq, "call": fp.to_string()});
+            let name = fp.kind.name().to_string();
+            self.timeline.after(self.cu, s, start, name, args);
+        }
         if self.capturing(s) {
             // Captured into a CUDA graph: the work runs at each replay, on the caller's stream,
             // and the caller synchronises with that. Nothing to wait for here: the request is
@@ -445,13 +475,15 @@ impl DeviceComm {
             let st = self.state.lock().expect("gpu op state");
             st.outstanding.back().map(|o| (o.event.clone(), o.seq))
         };
-        match last {
+        let r = match last {
             Some((event, seq)) => GpuRequest::new(event, self.clone(), seq).wait(),
             None => match self.poison() {
                 Some(e) if !self.spares_finished.load(Ordering::Acquire) => Err(e),
                 _ => Ok(()),
             },
-        }
+        };
+        self.resolve_timeline();
+        r
     }
 
     /// Release the engines now, for a closed communicator. Later calls fail with `e` at once;
@@ -482,6 +514,7 @@ impl DeviceComm {
                 Some(true) => std::thread::sleep(Duration::from_micros(200)),
             }
         };
+        self.resolve_timeline();
         let _exclusive = self.abort_lock.write().unwrap_or_else(|p| p.into_inner());
         if !self.aborted.swap(true, Ordering::AcqRel) {
             for engine in self.engines.iter() {
@@ -565,10 +598,12 @@ impl DeviceComm {
                 st.retire(&|| self.faulted());
             }
         }
+        let mut first = None;
         {
             let mut p = self.poison.lock().unwrap_or_else(|p| p.into_inner());
             if p.is_none() {
                 tracing::error!("gpu communicator {} rank {}: {e}", self.id, self.rank);
+                first = Some(format!("GPU communicator rank {} failed: {e}", self.rank));
                 let spares = !matches!(e, Error::Desync { .. });
                 self.spares_finished.store(spares, Ordering::Release);
                 *p = Some(e);
@@ -581,6 +616,9 @@ impl DeviceComm {
             for engine in self.engines.iter() {
                 engine.abort();
             }
+        }
+        if let Some(reason) = first {
+            crate::observe::on_failure(reason);
         }
     }
 }

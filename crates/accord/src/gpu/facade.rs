@@ -121,6 +121,12 @@ impl GpuCommunicator {
         self.comm.set_timeout(t);
     }
 
+    /// The issue count of the oldest operation not yet seen finished on the GPU; `None` when
+    /// every operation issued so far has finished.
+    pub(crate) fn oldest_unfinished(&self) -> Option<u64> {
+        self.comm.oldest_unfinished()
+    }
+
     pub(crate) fn poisoned(&self) -> Option<Error> {
         self.comm.poison()
     }

@@ -183,6 +183,7 @@ mod request;
 mod select;
 mod split;
 pub mod symm;
+mod timeline;
 mod watchdog;
 
 pub use device::{DeviceBuffer, DeviceSlice, Stream};

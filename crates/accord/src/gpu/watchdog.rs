@@ -53,6 +53,7 @@ fn run(weak: Weak<DeviceComm>) {
                 comm.fail(e);
                 return;
             }
+            comm.resolve_timeline();
             // At most 50 ms: a lost peer is acted on well within 2 s whatever the timeout.
             let t = comm.timeout();
             (t / 20).clamp(Duration::from_millis(2), Duration::from_millis(50))

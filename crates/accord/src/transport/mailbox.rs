@@ -324,11 +324,17 @@ impl Mailbox {
     /// `by` aborted the world; every wait fails from now on. The first abort wins.
     pub fn abort(&self, by: usize, reason: impl Into<String>) {
         let mut st = self.state.lock().unwrap();
-        if st.aborted.is_none() {
-            st.aborted = Some((by, reason.into()));
+        let reason = reason.into();
+        let first = st.aborted.is_none();
+        if first {
+            st.aborted = Some((by, reason.clone()));
         }
         drop(st);
         self.ready.notify_all();
+        if first {
+            // Every rank's record is wanted, also of ranks busy elsewhere when the world ends.
+            crate::observe::on_failure(format!("rank {by} aborted the job: {reason}"));
+        }
     }
 
     /// The abort notice, if any.

@@ -75,6 +75,8 @@ struct State {
     /// Queries sent and not yet answered: (peer, nonce).
     asked: HashSet<(usize, u64)>,
     answers: HashMap<(usize, u64), Vec<Blocked>>,
+    /// Nanoseconds spent in recorded waits, per communicator id.
+    blocked_ns: HashMap<u64, u64>,
 }
 
 /// This rank's blocked waits and its peers' answers to status queries. One per
@@ -89,12 +91,18 @@ pub struct Waits {
 pub struct WaitGuard<'a> {
     waits: &'a Waits,
     id: u64,
+    comm: u64,
+    since: Instant,
 }
 
 impl Drop for WaitGuard<'_> {
     fn drop(&mut self) {
+        let waited = self.since.elapsed().as_nanos() as u64;
         let mut st = self.waits.lock();
         st.blocked.retain(|(id, _)| *id != self.id);
+        *st.blocked_ns.entry(self.comm).or_default() += waited;
+        drop(st);
+        crate::observe::trace::wait(self.comm, self.since, waited);
     }
 }
 
@@ -108,8 +116,19 @@ impl Waits {
         let mut st = self.lock();
         st.next_id += 1;
         let id = st.next_id;
+        let comm = b.comm;
         st.blocked.push((id, b));
-        WaitGuard { waits: self, id }
+        WaitGuard {
+            waits: self,
+            id,
+            comm,
+            since: Instant::now(),
+        }
+    }
+
+    /// Nanoseconds the calls of communicator `comm` spent in recorded waits so far.
+    pub fn blocked_ns(&self, comm: u64) -> u64 {
+        self.lock().blocked_ns.get(&comm).copied().unwrap_or(0)
     }
 
     /// Record for good that this rank gave up a call, blaming `b.ranks`.
