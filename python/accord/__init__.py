@@ -52,7 +52,7 @@ from ._errors import (
     UnsupportedError,
 )
 from . import _objects
-from ._native import Communicator, Request, StoreServer
+from ._native import Communicator, Request, StoreServer, dump_flight_records, flush_trace
 
 __version__ = _native.__version__
 
@@ -273,7 +273,9 @@ __all__ = [
     "broadcast_object",
     "default_group",
     "destroy",
+    "dump_flight_records",
     "exscan",
+    "flush_trace",
     "gather",
     "gather_object",
     "gatherv",

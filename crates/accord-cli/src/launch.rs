@@ -230,17 +230,26 @@ fn collect_flight_records(ranks: &mut [Rank], job_id: &str) {
     for r in ranks.iter_mut() {
         r.ask_for_record();
     }
-    std::thread::sleep(Duration::from_millis(300));
     let dir = accord::observe::flight_dir();
     let job = accord::observe::job_id_of(job_id);
     let prefix = format!("accord-flight-{job}-rank");
-    let count = std::fs::read_dir(&dir)
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-                .count()
-        })
-        .unwrap_or(0);
+    let written = || {
+        std::fs::read_dir(&dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    // Until every rank's record is there (a busy machine may take a while to schedule the
+    // ranks' dumps), or a bounded time: a rank that cannot write one must not hold the job.
+    let until = std::time::Instant::now() + RECORD_WAIT;
+    let mut count = written();
+    while count < ranks.len() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+        count = written();
+    }
     if count > 0 {
         eprintln!(
             "accord run: flight records of {count} rank(s) are in {}; `accord analyze {} --job \
@@ -250,6 +259,9 @@ fn collect_flight_records(ranks: &mut [Rank], job_id: &str) {
         );
     }
 }
+
+/// How long a failed job's ranks get to write their flight records before they are stopped.
+const RECORD_WAIT: Duration = Duration::from_secs(2);
 
 /// How long the launcher waits for the ranks' output pipes to close once every rank's process
 /// group is stopped; only a process that left its rank's group can still hold them.

@@ -201,6 +201,31 @@ impl Communicator {
         py.allow_threads(|| self.inner.close())
     }
 
+    /// The calls this communicator's flight recorder still holds, oldest first per lane, as
+    /// a dump writes them: a dict with `name`, `rank`, `size`, `error`, `metrics`, `waiting`
+    /// and `records` (each with `lane`, `seq`, `op`, `dtype`, `count`, `state`, `engine`,
+    /// `start_us`, `end_us`...). See `accord analyze` for reading the ranks' records together.
+    fn flight_record(&self, py: Python<'_>) -> PyResult<PyObject> {
+        let json = py.import("json")?;
+        Ok(json
+            .call_method1("loads", (self.inner.flight_record_json(),))?
+            .unbind())
+    }
+
+    /// Counters since the communicator was created: `host_ops`, `device_ops`, `p2p_ops`,
+    /// `bytes`, `errors` and `blocked_ns` (time calls spent blocked waiting for peers).
+    fn metrics(&self, py: Python<'_>) -> PyResult<PyObject> {
+        let m = self.inner.metrics();
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("host_ops", m.host_ops)?;
+        d.set_item("device_ops", m.device_ops)?;
+        d.set_item("p2p_ops", m.p2p_ops)?;
+        d.set_item("bytes", m.bytes)?;
+        d.set_item("errors", m.errors)?;
+        d.set_item("blocked_ns", m.blocked_ns)?;
+        Ok(d.into_any().unbind())
+    }
+
     /// Whether `close` was called.
     #[getter]
     fn closed(&self) -> bool {

@@ -41,6 +41,31 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(init::init, m)?)?;
     m.add_function(wrap_pyfunction!(init::cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(init::dtypes, m)?)?;
+    m.add_function(wrap_pyfunction!(dump_flight_records, m)?)?;
+    m.add_function(wrap_pyfunction!(flush_trace, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
+}
+
+/// Write every live communicator's flight record of this process now (one file per rank, in
+/// `ACCORD_FLIGHT_DIR`); the files written.
+#[pyfunction]
+#[pyo3(signature = (reason="request"))]
+fn dump_flight_records(py: Python<'_>, reason: &str) -> Vec<String> {
+    py.allow_threads(|| accord::observe::dump_all(reason))
+        .into_iter()
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
+/// Write the timeline recorded so far (`ACCORD_TRACE`) now; the files written (none when the
+/// timeline is off). It is also written when the world communicator closes and at exit.
+#[pyfunction]
+fn flush_trace(py: Python<'_>) -> PyResult<Vec<String>> {
+    let files = py
+        .allow_threads(accord::observe::trace::flush)
+        .map_err(|e| {
+            pyo3::exceptions::PyOSError::new_err(format!("cannot write the trace: {e}"))
+        })?;
+    Ok(files.into_iter().map(|p| p.display().to_string()).collect())
 }

@@ -184,7 +184,8 @@ impl Inner {
 
     /// This communicator's entry in a dump.
     fn describe(&self) -> serde_json::Value {
-        let us = |ns: u64| observe::clock::epoch_us(ns);
+        let epoch = observe::clock::Epoch::now();
+        let us = |ns: u64| epoch.us(ns);
         let records: Vec<serde_json::Value> = self
             .records()
             .iter()

@@ -27,8 +27,8 @@ unsafe impl Send for Pending {}
 /// One device communicator's traced work.
 #[derive(Default)]
 pub(crate) struct Timeline {
-    /// The reference event and the host time (epoch microseconds) it passed at.
-    reference: Mutex<Option<(usize, f64)>>,
+    /// The reference event and the host time (precise monotonic nanoseconds) it passed at.
+    reference: Mutex<Option<(usize, u64)>>,
     pending: Mutex<Vec<Pending>>,
 }
 
@@ -47,7 +47,7 @@ impl Timeline {
                 (cu.event_record)(r, s);
                 (cu.event_synchronize)(r);
             }
-            *reference = Some((r as usize, clock::epoch_us(clock::precise_ns())));
+            *reference = Some((r as usize, clock::precise_ns()));
         }
         let e = cu.new_event(CU_EVENT_DEFAULT).ok()?;
         // SAFETY: as above.
@@ -92,7 +92,7 @@ impl Timeline {
     /// Put every operation whose end event has passed on the timeline as world rank `rank`'s
     /// work on GPU `device`.
     pub(crate) fn resolve(&self, cu: &Driver, rank: usize, device: usize) {
-        let Some((reference, at_us)) = *self.reference.lock().unwrap_or_else(|e| e.into_inner())
+        let Some((reference, at_ns)) = *self.reference.lock().unwrap_or_else(|e| e.into_inner())
         else {
             return;
         };
@@ -101,23 +101,16 @@ impl Timeline {
             let mut ms = 0f32;
             // SAFETY: both events live and recorded; the out-pointer is a local.
             let rc = unsafe { (cu.event_elapsed)(&mut ms, reference as CuEvent, e) };
-            (rc == 0).then_some(ms as f64 * 1e3)
+            (rc == 0).then_some(ms as f64 * 1e6)
         };
         p.retain(|w| {
             if !cu.event_done(w.end).unwrap_or(true) {
                 return true;
             }
             if let (Some(a), Some(b)) = (since(w.start), since(w.end)) {
-                let args = w.args.clone();
-                trace::gpu(
-                    rank,
-                    device,
-                    w.stream,
-                    w.name.clone(),
-                    at_us + a,
-                    b - a,
-                    args,
-                );
+                let (start, dur_us) = (at_ns + a.max(0.0) as u64, (b - a) / 1e3);
+                let (name, args) = (w.name.clone(), w.args.clone());
+                trace::gpu(rank, device, w.stream, name, start, dur_us, args);
             }
             // SAFETY: ours, passed, no longer used.
             unsafe {

@@ -38,11 +38,27 @@ fn read(clock: libc::clockid_t) -> u64 {
 /// traces carry, so that ranks' records line up when merged (exactly on one host, to the
 /// hosts' clock agreement across hosts).
 pub(crate) fn epoch_us(mono_ns: u64) -> f64 {
-    let now_mono = precise_ns() as i128;
-    let now_wall = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i128);
-    (now_wall - now_mono + mono_ns as i128) as f64 / 1e3
+    Epoch::now().us(mono_ns)
+}
+
+/// The offset from the monotonic clocks to the Unix epoch, read once: readings converted with
+/// one offset keep their order (reading it per reading adds its jitter).
+#[derive(Clone, Copy)]
+pub(crate) struct Epoch(i128);
+
+impl Epoch {
+    pub(crate) fn now() -> Epoch {
+        let now_mono = precise_ns() as i128;
+        let now_wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128);
+        Epoch(now_wall - now_mono)
+    }
+
+    /// Microseconds since the Unix epoch of monotonic reading `mono_ns`.
+    pub(crate) fn us(self, mono_ns: u64) -> f64 {
+        (self.0 + mono_ns as i128) as f64 / 1e3
+    }
 }
 
 #[cfg(test)]

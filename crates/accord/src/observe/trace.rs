@@ -33,7 +33,8 @@ struct Event {
     rank: usize,
     track: u64,
     name: String,
-    start_us: f64,
+    /// Precise monotonic nanoseconds (converted to the epoch when written, with one offset).
+    start_ns: u64,
     dur_us: f64,
     args: serde_json::Value,
 }
@@ -146,7 +147,7 @@ impl Span {
                 rank: self.rank,
                 track: self.track,
                 name: name.into(),
-                start_us: clock::epoch_us(self.start_ns),
+                start_ns: self.start_ns,
                 dur_us: (end - self.start_ns) as f64 / 1e3,
                 args,
             });
@@ -166,7 +167,7 @@ pub(crate) fn step(name: impl FnOnce() -> String, start_ns: u64, args: serde_jso
             rank,
             track,
             name: name(),
-            start_us: clock::epoch_us(start_ns),
+            start_ns,
             dur_us: end.saturating_sub(start_ns) as f64 / 1e3,
             args,
         });
@@ -187,13 +188,14 @@ pub(crate) fn wait(comm: u64, since: std::time::Instant, waited_ns: u64) {
     );
 }
 
-/// Work a GPU stream ran, timed by CUDA events: `start_us` (epoch microseconds) and `dur_us`.
+/// Work a GPU stream ran, timed by CUDA events: from `start_ns` (precise monotonic clock) for
+/// `dur_us`.
 pub(crate) fn gpu(
     rank: usize,
     device: usize,
     stream: usize,
     name: String,
-    start_us: f64,
+    start_ns: u64,
     dur_us: f64,
     args: serde_json::Value,
 ) {
@@ -204,7 +206,7 @@ pub(crate) fn gpu(
         rank,
         track,
         name,
-        start_us,
+        start_ns,
         dur_us,
         args,
     });
@@ -222,12 +224,13 @@ fn file_of(path: &str, job: &str, rank: usize) -> PathBuf {
 pub fn flush() -> std::io::Result<Vec<PathBuf>> {
     let Some(t) = tracer() else { return Ok(vec![]) };
     let mut per_rank: BTreeMap<usize, Vec<serde_json::Value>> = BTreeMap::new();
+    let epoch = clock::Epoch::now();
     {
         let ev = t.events.lock().unwrap_or_else(|e| e.into_inner());
         for e in ev.iter() {
             per_rank.entry(e.rank).or_default().push(serde_json::json!({
                 "name": e.name, "ph": "X", "pid": e.rank, "tid": e.track,
-                "ts": e.start_us, "dur": e.dur_us, "args": e.args,
+                "ts": epoch.us(e.start_ns), "dur": e.dur_us, "args": e.args,
             }));
         }
     }
