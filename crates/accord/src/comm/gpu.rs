@@ -87,11 +87,17 @@ impl Communicator {
         let g = self.device_engine()?;
         self.explain_engine(op, || "the GPU (NCCL)");
         let rec = self.record_device(op);
+        let span = self.trace_begin();
         let r = g.run_op(op, send, recv, stream);
         if let Ok(req) = &r {
             self.record_device_seq(rec, req.seq());
         }
         self.record_end(rec, &r);
+        if let Some(span) = span {
+            let name = format!("enqueue {}", op.kind().name());
+            let seq = r.as_ref().ok().map(|q| q.seq());
+            self.trace_end(span, (name, seq), &op.fp, crate::observe::Route::Device, &r);
+        }
         Ok(Completion::device(r?))
     }
 }

@@ -21,6 +21,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Entries kept per ring by default (`ACCORD_FLIGHT_RECORDER`).
 pub const DEFAULT_ENTRIES: usize = 2048;
 
+/// Host calls of at least this many bytes read the clock when they end; smaller ones only if
+/// they blocked on a peer (a recorded wait: after 20 ms on shared memory, after the poll over
+/// TCP) or failed, and otherwise end at their start's time: they took less than that.
+pub const TIMED_BYTES: u64 = 64 << 10;
+
 /// Which of a communicator's orders an operation belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -151,7 +156,9 @@ pub struct Record {
     pub device_seq: u64,
     /// Coarse monotonic nanoseconds at entry.
     pub start_ns: u64,
-    /// Coarse monotonic nanoseconds at return (host; device operations: at enqueue).
+    /// Coarse monotonic nanoseconds at return (host; device operations: at enqueue). Small
+    /// host calls that did not block return within their start's tick or so and say so: their
+    /// end is their start (see [`TIMED_BYTES`]).
     pub end_ns: Option<u64>,
 }
 
@@ -176,10 +183,15 @@ struct Slot {
 /// An operation being recorded: ends with [`FlightRecorder::end`].
 #[derive(Debug, Clone, Copy)]
 #[must_use]
-pub(crate) struct Entry {
+pub struct Entry {
     ring: u8,
     slot: u32,
     version: u64,
+    start: u64,
+    /// Whether the end must read the clock whatever happens (a large or side-ring call).
+    timed: bool,
+    /// Waits this thread had recorded when the call started.
+    waits: u32,
 }
 
 /// Counters of a communicator since it was created (see [`crate::Communicator::metrics`]).
@@ -215,8 +227,9 @@ impl Metrics {
     }
 }
 
-/// The rings of one communicator.
-pub(crate) struct FlightRecorder {
+/// The rings of one communicator (each communicator makes its own; public for benchmarks and
+/// tools that want the same record of their own calls).
+pub struct FlightRecorder {
     host: Box<[Slot]>,
     side: Box<[Slot]>,
     mask: u64,
@@ -260,7 +273,9 @@ impl FlightRecorder {
             self.host_ops.fetch_add(1, Ordering::Relaxed);
             self.bytes.fetch_add(bytes, Ordering::Relaxed);
         }
-        self.write(0, seq, Lane::Host, seq, fp, route, 0, 0)
+        let mut e = self.write(0, seq, Lane::Host, seq, fp, route, 0, 0);
+        e.timed = bytes >= TIMED_BYTES;
+        e
     }
 
     /// Record a device collective being enqueued.
@@ -324,13 +339,17 @@ impl FlightRecorder {
         );
         s.peer.store(peer, r);
         s.device_seq.store(device_seq, r);
-        s.start.store(clock::coarse_ns(), r);
+        let start = clock::coarse_ns();
+        s.start.store(start, r);
         s.end.store(0, r);
         s.version.store(version, Ordering::Release);
         Entry {
             ring,
             slot: at as u32,
             version,
+            start,
+            timed: ring != 0,
+            waits: crate::transport::waits::entered_on_this_thread(),
         }
     }
 
@@ -369,7 +388,14 @@ impl FlightRecorder {
         }
         // A ring that wrapped around meanwhile holds a newer entry there: nothing to update.
         let Some(s) = self.slot(e) else { return };
-        s.end.store(clock::coarse_ns(), Ordering::Relaxed);
+        // A small call that never blocked (see `TIMED_BYTES`) ends within its start's tick or
+        // the next: its end is not worth a second clock read on every small call.
+        let blocked = crate::transport::waits::entered_on_this_thread() != e.waits;
+        let end = match e.timed || blocked || !ok {
+            true => clock::coarse_ns(),
+            false => e.start,
+        };
+        s.end.store(end, Ordering::Relaxed);
         let m = s.meta.load(Ordering::Relaxed);
         s.meta
             .store((m & !0xff00) | (state as u64) << 8, Ordering::Release);

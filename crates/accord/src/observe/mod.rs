@@ -19,8 +19,8 @@ pub mod flight;
 pub mod trace;
 
 pub use dump::{dump_all, flight_dir, job_id, job_id_of, DUMP_FORMAT};
-pub(crate) use flight::{Entry, FlightRecorder};
-pub use flight::{Lane, Metrics, Record, Route, State};
+
+pub use flight::{Entry, FlightRecorder, Lane, Metrics, Record, Route, State};
 
 use std::sync::{Mutex, OnceLock, Weak};
 

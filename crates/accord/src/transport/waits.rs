@@ -79,6 +79,17 @@ struct State {
     blocked_ns: HashMap<u64, u64>,
 }
 
+thread_local! {
+    /// Waits this thread has recorded: a call that sees it unchanged never blocked.
+    static ENTERED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// How many waits this thread has recorded so far (see [`Waits::enter`]).
+#[inline]
+pub fn entered_on_this_thread() -> u32 {
+    ENTERED.with(std::cell::Cell::get)
+}
+
 /// This rank's blocked waits and its peers' answers to status queries. One per
 /// [`super::Mailbox`].
 #[derive(Default)]
@@ -113,6 +124,7 @@ impl Waits {
 
     /// Record that a call waits for `b.ranks` until the guard is dropped.
     pub fn enter(&self, b: Blocked) -> WaitGuard<'_> {
+        ENTERED.with(|n| n.set(n.get().wrapping_add(1)));
         let mut st = self.lock();
         st.next_id += 1;
         let id = st.next_id;
