@@ -5,6 +5,7 @@
 
 mod bench;
 mod calibrate;
+mod doctor;
 /// The operations `accord bench` knows.
 pub use bench::OPS;
 mod bench_gpu;
@@ -141,6 +142,8 @@ enum Cmd {
     /// each result compared with a sequential reference. One process per rank, bootstrapped
     /// from the environment: `accord run -n 4 accord selftest`, or started on every host.
     Selftest,
+    /// Check this host before a run: transports, limits, token, GPUs, and short self-test runs.
+    Doctor(doctor::DoctorArgs),
     /// Run a standalone rendezvous store until interrupted.
     Store {
         /// Port to listen on.
@@ -290,6 +293,7 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
         },
         Cmd::Store { port, host } => store_main(&host, port),
         Cmd::Selftest => selftest::rank_main(),
+        Cmd::Doctor(d) => doctor::run(&d, &self_cmd),
         Cmd::Sim {
             op,
             n,
