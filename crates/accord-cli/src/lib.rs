@@ -11,6 +11,7 @@ pub use bench::OPS;
 mod bench_gpu;
 mod bench_put;
 mod launch;
+mod plot;
 mod selftest;
 mod sim;
 mod sim_profile;
@@ -53,6 +54,12 @@ struct BenchArgs {
     /// Write the rows as JSON to this file.
     #[arg(long)]
     json: Option<String>,
+    /// Draw time and bus bandwidth per size to this SVG file.
+    #[arg(long, value_name = "SVG")]
+    plot: Option<String>,
+    /// With --plot: also draw an earlier run's --json file (repeatable).
+    #[arg(long, value_name = "JSON", requires = "plot")]
+    overlay: Vec<String>,
     /// Timed iterations per size (default: automatic by size).
     #[arg(long, default_value_t = 0)]
     iters: usize,
@@ -144,6 +151,8 @@ enum Cmd {
     Selftest,
     /// Check this host before a run: transports, limits, token, GPUs, and short self-test runs.
     Doctor(doctor::DoctorArgs),
+    /// Draw `accord bench --json` files to one SVG: time and bus bandwidth per size.
+    Plot(plot::PlotArgs),
     /// Run a standalone rendezvous store until interrupted.
     Store {
         /// Port to listen on.
@@ -171,6 +180,9 @@ fn bench_opts(a: &BenchArgs) -> Result<bench::BenchOpts, String> {
         ));
     }
     let (min_bytes, max_bytes) = bench::parse_range(&a.sizes)?;
+    for f in &a.overlay {
+        plot::load(f)?; // before the run, not after it
+    }
     Ok(bench::BenchOpts {
         op: a.op.clone(),
         min_bytes,
@@ -179,6 +191,8 @@ fn bench_opts(a: &BenchArgs) -> Result<bench::BenchOpts, String> {
         dtype,
         explain: a.explain,
         json: a.json.clone(),
+        plot: a.plot.clone(),
+        overlay: a.overlay.clone(),
         iters: a.iters,
         engine: match (&a.engine, a.device.as_str()) {
             (None, _) => None,
@@ -294,6 +308,7 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
         Cmd::Store { port, host } => store_main(&host, port),
         Cmd::Selftest => selftest::rank_main(),
         Cmd::Doctor(d) => doctor::run(&d, &self_cmd),
+        Cmd::Plot(p) => plot::main(&p),
         Cmd::Sim {
             op,
             n,

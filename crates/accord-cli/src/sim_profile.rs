@@ -223,7 +223,10 @@ pub fn run(
         bytes = (bytes * factor.max(2)).min(sizes.1);
     }
     if let Some(path) = json {
-        let doc = serde_json::json!({"op": op, "hosts": hosts, "per_host": per_host, "rows": rows});
+        let doc = serde_json::json!({
+            "schema": crate::bench::JSON_SCHEMA, "op": op, "hosts": hosts,
+            "per_host": per_host, "ranks": n, "rows": rows,
+        });
         std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())
             .map_err(|e| format!("cannot write {path}: {e}"))?;
     }
