@@ -1,6 +1,7 @@
 //! `accord bench`: time every operation over a range of sizes, check every result, and print an
 //! nccl-tests-style table (per-iteration maximum over ranks, median over iterations).
 
+use crate::progress::{steps, Progress};
 use accord::schedule::Collective;
 use accord::{Communicator, DataType, Element, ReduceOp, Result};
 use std::time::Instant;
@@ -293,8 +294,15 @@ pub(crate) fn bench_typed<T: Num>(comm: &Communicator, o: &BenchOpts) -> Result<
     let unit = size_unit(&o.op, n, esz);
     // Rows follow min, min x factor, ... exactly (as the baselines' tables do); a size too
     // small for one element per rank is skipped rather than rounded up.
+    let progress = match (o.explain, o.op.as_str()) {
+        // --explain prints as it goes, which a bar redrawn in place would garble.
+        (true, _) => Progress::hidden(),
+        (false, "barrier") => Progress::for_rank(me, 1, &o.op),
+        _ => Progress::for_rank(me, steps(o.min_bytes, o.max_bytes, o.factor), &o.op),
+    };
     let mut bytes = o.min_bytes;
-    loop {
+    for step in 0.. {
+        progress.at(step, bytes);
         let count = (bytes / unit) * unit / esz;
         let shown = count * esz;
         if count == 0 && o.op != "barrier" {

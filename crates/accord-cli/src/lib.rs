@@ -12,6 +12,7 @@ mod bench_gpu;
 mod bench_put;
 mod launch;
 mod plot;
+mod progress;
 mod selftest;
 mod sim;
 mod sim_profile;
@@ -277,7 +278,7 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
                 let mut program = self_cmd.clone();
                 program.push("bench-rank".into());
                 program.extend(args.iter().skip(2).filter(|a| !a.is_empty()).cloned());
-                let mut env = vec![];
+                let mut env: Vec<_> = progress::tty_for_ranks().into_iter().collect();
                 if let Ok(Some(engine)) = bench_opts(&bargs).map(|o| o.engine) {
                     env.push(("ACCORD_GPU_ENGINE".to_string(), engine.name().to_string()));
                 }
