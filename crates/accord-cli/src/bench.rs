@@ -1,6 +1,7 @@
 //! `accord bench`: time every operation over a range of sizes, check every result, and print an
 //! nccl-tests-style table (per-iteration maximum over ranks, median over iterations).
 
+use crate::progress::{steps, Progress};
 use accord::schedule::Collective;
 use accord::{Communicator, DataType, Element, ReduceOp, Result};
 use std::time::Instant;
@@ -47,6 +48,10 @@ pub struct BenchOpts {
     pub engine: Option<accord::config::GpuEngine>,
     /// With `cuda`: buffers in the symmetric heap.
     pub symmetric: bool,
+    /// Draw the rows to this SVG file (rank 0).
+    pub plot: Option<String>,
+    /// Earlier runs' `--json` files drawn with this one.
+    pub overlay: Vec<String>,
 }
 
 /// One row of the table.
@@ -289,8 +294,15 @@ pub(crate) fn bench_typed<T: Num>(comm: &Communicator, o: &BenchOpts) -> Result<
     let unit = size_unit(&o.op, n, esz);
     // Rows follow min, min x factor, ... exactly (as the baselines' tables do); a size too
     // small for one element per rank is skipped rather than rounded up.
+    let progress = match (o.explain, o.op.as_str()) {
+        // --explain prints as it goes, which a bar redrawn in place would garble.
+        (true, _) => Progress::hidden(),
+        (false, "barrier") => Progress::for_rank(me, 1, &o.op),
+        _ => Progress::for_rank(me, steps(o.min_bytes, o.max_bytes, o.factor), &o.op),
+    };
     let mut bytes = o.min_bytes;
-    loop {
+    for step in 0.. {
+        progress.at(step, bytes);
         let count = (bytes / unit) * unit / esz;
         let shown = count * esz;
         if count == 0 && o.op != "barrier" {
@@ -432,9 +444,17 @@ pub(crate) fn report(
     let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
     if comm.rank() == 0 {
         print_rows(comm, o, rows, transport);
+        let doc = rows_doc(comm, o, rows, json_transport);
         if let Some(path) = &o.json {
-            if let Err(e) = std::fs::write(path, rows_json(comm, o, rows, json_transport)) {
+            let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+            if let Err(e) = std::fs::write(path, text) {
                 eprintln!("accord bench: cannot write {path}: {e}");
+                return 1;
+            }
+        }
+        if let Some(path) = &o.plot {
+            if let Err(e) = plot(&doc, o, path) {
+                eprintln!("accord bench: {e}");
                 return 1;
             }
         }
@@ -491,12 +511,17 @@ pub(crate) fn print_rows(comm: &Communicator, o: &BenchOpts, rows: &[Row], trans
     }
 }
 
-pub(crate) fn rows_json(
+/// Version of the `--json` document (docs/json_formats.md); bumped when a field changes
+/// meaning or goes away.
+pub const JSON_SCHEMA: u32 = 1;
+
+/// The `--json` document of a run.
+pub(crate) fn rows_doc(
     comm: &Communicator,
     o: &BenchOpts,
     rows: &[Row],
     transport: &str,
-) -> String {
+) -> serde_json::Value {
     let rows: Vec<serde_json::Value> = rows
         .iter()
         .map(|r| {
@@ -506,9 +531,23 @@ pub(crate) fn rows_json(
             })
         })
         .collect();
-    let doc = serde_json::json!({
-        "op": o.op, "ranks": comm.size(), "transport": transport,
+    serde_json::json!({
+        "schema": JSON_SCHEMA, "op": o.op, "ranks": comm.size(), "transport": transport,
         "dtype": o.dtype.name(), "rows": rows,
-    });
-    serde_json::to_string_pretty(&doc).unwrap_or_default()
+    })
+}
+
+/// `--plot`: this run (`doc`) and the `--overlay` runs, into the SVG file `path`.
+fn plot(doc: &serde_json::Value, o: &BenchOpts, path: &str) -> std::result::Result<(), String> {
+    let label = format!(
+        "{}, {} ranks, {}",
+        o.op,
+        doc["ranks"],
+        doc["transport"].as_str().unwrap_or_default()
+    );
+    let mut series = vec![crate::plot::series(doc, &label)?];
+    for f in &o.overlay {
+        series.push(crate::plot::load(f)?);
+    }
+    crate::plot::draw(&series, path, &crate::plot::default_title(&series))
 }

@@ -215,7 +215,13 @@ fn bench(host: &Communicator, g: &Communicator, o: &BenchOpts) -> Result<Vec<Row
     let esz = 4;
     let mut rows = Vec::new();
     let mut bytes = o.min_bytes.max(if o.op == "barrier" { 0 } else { esz });
-    loop {
+    let total = match o.op.as_str() {
+        "barrier" => 1,
+        _ => crate::progress::steps(bytes, o.max_bytes, o.factor),
+    };
+    let progress = crate::progress::Progress::for_rank(host.rank(), total, &o.op);
+    for step in 0.. {
+        progress.at(step, bytes);
         let unit = size_unit(&o.op, n, esz);
         let count = (bytes / unit) * unit / esz;
         let shown = count * esz;

@@ -245,6 +245,7 @@ pub fn rank_main(o: &BenchOpts) -> i32 {
             let packets = BenchOpts {
                 op: "put_packets".into(),
                 json: None,
+                plot: None,
                 ..o.clone()
             };
             code.max(bench::report(

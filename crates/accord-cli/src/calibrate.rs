@@ -185,6 +185,8 @@ pub fn rank_main(phase: &str, out: &str) -> i32 {
                     dtype: DataType::F32,
                     explain: false,
                     json: None,
+                    plot: None,
+                    overlay: vec![],
                     iters: 0,
                     device: "cpu".into(),
                     engine: None,

@@ -6,11 +6,14 @@
 mod analyze;
 mod bench;
 mod calibrate;
+mod doctor;
 /// The operations `accord bench` knows.
 pub use bench::OPS;
 mod bench_gpu;
 mod bench_put;
 mod launch;
+mod plot;
+mod progress;
 mod selftest;
 mod sim;
 mod sim_profile;
@@ -53,6 +56,12 @@ struct BenchArgs {
     /// Write the rows as JSON to this file.
     #[arg(long)]
     json: Option<String>,
+    /// Draw time and bus bandwidth per size to this SVG file.
+    #[arg(long, value_name = "SVG")]
+    plot: Option<String>,
+    /// With --plot: also draw an earlier run's --json file (repeatable).
+    #[arg(long, value_name = "JSON", requires = "plot")]
+    overlay: Vec<String>,
     /// Timed iterations per size (default: automatic by size).
     #[arg(long, default_value_t = 0)]
     iters: usize,
@@ -142,6 +151,10 @@ enum Cmd {
     /// each result compared with a sequential reference. One process per rank, bootstrapped
     /// from the environment: `accord run -n 4 accord selftest`, or started on every host.
     Selftest,
+    /// Check this host before a run: transports, limits, token, GPUs, and short self-test runs.
+    Doctor(doctor::DoctorArgs),
+    /// Draw `accord bench --json` files to one SVG: time and bus bandwidth per size.
+    Plot(plot::PlotArgs),
     /// Run a standalone rendezvous store until interrupted.
     Store {
         /// Port to listen on.
@@ -245,6 +258,9 @@ fn bench_opts(a: &BenchArgs) -> Result<bench::BenchOpts, String> {
         ));
     }
     let (min_bytes, max_bytes) = bench::parse_range(&a.sizes)?;
+    for f in &a.overlay {
+        plot::load(f)?; // before the run, not after it
+    }
     Ok(bench::BenchOpts {
         op: a.op.clone(),
         min_bytes,
@@ -253,6 +269,8 @@ fn bench_opts(a: &BenchArgs) -> Result<bench::BenchOpts, String> {
         dtype,
         explain: a.explain,
         json: a.json.clone(),
+        plot: a.plot.clone(),
+        overlay: a.overlay.clone(),
         iters: a.iters,
         engine: match (&a.engine, a.device.as_str()) {
             (None, _) => None,
@@ -337,7 +355,7 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
                 let mut program = self_cmd.clone();
                 program.push("bench-rank".into());
                 program.extend(args.iter().skip(2).filter(|a| !a.is_empty()).cloned());
-                let mut env = vec![];
+                let mut env: Vec<_> = progress::tty_for_ranks().into_iter().collect();
                 if let Ok(Some(engine)) = bench_opts(&bargs).map(|o| o.engine) {
                     env.push(("ACCORD_GPU_ENGINE".to_string(), engine.name().to_string()));
                 }
@@ -374,6 +392,8 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
         Cmd::Trace {
             cmd: TraceCmd::Merge { inputs, output },
         } => trace_merge(&inputs, &output),
+        Cmd::Doctor(d) => doctor::run(&d, &self_cmd),
+        Cmd::Plot(p) => plot::main(&p),
         Cmd::Sim {
             op,
             n,

@@ -25,19 +25,24 @@ pub fn run(op: &str, n: usize, sizes: &str, factor: usize, model: &str) -> Resul
         model.alpha_us, model.beta_us_per_byte, model.gamma_us_per_byte
     );
     let mut bytes = lo.max(4);
-    loop {
+    let total = match op {
+        "barrier" => 1,
+        _ => crate::progress::steps(bytes, hi, factor),
+    };
+    let progress = crate::progress::Progress::stderr(total, &format!("sim {op}"));
+    for step in 0.. {
+        progress.at(step, bytes);
         // Per-rank blocks of at least one element, so every table has data to move.
         let whole_buffer_op = matches!(op, "allreduce" | "broadcast" | "reduce");
         let count = (bytes / 4).max(if whole_buffer_op { 1 } else { n });
         let coll = crate::bench::collective_of(op, n, count)
             .ok_or_else(|| format!("unknown operation {op:?}"))?;
-        println!(
-            "\n{}",
-            sim::table(&coll, n, 4, &model).map_err(|e| e.to_string())?
-        );
+        let table = sim::table(&coll, n, 4, &model).map_err(|e| e.to_string())?;
+        progress.suspend(|| println!("\n{table}"));
         if bytes >= hi || op == "barrier" {
-            return Ok(());
+            break;
         }
         bytes = (bytes * factor.max(2)).min(hi);
     }
+    Ok(())
 }

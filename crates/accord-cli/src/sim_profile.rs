@@ -213,9 +213,12 @@ pub fn run(
     println!("# {:>12} {:>14}  path", "size(B)", "predicted(us)");
     let mut rows = Vec::new();
     let mut bytes = sizes.0.max(4);
-    loop {
+    let total = crate::progress::steps(bytes, sizes.1, factor);
+    let progress = crate::progress::Progress::stderr(total, &format!("sim {op}"));
+    for step in 0.. {
+        progress.at(step, bytes);
         let (t, path) = p.predict(op, hosts, per_host, bytes)?;
-        println!("  {bytes:>12} {t:>14.2}  {path}");
+        progress.suspend(|| println!("  {bytes:>12} {t:>14.2}  {path}"));
         rows.push(serde_json::json!({"bytes": bytes, "predicted_us": t, "path": path}));
         if bytes >= sizes.1 {
             break;
@@ -223,7 +226,10 @@ pub fn run(
         bytes = (bytes * factor.max(2)).min(sizes.1);
     }
     if let Some(path) = json {
-        let doc = serde_json::json!({"op": op, "hosts": hosts, "per_host": per_host, "rows": rows});
+        let doc = serde_json::json!({
+            "schema": crate::bench::JSON_SCHEMA, "op": op, "hosts": hosts,
+            "per_host": per_host, "ranks": n, "rows": rows,
+        });
         std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())
             .map_err(|e| format!("cannot write {path}: {e}"))?;
     }

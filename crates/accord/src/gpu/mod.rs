@@ -175,6 +175,7 @@ mod exit;
 mod facade;
 mod group;
 mod health;
+pub mod inventory;
 mod link;
 mod lower;
 pub use lower::reduces_on_device;
