@@ -41,6 +41,11 @@
 //! | `ACCORD_KERNEL_CACHE` | `0` (trimmed) | on | keep kernels compiled with NVRTC in `$XDG_CACHE_HOME/accord` (else `~/.cache/accord`) |
 //! | `ACCORD_SYMMETRIC` | `ipc` (trimmed) | VMM where supported | share symmetric-heap memory through CUDA IPC handles instead of VMM file descriptors |
 //! | `ACCORD_SOAK` | count (≥ 1; trimmed) | 1 | repetition multiplier of randomized and fault tests |
+//! | `ACCORD_FLIGHT_RECORDER` | count (trimmed) | 2048 | calls each communicator's flight recorder keeps; 0: none ([`crate::observe`]) |
+//! | `ACCORD_FLIGHT_DIR` | path | `$TMPDIR/accord-flight` | where flight records are written |
+//! | `ACCORD_FLIGHT_SIGNAL` | `0` (trimmed) | on | `SIGUSR1` writes the flight records |
+//! | `ACCORD_JOB_ID` | string | the store's address | names the job in flight-record files (`accord run` sets it) |
+//! | `ACCORD_TRACE` | path | off | a Chrome-trace timeline per rank ([`crate::observe::trace`]) |
 //!
 //! Joining a job reads its own variables at every init, because the process environment may
 //! change between inits (and [`crate::rendezvous::init_with_vars`] takes them from the caller):

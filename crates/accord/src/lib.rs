@@ -119,6 +119,14 @@
 //! [`gpu::cuda::nvrtc`] compiles such kernels at run time and [`gpu::cuda::Kernel`] launches
 //! them. The guide is `docs/gpu_channels.md`.
 //!
+//! ## Seeing what the ranks do
+//!
+//! Every communicator keeps a flight record of its last calls, written on failures, abort
+//! notices, `SIGUSR1` and request, and readable with [`Communicator::flight_record`];
+//! [`Communicator::metrics`] counts calls, bytes, errors and time blocked; `ACCORD_TRACE`
+//! records a Chrome-trace timeline per rank. `accord analyze` reads the ranks' records
+//! together. See [`observe`] and `docs/observability.md`.
+//!
 //! ## Bootstrapping
 //!
 //! [`init`] reads the environment (`env://`): Accord's own `ACCORD_*` variables set by
