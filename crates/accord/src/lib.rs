@@ -37,7 +37,7 @@
 //!     (grad[0], all, blocks)
 //! });
 //! assert_eq!(results[0], (3.0, vec![0, 10, 20], vec![0, 1, 1, 2, 2, 2]));
-//! assert_eq!(results[2].1, vec![]);
+//! assert_eq!(results[2].1, Vec::<u32>::new());
 //! ```
 //!
 //! ## One call, through every layer
