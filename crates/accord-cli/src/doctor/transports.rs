@@ -15,12 +15,9 @@ pub fn section(np: usize) -> Section {
     }
 }
 
-/// Bytes of the segment each rank of `np` local ranks maps (`transport::shm`: a header page,
-/// two staging halves, then one ring per local sender).
+/// Bytes of the segment each rank of `np` local ranks maps (`accord::transport::shm`).
 pub fn segment_bytes(np: usize) -> u64 {
-    let cfg = accord::config::get();
-    let base = (4096 + 2 * cfg.shm_half_bytes).div_ceil(4096) * 4096;
-    (base + np * cfg.shm_ring_bytes) as u64
+    accord::transport::shm::segment_bytes(np) as u64
 }
 
 /// Accord's shared memory: an anonymous `memfd` segment per rank that peers map by opening
@@ -38,7 +35,7 @@ fn shared_memory(np: usize) -> Check {
         .fact("enabled", false);
     }
     let per_rank = segment_bytes(np);
-    let check = match memfd_round_trip(per_rank as usize) {
+    let check = match accord::transport::shm::probe_segment(np) {
         Ok(()) => Check::new(
             ID,
             NAME,
@@ -63,82 +60,6 @@ fn shared_memory(np: usize) -> Check {
         .fact("enabled", true)
         .fact("segment_bytes_per_rank", per_rank)
         .fact("segment_bytes_total", per_rank * np as u64)
-}
-
-/// Create, size and write a segment, then map it again through `/proc/self/fd` as a peer
-/// would and read the write back.
-fn memfd_round_trip(len: usize) -> Result<(), String> {
-    let os = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
-    // SAFETY: creating an anonymous memory file, closed below.
-    let fd = unsafe { libc::memfd_create(c"accord-doctor".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(os("memfd_create failed"));
-    }
-    let result = (|| {
-        // SAFETY: sizing our own memfd.
-        if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
-            return Err(os(&format!("cannot size a {} segment", bytes(len as u64))));
-        }
-        let mine = Mapping::new(fd, len).map_err(|_| os("cannot map the segment"))?;
-        // Touch both ends, so a size the memory limit cannot hold fails here.
-        // SAFETY: both offsets lie inside the mapping.
-        unsafe {
-            *mine.0 = 0x5a;
-            *mine.0.add(len - 1) = 0xa5;
-        }
-        let path = format!("/proc/self/fd/{fd}");
-        let c = CString::new(path.clone()).expect("no NUL in a path of digits");
-        // SAFETY: opening a path; the descriptor is closed below.
-        let again = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-        if again < 0 {
-            return Err(os(&format!("cannot reopen the segment through {path}")));
-        }
-        let theirs = Mapping::new(again, len);
-        // SAFETY: closing the descriptor opened above; the mapping stays valid.
-        unsafe { libc::close(again) };
-        let theirs = theirs.map_err(|_| os(&format!("cannot map {path}")))?;
-        // SAFETY: both offsets lie inside the mapping.
-        let seen = unsafe { (*theirs.0, *theirs.0.add(len - 1)) };
-        if seen != (0x5a, 0xa5) {
-            return Err(
-                "a second mapping of the segment does not see the first one's writes".into(),
-            );
-        }
-        Ok(())
-    })();
-    // SAFETY: closing the memfd created above.
-    unsafe { libc::close(fd) };
-    result
-}
-
-struct Mapping(*mut u8, usize);
-
-impl Mapping {
-    fn new(fd: libc::c_int, len: usize) -> Result<Mapping, ()> {
-        // SAFETY: a shared read-write mapping of a descriptor we hold.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            Err(())
-        } else {
-            Ok(Mapping(p.cast(), len))
-        }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmapping what `new` mapped.
-        unsafe { libc::munmap(self.0.cast(), self.1) };
-    }
 }
 
 /// Below this, NCCL's shared-memory transport can run out (NVIDIA suggests `--shm-size=1g`
@@ -296,7 +217,7 @@ mod tests {
 
     #[test]
     fn a_segment_maps_twice_and_both_mappings_agree() {
-        memfd_round_trip(segment_bytes(2) as usize).unwrap();
+        accord::transport::shm::probe_segment(2).unwrap();
     }
 
     #[test]

@@ -108,6 +108,88 @@ impl Drop for Mapping {
     }
 }
 
+/// A descriptor closed when dropped.
+struct Fd(libc::c_int);
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: we own this descriptor.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+/// Bytes of each rank's segment in a group of `local_ranks` ranks: the header page, two
+/// staging halves, then one point-to-point ring per local sender.
+pub fn segment_bytes(local_ranks: usize) -> usize {
+    let cfg = crate::config::get();
+    rings_offset(cfg.shm_half_bytes) + local_ranks * cfg.shm_ring_bytes
+}
+
+/// Where a segment's rings start: after the header and two staging halves of `half` bytes,
+/// page aligned.
+fn rings_offset(half: usize) -> usize {
+    (HEADER + 2 * half).div_ceil(4096) * 4096
+}
+
+/// This rank's segment: an anonymous memory file of `len` bytes, mapped.
+fn create_segment(len: usize) -> Result<(Fd, Mapping)> {
+    // SAFETY: creating an anonymous memory file; close-on-exec.
+    let fd = unsafe { libc::memfd_create(c"accord-shm".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(last_os("memfd_create for the shared-memory segment"));
+    }
+    let own = Fd(fd);
+    // SAFETY: sizing our own memfd.
+    if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
+        return Err(last_os("sizing the shared-memory segment"));
+    }
+    let mapping = map_fd(fd, len)?;
+    Ok((own, mapping))
+}
+
+/// Map the segment process `pid` holds as descriptor `fd`, through `/proc` as peers do;
+/// `whose` names it in errors (`rank 3's`).
+fn open_segment(pid: u32, fd: libc::c_int, len: usize, whose: &str) -> Result<Mapping> {
+    let path = std::ffi::CString::new(format!("/proc/{pid}/fd/{fd}")).unwrap();
+    // SAFETY: opening a path; the result is checked.
+    let pfd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if pfd < 0 {
+        return Err(Error::io(
+            format!(
+                "opening {whose} shared-memory segment {path:?} (set ACCORD_TRANSPORT=tcp if \
+                 processes cannot see each other's /proc)"
+            ),
+            std::io::Error::last_os_error(),
+        ));
+    }
+    let pfd = Fd(pfd);
+    map_fd(pfd.0, len)
+}
+
+/// Whether this process can do what joining a group of `local_ranks` ranks takes: make its
+/// segment at full size, map it a second time through `/proc` as a peer would, and see there
+/// what it wrote at both ends (writing them commits the pages, so a size the memory limit
+/// cannot hold fails here rather than in the first collective).
+pub fn probe_segment(local_ranks: usize) -> Result<()> {
+    let len = segment_bytes(local_ranks);
+    let (fd, mine) = create_segment(len)?;
+    // SAFETY: both offsets lie inside the mapping.
+    unsafe {
+        *mine.ptr = 0x5a;
+        *mine.ptr.add(len - 1) = 0xa5;
+    }
+    let theirs = open_segment(std::process::id(), fd.0, len, "this process's own")?;
+    // SAFETY: both offsets lie inside the mapping.
+    let seen = unsafe { (*theirs.ptr, *theirs.ptr.add(len - 1)) };
+    match seen == (0x5a, 0xa5) {
+        true => Ok(()),
+        false => Err(Error::Protocol(
+            "a second mapping of a shared-memory segment does not see the first one's writes"
+                .into(),
+        )),
+    }
+}
+
 fn last_os(context: &str) -> Error {
     Error::io(context.to_string(), std::io::Error::last_os_error())
 }
@@ -311,30 +393,11 @@ impl ShmGroup {
         let me = members.iter().position(|&r| r == rank).expect("member");
         let cfg = crate::config::get();
         let half = cfg.shm_half_bytes;
-        // One ring per local sender follows the staging halves, in the receiver's segment.
         let ring_bytes = cfg.shm_ring_bytes;
-        let ring_base = (HEADER + 2 * half).div_ceil(4096) * 4096;
-        let len = ring_base + members.len() * ring_bytes;
-
-        let name = c"accord-shm";
-        // SAFETY: creating an anonymous memory file; close-on-exec.
-        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(last_os("memfd_create for the shared-memory segment"));
-        }
-        struct Fd(libc::c_int);
-        impl Drop for Fd {
-            fn drop(&mut self) {
-                // SAFETY: we own this descriptor.
-                unsafe { libc::close(self.0) };
-            }
-        }
-        let own = Fd(fd);
-        // SAFETY: sizing our own memfd.
-        if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
-            return Err(last_os("sizing the shared-memory segment"));
-        }
-        let mine = map_fd(fd, len)?;
+        let ring_base = rings_offset(half);
+        let len = segment_bytes(members.len());
+        let (own, mine) = create_segment(len)?;
+        let fd = own.0;
         let pid = std::process::id();
         dir.put(
             &format!("seg/{rank}"),
@@ -365,21 +428,8 @@ impl ShmGroup {
                     members[i]
                 )));
             }
-            let path = std::ffi::CString::new(format!("/proc/{}/fd/{}", f[0], f[1])).unwrap();
-            // SAFETY: opening a path; the result is checked.
-            let pfd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-            if pfd < 0 {
-                return Err(Error::io(
-                    format!(
-                        "opening rank {}'s shared-memory segment {path:?} (set ACCORD_TRANSPORT=tcp \
-                         if processes cannot see each other's /proc)",
-                        members[i]
-                    ),
-                    std::io::Error::last_os_error(),
-                ));
-            }
-            let pfd = Fd(pfd);
-            maps.push(map_fd(pfd.0, len)?);
+            let whose = format!("rank {}'s", members[i]);
+            maps.push(open_segment(f[0] as u32, f[1] as libc::c_int, len, &whose)?);
             peers.push(Some(Peer::open(f[0] as i32)));
         }
         // SAFETY: inside our own header page; peers read it only after the barrier below.
