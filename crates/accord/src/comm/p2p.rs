@@ -19,13 +19,9 @@ impl Communicator {
             SendData::Device(d, stream) => {
                 self.check_rank("destination", peer)?;
                 no_device_tag(tag)?;
-                self.check_poison()?;
-                let g = self.device_engine()?;
-                let bytes = d.count() * d.dtype().size();
-                let rec = self.record_p2p(OpKind::P2p, d.dtype(), bytes, (peer, tag, false));
-                let r = g.send(d, peer, stream);
-                self.record_end(rec, &r);
-                Ok(Completion::device(r?))
+                self.on_device_p2p(OpKind::P2p, d, (peer, tag, false), |g| {
+                    g.send(d, peer, stream)
+                })
             }
         }
     }
@@ -43,13 +39,9 @@ impl Communicator {
             RecvData::Device(d, stream) => {
                 self.check_rank("source", peer)?;
                 no_device_tag(tag)?;
-                self.check_poison()?;
-                let g = self.device_engine()?;
-                let bytes = d.count() * d.dtype().size();
-                let rec = self.record_p2p(OpKind::P2p, d.dtype(), bytes, (peer, tag, true));
-                let r = g.recv(d, peer, stream);
-                self.record_end(rec, &r);
-                Ok(Completion::device(r?))
+                self.on_device_p2p(OpKind::P2p, d, (peer, tag, true), |g| {
+                    g.recv(d, peer, stream)
+                })
             }
         }
     }
@@ -70,13 +62,9 @@ impl Communicator {
                 self.check_rank("destination", dest)?;
                 self.check_rank("source", source)?;
                 no_device_tag(tag)?;
-                self.check_poison()?;
-                let g = self.device_engine()?;
-                let bytes = s.count() * s.dtype().size();
-                let rec = self.record_p2p(OpKind::SendRecv, s.dtype(), bytes, (dest, tag, false));
-                let r = g.sendrecv(s, dest, r, source, stream);
-                self.record_end(rec, &r);
-                Ok(Completion::device(r?))
+                self.on_device_p2p(OpKind::SendRecv, s, (dest, tag, false), |g| {
+                    g.sendrecv(s, dest, r, source, stream)
+                })
             }
             (SendData::Host(_), data @ RecvData::Host(_)) => {
                 self.send(send, dest, tag)?;
@@ -87,6 +75,24 @@ impl Communicator {
                  the same memory",
             )),
         }
+    }
+
+    /// Enqueue point-to-point work on device buffers (`enqueue`), recorded in the flight
+    /// record as `kind` with `buf`'s size and `(peer, tag, receive)`.
+    fn on_device_p2p(
+        &self,
+        kind: OpKind,
+        buf: crate::gpu::DeviceSlice,
+        peer_tag_recv: (usize, u32, bool),
+        enqueue: impl FnOnce(&crate::gpu::GpuCommunicator) -> Result<crate::gpu::GpuRequest>,
+    ) -> Result<Completion> {
+        self.check_poison()?;
+        let g = self.device_engine()?;
+        let bytes = buf.count() * buf.dtype().size();
+        let rec = self.record_p2p(kind, buf.dtype(), bytes, peer_tag_recv);
+        let r = enqueue(g);
+        self.record_end(rec, &r);
+        Ok(Completion::device(r?))
     }
 
     /// Take this send's place in the order of messages to `peer` with `tag` now, to move the

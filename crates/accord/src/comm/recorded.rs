@@ -21,19 +21,7 @@ impl Communicator {
     /// Counters since this communicator was created: operations, bytes, errors, time blocked
     /// waiting for peers.
     pub fn metrics(&self) -> Metrics {
-        let mut m = self
-            .inner
-            .flight
-            .as_ref()
-            .map(|f| f.metrics())
-            .unwrap_or_default();
-        m.blocked_ns = self
-            .inner
-            .transport
-            .mailbox()
-            .waits()
-            .blocked_ns(self.inner.id);
-        m
+        self.inner.metrics()
     }
 
     /// Make this communicator visible to dumps (once it is complete: see `Inner::derived`).
@@ -150,6 +138,16 @@ impl Communicator {
 }
 
 impl Inner {
+    fn metrics(&self) -> Metrics {
+        let mut m = self
+            .flight
+            .as_ref()
+            .map(|f| f.metrics())
+            .unwrap_or_default();
+        m.blocked_ns = self.transport.mailbox().waits().blocked_ns(self.id);
+        m
+    }
+
     fn records(&self) -> Vec<Record> {
         let Some(f) = &self.flight else {
             return vec![];
@@ -227,12 +225,6 @@ impl Inner {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let error = own.or_else(|| self.device.get()?.poisoned());
-        let mut metrics = self
-            .flight
-            .as_ref()
-            .map(|f| f.metrics())
-            .unwrap_or_default();
-        metrics.blocked_ns = self.transport.mailbox().waits().blocked_ns(self.id);
         serde_json::json!({
             "name": self.name,
             "id": self.id,
@@ -241,7 +233,7 @@ impl Inner {
             "world_ranks": self.ranks,
             "transport": self.transport.name(),
             "error": error.map(|e| e.to_string()),
-            "metrics": metrics.to_json(),
+            "metrics": self.metrics().to_json(),
             "waiting": waiting,
             "records": records,
         })

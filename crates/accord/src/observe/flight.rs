@@ -273,7 +273,7 @@ impl FlightRecorder {
             self.host_ops.fetch_add(1, Ordering::Relaxed);
             self.bytes.fetch_add(bytes, Ordering::Relaxed);
         }
-        let mut e = self.write(0, seq, Lane::Host, seq, fp, route, 0, 0);
+        let mut e = self.write(seq, Lane::Host, seq, fp, route, 0);
         e.timed = bytes >= TIMED_BYTES;
         e
     }
@@ -284,7 +284,7 @@ impl FlightRecorder {
         let bytes = fp.count.saturating_mul(fp.dtype.size() as u64);
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
         let i = self.side_next.fetch_add(1, Ordering::Relaxed);
-        self.write(1, i, Lane::Device, n, fp, Route::Device, 0, 0)
+        self.write(i, Lane::Device, n, fp, Route::Device, 0)
     }
 
     /// Record a point-to-point call with `peer` (communicator rank) and `tag` entering: a
@@ -301,22 +301,22 @@ impl FlightRecorder {
         let fp = Fingerprint::new(kind, dtype, bytes / dtype.size().max(1));
         let i = self.side_next.fetch_add(1, Ordering::Relaxed);
         let peer = 1 | (recv as u64) << 1 | ((peer as u64 & 0x3fff_ffff) << 2) | (tag as u64) << 32;
-        self.write(1, i, Lane::P2p, n, &fp, Route::Unknown, peer, 0)
+        self.write(i, Lane::P2p, n, &fp, Route::Unknown, peer)
     }
 
-    #[allow(clippy::too_many_arguments)]
     #[inline]
+    /// Write entry `index` of `lane`'s ring (host calls have a ring of their own; device and
+    /// point-to-point calls share the other).
     fn write(
         &self,
-        ring: u8,
         index: u64,
         lane: Lane,
         seq: u64,
         fp: &Fingerprint,
         route: Route,
         peer: u64,
-        device_seq: u64,
     ) -> Entry {
+        let ring = (lane != Lane::Host) as u8;
         let slots = if ring == 0 { &self.host } else { &self.side };
         let at = (index & self.mask) as usize;
         let s = &slots[at];
@@ -338,7 +338,7 @@ impl FlightRecorder {
             r,
         );
         s.peer.store(peer, r);
-        s.device_seq.store(device_seq, r);
+        s.device_seq.store(0, r);
         let start = clock::coarse_ns();
         s.start.store(start, r);
         s.end.store(0, r);
