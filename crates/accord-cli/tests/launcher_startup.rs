@@ -2,22 +2,11 @@
 //! ended before it joined, so they fail at once naming it instead of waiting for their join
 //! deadline.
 
-use std::path::PathBuf;
+mod common;
+
+use common::rank_check;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// The `rank_check` example, which cargo builds next to this test's profile directory.
-fn rank_check() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile = exe.parent().unwrap().parent().unwrap();
-    let p = profile.join("examples").join("rank_check");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --examples -p accord-cli`",
-        p.display()
-    );
-    p
-}
 
 /// Rank 2 ends with success before it calls init (so the launcher does not stop the job); ranks
 /// 0 and 1, whose join deadline is 60 s, name it within seconds.

@@ -2,30 +2,11 @@
 //! with the environment a launcher would set (to watch the ranks' own failure detection without
 //! the launcher stopping them first).
 
-use std::path::PathBuf;
+mod common;
+
+use common::{accord, rank_check, text};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn accord() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_accord"))
-}
-
-/// The `rank_check` example, which cargo builds next to this test's profile directory.
-fn rank_check() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile = exe.parent().unwrap().parent().unwrap();
-    let p = profile.join("examples").join("rank_check");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --examples -p accord-cli`",
-        p.display()
-    );
-    p
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -2,34 +2,11 @@
 //! run` that hang or desynchronise on purpose (the `rank_check` example's `stall` and
 //! `wrong-root` modes), and traced jobs.
 
+mod common;
+
+use common::{accord, rank_check, text};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn accord() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_accord"))
-}
-
-/// The `rank_check` example, which cargo builds next to this test's profile directory.
-fn rank_check() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let p = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join("rank_check");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --examples -p accord-cli`",
-        p.display()
-    );
-    p
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use std::process::Output;
 
 /// A fresh directory under the system's temporary one.
 fn scratch(name: &str) -> PathBuf {
