@@ -85,7 +85,8 @@ thread_local! {
     static CURRENT: Cell<Option<(usize, u64)>> = const { Cell::new(None) };
 }
 
-/// A traced call in progress: recorded when [`Span::end`] is called.
+/// A traced call in progress: recorded when [`Span::end`] is called; dropping it (with or
+/// without `end`) makes the enclosing call current again.
 #[must_use]
 pub(crate) struct Span {
     rank: usize,
@@ -141,7 +142,6 @@ impl Span {
     /// Record the call as `name` with `args`.
     pub(crate) fn end(self, name: impl Into<String>, args: serde_json::Value) {
         let end = clock::precise_ns();
-        CURRENT.with(|c| c.set(self.outer));
         if let Some(t) = tracer() {
             t.push(Event {
                 rank: self.rank,
@@ -152,6 +152,13 @@ impl Span {
                 args,
             });
         }
+    }
+}
+
+impl Drop for Span {
+    /// The enclosing call is current again, also when a call returned early without `end`.
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.set(self.outer));
     }
 }
 
