@@ -5,19 +5,22 @@ set -euo pipefail
 cd "$(dirname "$0")"
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 
-# The MPI tests need OpenMPI (mpirun, and mpicc to build mpi4py). Install it where we can.
-if ! command -v mpicc >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "== installing OpenMPI for the MPI tests"
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null) \
-        || echo "warning: could not install OpenMPI; the MPI tests will be skipped"
+# The MPI tests need OpenMPI (mpirun, and mpicc to build mpi4py); the C and C++ tests g++ and
+# pkg-config. Install them where we can.
+if { ! command -v mpicc || ! command -v g++ || ! command -v pkg-config; } >/dev/null 2>&1 \
+    && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing OpenMPI, g++ and pkg-config for the MPI and C/C++ tests"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev g++ pkg-config >/dev/null) \
+        || echo "warning: could not install them; the MPI and C/C++ tests will say they skip"
 fi
 if ! command -v mpicc >/dev/null 2>&1; then
     echo "note: no mpicc on this machine: mpi4py is not installed and the MPI test is skipped"
     export ACCORD_PY_EXTRAS=${ACCORD_PY_EXTRAS-"ray dask[distributed] ml_dtypes torch mypy"}
 fi
 
-echo "== cargo test (release; builds the accord binary and examples the multi-process tests run)"
+echo "== cargo test (release; builds the accord binary, examples and C library the multi-process tests run)"
 cargo build --release -p accord-cli --bins --examples
+cargo build --release -p accord-c
 cargo test --workspace --release -- --test-threads=2
 # The GPU tests pass without a GPU by skipping; say so, with their reasons.
 cargo test -q --release -p accord --test gpu_collectives -- --nocapture 2>/dev/null | grep -E "skipping" || true

@@ -172,6 +172,12 @@ class Communicator:
         """``[device]`` once the first call with CUDA arrays attached it (collectively), else ``[]``."""
     def synchronize(self) -> None:
         """Block until every GPU operation issued on this communicator has completed."""
+    def c_handle(self) -> int:
+        """This communicator as an ``accord_comm_t*`` for C/C++ extensions (``accord::comms::from_handle``); lent, valid while this object lives."""
+    def nccl_comm(self) -> int:
+        """The attached GPU's ``ncclComm_t`` (do not destroy it)."""
+    def nccl_unique_id(self) -> bytes:
+        """The ``ncclUniqueId`` the attached GPU's NCCL communicator was created from."""
     def split(self, color: Optional[int], key: int = 0) -> Optional[Communicator]: ...
     def subgroup(self, ranks: Sequence[int]) -> Optional[Communicator]: ...
 

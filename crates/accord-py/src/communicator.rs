@@ -10,8 +10,9 @@ use crate::buffers::{buf, kept, no_gpu_tag, obj, pair, same_dtype, Buf, Call};
 use crate::errors::to_py as err;
 use crate::scalar::Arg;
 use accord::{Communicator as CoreComm, Parts, ReduceOp};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// A group of ranks that communicate. Every member must call the same operations in the same
@@ -19,11 +20,42 @@ use std::time::Duration;
 #[pyclass(module = "accord._native", subclass)]
 pub(crate) struct Communicator {
     pub(crate) inner: CoreComm,
+    /// The `accord_comm_t` lent to C and C++ code by `c_handle()`, made on first use.
+    c_handle: OnceLock<usize>,
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        if let Some(&h) = self.c_handle.get() {
+            // SAFETY: made by `lend_handle`; the C code it was lent to is told (in
+            // `c_handle`'s documentation) not to use it past this object's life.
+            unsafe { accord_c::free_handle(h as *mut accord_c::handle::accord_comm_t) };
+        }
+    }
 }
 
 impl Communicator {
+    /// The attached device engine's description, if it is NCCL's.
+    fn nccl_info(&self) -> PyResult<accord::gpu::DeviceInfo> {
+        let info = self.inner.device_info().ok_or_else(|| {
+            PyRuntimeError::new_err(
+                "no GPU is attached to this communicator yet: its first call with CUDA arrays \
+                 attaches one",
+            )
+        })?;
+        match info.engine {
+            "NCCL" => Ok(info),
+            other => Err(PyRuntimeError::new_err(format!(
+                "the attached GPU engine is {other}, not NCCL"
+            ))),
+        }
+    }
+
     pub(crate) fn wrap(inner: CoreComm) -> Communicator {
-        Communicator { inner }
+        Communicator {
+            inner,
+            c_handle: OnceLock::new(),
+        }
     }
 }
 
@@ -956,6 +988,39 @@ impl Communicator {
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         let comm = self.inner.clone();
         py.allow_threads(move || comm.synchronize()).map_err(err)
+    }
+
+    /// This communicator as an `accord_comm_t*` for C and C++ code, as an integer: pass it to
+    /// an extension (pybind11, Cython, ctypes) that wraps it with
+    /// `accord::comms::from_handle(h)` from `<accord/comms.hpp>` or calls the functions of
+    /// `<accord.h>`. The calls go to this module's Accord (the extension links none of its
+    /// own). The handle is lent: it stays valid while this Communicator object lives; do not
+    /// `accord_finalize` it.
+    fn c_handle(&self) -> usize {
+        *self
+            .c_handle
+            .get_or_init(|| accord_c::lend_handle(self.inner.clone()) as usize)
+    }
+
+    /// The attached GPU's NCCL communicator (`ncclComm_t`, as an integer), for libraries that
+    /// take one (e.g. pylibraft's `inject_comms_on_handle_coll_only`). Do not destroy it: it
+    /// belongs to this communicator. Raises `RuntimeError` before a GPU is attached (the first
+    /// call with CUDA arrays) or when the attached engine is not NCCL.
+    fn nccl_comm(&self) -> PyResult<usize> {
+        Ok(self.nccl_info()?.raw_handle)
+    }
+
+    /// The `ncclUniqueId` (128 bytes) the attached GPU's NCCL communicator was created from.
+    /// Raises `RuntimeError` as `nccl_comm` does, and for a communicator made by `split`
+    /// (NCCL splits have no id).
+    fn nccl_unique_id<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let info = self.nccl_info()?;
+        let id = info.unique_id.ok_or_else(|| {
+            PyRuntimeError::new_err(
+                "this communicator's NCCL communicator was split from another: it has no unique id",
+            )
+        })?;
+        Ok(pyo3::types::PyBytes::new(py, &id))
     }
 
     // ----- groups

@@ -65,6 +65,22 @@ impl Communicator {
         }
     }
 
+    /// Block until everything enqueued on `stream` so far has finished, the caller's own
+    /// kernels included (RAFT's `sync_stream`): first every device operation of this
+    /// communicator, with its deadline and failure checks, then the stream, within the
+    /// communicator's timeout. The communicator's failure if it fails meanwhile. Without an
+    /// attached device there is nothing of the communicator's to wait for: its failure, if it
+    /// has one.
+    pub fn sync_stream(&self, stream: Stream) -> Result<()> {
+        match self.inner.device.get() {
+            Some(g) => {
+                g.synchronize()?;
+                g.wait_stream(stream)
+            }
+            None => self.poisoned().map_or(Ok(()), Err),
+        }
+    }
+
     /// The device engine, or an error saying how to attach one.
     pub(crate) fn device_engine(&self) -> Result<&GpuCommunicator> {
         self.inner.device.get().ok_or_else(|| {

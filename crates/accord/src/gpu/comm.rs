@@ -486,6 +486,40 @@ impl DeviceComm {
         r
     }
 
+    /// Block until the work enqueued on `stream` so far (the caller's kernels included) has
+    /// finished: the communicator's failure if it fails first, a timeout naming the stream's
+    /// device if the work is still running after the communicator's timeout.
+    pub(crate) fn wait_stream(self: &Arc<Self>, stream: Stream) -> Result<()> {
+        self.cu.make_current(self.ctx as CuContext)?;
+        let event = Arc::new(self.events.take()?);
+        event.record(self.stream_of(stream));
+        let (start, timeout) = (Instant::now(), self.timeout());
+        let req = GpuRequest::new(event, self.clone(), 0);
+        let mut spins = 0u32;
+        while !req.test()? {
+            if start.elapsed() > timeout {
+                return Err(Error::Timeout {
+                    op: "sync_stream".into(),
+                    seq: 0,
+                    comm: self.id.clone(),
+                    waiting_for: vec![],
+                    after: timeout,
+                    hint: format!(
+                        "; the work on stream {stream:?} of device {} did not finish (a kernel \
+                         of the caller's, or an operation waiting for its peers)",
+                        self.device
+                    ),
+                });
+            }
+            spins += 1;
+            match spins {
+                0..2000 => std::hint::spin_loop(),
+                _ => std::thread::sleep(Duration::from_micros(50)),
+            }
+        }
+        Ok(())
+    }
+
     /// Release the engines now, for a closed communicator. Later calls fail with `e` at once;
     /// the work already issued (on any stream) is waited for, within the timeout, then the
     /// engines are destroyed, or aborted if that wait ran out or an engine faulted. Operations

@@ -148,6 +148,12 @@ pub(crate) trait DeviceEngine: Send + Sync {
 
     /// The library's communicator handle, for interoperation.
     fn raw_handle(&self) -> usize;
+
+    /// The unique id the library's communicator was created from (NCCL's 128 bytes), where it
+    /// was created from one (a split child was not).
+    fn unique_id(&self) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// A child of [`DeviceEngine::split_begin`], complete once the launch group it was issued in

@@ -49,6 +49,9 @@ pub struct DeviceInfo {
     pub stream: usize,
     /// The library's communicator handle (`ncclComm_t`; do not destroy it).
     pub raw_handle: usize,
+    /// The unique id the library's communicator was created from (`ncclUniqueId`, 128 bytes),
+    /// so that code of its own can join or identify it; `None` for a split communicator.
+    pub unique_id: Option<Vec<u8>>,
 }
 
 impl GpuCommunicator {
@@ -114,6 +117,7 @@ impl GpuCommunicator {
             version: engine.version(),
             stream: self.comm.stream(),
             raw_handle: engine.raw_handle(),
+            unique_id: engine.unique_id(),
         }
     }
 
@@ -145,6 +149,11 @@ impl GpuCommunicator {
     /// [`DeviceComm::synchronize`]).
     pub(crate) fn synchronize(&self) -> Result<()> {
         self.comm.synchronize()
+    }
+
+    /// Block until the work on `stream` has finished (see [`DeviceComm::wait_stream`]).
+    pub(crate) fn wait_stream(&self, stream: Stream) -> Result<()> {
+        self.comm.wait_stream(stream)
     }
 
     /// Send `buf` to `peer` (matched by the peer's receive, in call order; no tags).

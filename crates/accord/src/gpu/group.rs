@@ -29,6 +29,37 @@ pub fn group<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
     Ok(r)
 }
 
+/// Open a group without a closure (for C-style callers): every device operation issued on this
+/// thread until the matching [`group_end`] is launched together, as inside [`group`]. Groups
+/// nest; each start needs its end on the same thread. Before any device engine exists in the
+/// process (none can be created inside a group) it only counts the depth, so host-only
+/// programs can use it without a GPU library.
+pub fn group_start() -> Result<()> {
+    let groups = match super::nccl::loaded() {
+        true => select::launch_groups()?,
+        false => Vec::new(),
+    };
+    start(&groups)?;
+    OPENED.with(|o| o.borrow_mut().push(groups));
+    Ok(())
+}
+
+/// End the group the last [`group_start`] of this thread opened, launching its operations
+/// when it was the outermost.
+pub fn group_end() -> Result<()> {
+    let Some(groups) = OPENED.with(|o| o.borrow_mut().pop()) else {
+        return Err(Error::invalid(
+            "group_end without a group_start on this thread",
+        ));
+    };
+    end(&groups)
+}
+
+thread_local! {
+    /// The library groups each open [`group_start`] of this thread started.
+    static OPENED: RefCell<Vec<Vec<&'static dyn LaunchGroup>>> = const { RefCell::new(Vec::new()) };
+}
+
 /// Open [`group`] depth, and the events to record (on their streams, of their communicators)
 /// once the outermost ends.
 type GroupState = (usize, Vec<(Arc<Event>, usize, Arc<DeviceComm>)>);

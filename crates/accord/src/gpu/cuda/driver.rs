@@ -289,6 +289,27 @@ impl Driver {
         Ok(ordinal.max(0) as usize)
     }
 
+    /// Where address `ptr` lives: `Some(ordinal)` for device (or managed) memory, `None` for
+    /// host memory (pageable or pinned) and addresses CUDA does not know.
+    pub fn device_of(&self, ptr: CuDevicePtr) -> Option<usize> {
+        const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: c_int = 2;
+        const CU_MEMORYTYPE_DEVICE: c_uint = 2;
+        const CU_MEMORYTYPE_UNIFIED: c_uint = 4;
+        let mut kind: c_uint = 0;
+        // SAFETY: the attribute is an unsigned int, written to a local.
+        let rc = unsafe {
+            (self.pointer_get_attribute)(
+                &mut kind as *mut c_uint as *mut c_void,
+                CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                ptr,
+            )
+        };
+        match (rc, kind) {
+            (0, CU_MEMORYTYPE_DEVICE | CU_MEMORYTYPE_UNIFIED) => self.pointer_device(ptr).ok(),
+            _ => None,
+        }
+    }
+
     /// `Ok(true)` if all work before the event's record has finished.
     pub(crate) fn event_done(&self, e: CuEvent) -> Result<bool> {
         // SAFETY: `e` is a live event.

@@ -7,7 +7,7 @@
 //! the bitwise operators do not exist in NCCL, so [`DeviceEngine::supports`] refuses them.
 
 use super::init::{abort_all, settle};
-use super::loader::{self as nccl, Nccl, NcclComm, NcclResult};
+use super::loader::{self as nccl, Nccl, NcclComm, NcclResult, NcclUniqueId};
 use crate::atomic_duration::AtomicDuration;
 use crate::dtype::{DataType, ReduceOp};
 use crate::error::{Error, Result};
@@ -34,6 +34,8 @@ pub(crate) struct NcclEngine {
     /// Whether the communicator was aborted or destroyed (NCCL freed it). Queries of it hold
     /// this shared; abort and release hold it exclusively.
     freed: RwLock<bool>,
+    /// The unique id the communicator was created from (none for a split child).
+    unique_id: Option<[u8; 128]>,
 }
 
 impl NcclEngine {
@@ -55,7 +57,14 @@ impl NcclEngine {
             size,
             timeout: AtomicDuration::new(timeout),
             freed: RwLock::new(false),
+            unique_id: None,
         }
+    }
+
+    /// Remember the unique id the communicator was created from (for interoperation).
+    pub(super) fn with_unique_id(mut self, uid: &NcclUniqueId) -> Self {
+        self.unique_id = Some(uid.internal);
+        self
     }
 
     fn comm(&self) -> NcclComm {
@@ -535,6 +544,10 @@ impl DeviceEngine for NcclEngine {
 
     fn raw_handle(&self) -> usize {
         self.comm
+    }
+
+    fn unique_id(&self) -> Option<Vec<u8>> {
+        self.unique_id.map(|u| u.to_vec())
     }
 }
 

@@ -182,15 +182,10 @@ fn join(
         .iter()
         .enumerate()
         .map(|(i, &comm)| Joined {
-            engine: Box::new(NcclEngine::new(
-                n,
-                cu,
-                comm,
-                ctxs[i],
-                host.rank() * k + i,
-                nranks,
-                timeout,
-            )),
+            engine: Box::new(
+                NcclEngine::new(n, cu, comm, ctxs[i], host.rank() * k + i, nranks, timeout)
+                    .with_unique_id(uid),
+            ),
             preferred: Vec::new(),
             ctx: ctxs[i] as usize,
             device: devices[i],

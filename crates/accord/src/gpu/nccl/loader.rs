@@ -286,6 +286,11 @@ pub fn load_from(candidates: &[String]) -> std::result::Result<Nccl, String> {
 
 static NCCL: OnceLock<std::result::Result<Nccl, String>> = OnceLock::new();
 
+/// Whether NCCL was loaded in this process (without loading it).
+pub(crate) fn loaded() -> bool {
+    matches!(NCCL.get(), Some(Ok(_)))
+}
+
 /// The process's NCCL, loaded on first use by the search order above.
 pub fn nccl() -> Result<&'static Nccl> {
     NCCL.get_or_init(|| load_from(&candidates(&|k| std::env::var(k).ok())))

@@ -10,6 +10,7 @@
 mod engine;
 mod init;
 mod loader;
+pub(crate) use loader::loaded;
 mod scan;
 
 pub use loader::*;

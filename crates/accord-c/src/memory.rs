@@ -1,0 +1,173 @@
+//! Raw pointers into Accord's buffers: where the memory lives, and host bytes or device slices.
+//!
+//! A pointer is device memory when CUDA says so; a process that has not loaded the CUDA driver
+//! cannot hold any, so host-only programs never load it. The first non-null buffer of a call
+//! decides where the call runs; every other non-null buffer must live there too.
+
+use crate::status::invalid;
+use accord::gpu::{DeviceSlice, Stream};
+use accord::{Communicator, DataType, RecvBuf, Result, SendBuf};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Where a call's buffers live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    Host,
+    /// Device memory of this CUDA ordinal, enqueued on the caller's stream.
+    Device(usize, Stream),
+}
+
+/// Whether the CUDA driver is loaded in this process (once it is, it stays).
+fn cuda_loaded() -> bool {
+    static LOADED: AtomicBool = AtomicBool::new(false);
+    if LOADED.load(Ordering::Relaxed) {
+        return true;
+    }
+    // SAFETY: RTLD_NOLOAD only looks the library up; the handle is closed at once.
+    let loaded = unsafe {
+        let h = libc::dlopen(
+            c"libcuda.so.1".as_ptr(),
+            libc::RTLD_NOLOAD | libc::RTLD_LAZY,
+        );
+        if !h.is_null() {
+            libc::dlclose(h);
+        }
+        !h.is_null()
+    };
+    LOADED.store(loaded, Ordering::Relaxed);
+    loaded
+}
+
+/// The CUDA device that owns `ptr`, or `None` for host memory.
+fn device_of(ptr: *const c_void) -> Option<usize> {
+    if ptr.is_null() || !cuda_loaded() {
+        return None;
+    }
+    accord::gpu::cuda::driver().ok()?.device_of(ptr as u64)
+}
+
+/// Where the call with these buffers (named for errors) runs; attaches the device to `comm`
+/// the first time device memory is used (a collective step, as every rank's first device call
+/// is the same call).
+pub(crate) fn place(
+    comm: &Communicator,
+    bufs: &[(&str, *const c_void)],
+    stream: *mut c_void,
+) -> Result<Place> {
+    let mut first: Option<(&str, Option<usize>)> = None;
+    for &(what, ptr) in bufs.iter().filter(|(_, p)| !p.is_null()) {
+        let here = device_of(ptr);
+        match first {
+            None => first = Some((what, here)),
+            Some((w0, d0)) if d0 != here => {
+                let at = |d: Option<usize>| match d {
+                    Some(d) => format!("device memory (GPU {d})"),
+                    None => "host memory".to_string(),
+                };
+                return Err(invalid(format!(
+                    "`{w0}` is in {} but `{what}` is in {}; pass every buffer of one call in \
+                     the same memory",
+                    at(d0),
+                    at(here)
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    match first.and_then(|f| f.1) {
+        None => Ok(Place::Host),
+        Some(d) => {
+            if comm.attached_device() != Some(d) {
+                comm.attach_device(d)?;
+            }
+            Ok(Place::Device(d, Stream::Raw(stream as usize)))
+        }
+    }
+}
+
+/// Bytes of `count` elements of `dtype`, or an error naming the buffer.
+fn bytes(count: usize, dtype: DataType, what: &str) -> Result<usize> {
+    count
+        .checked_mul(dtype.size())
+        .ok_or_else(|| invalid(format!("`{what}`: {count} elements of {dtype} overflow")))
+}
+
+fn non_null(ptr: *const c_void, count: usize, what: &str) -> Result<()> {
+    match ptr.is_null() && count > 0 {
+        true => Err(invalid(format!(
+            "`{what}` is NULL but its count is {count}"
+        ))),
+        false => Ok(()),
+    }
+}
+
+impl Place {
+    /// `count` elements at `ptr`, read by the call.
+    ///
+    /// # Safety
+    /// `ptr` holds `count` elements of `dtype` for the call (host: until it returns; device:
+    /// until the stream passes it).
+    pub(crate) unsafe fn send<'a>(
+        self,
+        ptr: *const c_void,
+        count: usize,
+        dtype: DataType,
+        what: &str,
+    ) -> Result<SendBuf<'a>> {
+        non_null(ptr, count, what)?;
+        let n = bytes(count, dtype, what)?;
+        Ok(match self {
+            _ if n == 0 && self == Place::Host => SendBuf::bytes(&[], dtype),
+            Place::Host => SendBuf::bytes(std::slice::from_raw_parts(ptr.cast(), n), dtype),
+            Place::Device(_, s) if n == 0 => SendBuf::device(DeviceSlice::empty(dtype), s),
+            Place::Device(_, s) => {
+                SendBuf::device(DeviceSlice::from_raw(ptr as u64, count, dtype), s)
+            }
+        })
+    }
+
+    /// `count` elements at `ptr`, written by the call.
+    ///
+    /// # Safety
+    /// As [`Place::send`], and nothing else reads or writes them meanwhile.
+    pub(crate) unsafe fn recv<'a>(
+        self,
+        ptr: *mut c_void,
+        count: usize,
+        dtype: DataType,
+        what: &str,
+    ) -> Result<RecvBuf<'a>> {
+        non_null(ptr, count, what)?;
+        let n = bytes(count, dtype, what)?;
+        Ok(match self {
+            _ if n == 0 && self == Place::Host => RecvBuf::bytes(&mut [], dtype),
+            Place::Host => RecvBuf::bytes(std::slice::from_raw_parts_mut(ptr.cast(), n), dtype),
+            Place::Device(_, s) if n == 0 => RecvBuf::device(DeviceSlice::empty(dtype), s),
+            Place::Device(_, s) => {
+                RecvBuf::device(DeviceSlice::from_raw(ptr as u64, count, dtype), s)
+            }
+        })
+    }
+}
+
+/// A host send buffer that overlaps the receive buffer (MPI's in-place layouts, e.g. an
+/// allgather whose input is its own block of the output): a copy of it, so the call never reads
+/// memory it writes. `None` when they do not overlap (or the call is on the device, where
+/// the engines handle such layouts themselves).
+pub(crate) fn overlapping_copy(
+    place: Place,
+    send: (*const c_void, usize),
+    recv: (*const c_void, usize),
+    dtype: DataType,
+) -> Option<Vec<u128>> {
+    let (s, r) = (send.0 as usize, recv.0 as usize);
+    let (sn, rn) = (send.1 * dtype.size(), recv.1 * dtype.size());
+    if place != Place::Host || sn == 0 || rn == 0 || s >= r + rn || r >= s + sn {
+        return None;
+    }
+    let mut copy = vec![0u128; sn.div_ceil(16)];
+    // SAFETY: the caller's `send` holds `sn` bytes; the copy is at least that long.
+    unsafe { std::ptr::copy_nonoverlapping(send.0.cast::<u8>(), copy.as_mut_ptr().cast(), sn) };
+    Some(copy)
+}

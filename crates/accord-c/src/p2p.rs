@@ -1,0 +1,414 @@
+//! Point-to-point messages, requests, and groups.
+//!
+//! Host messages keep MPI's order per (peer, tag); device messages are enqueued on their stream
+//! and matched in call order (tag 0 only, as NCCL). A nonblocking host message takes its place
+//! in that order when it is called and moves on a thread of its own; `accord_wait` waits for it.
+//! Between `accord_group_start` and `accord_group_end` device operations are launched together
+//! (NCCL's group) and host messages become nonblocking ones that the group's end waits for, so
+//! a group may post its receives before its sends on every rank without deadlock.
+
+use crate::handle::{accord_comm_t, forward, with_comm};
+use crate::memory::{place, Place};
+use crate::status::{accord_status_t, guard, invalid};
+use crate::types::{self, accord_dtype_t, accord_stream_t};
+use accord::{Communicator, Completion, Result};
+use std::cell::RefCell;
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// A nonblocking operation: finish it with `accord_wait` (or `accord_waitall`), which frees it.
+#[allow(non_camel_case_types)]
+pub struct accord_request_t {
+    pending: Pending,
+}
+
+enum Pending {
+    /// A host message moving on a thread.
+    Host(Arc<Done>),
+    /// Device work on a stream.
+    Device(Completion),
+}
+
+/// What a host message's thread reports.
+#[derive(Default)]
+struct Done {
+    result: Mutex<Option<Result<()>>>,
+    cv: Condvar,
+}
+
+impl Done {
+    fn finish(&self, r: Result<()>) {
+        *self.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+        self.cv.notify_all();
+    }
+
+    fn wait(&self) -> Result<()> {
+        let mut g = self.result.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(r) = g.as_ref() {
+                return r.clone();
+            }
+            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn test(&self) -> Option<Result<()>> {
+        self.result
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl accord_request_t {
+    fn wait(&self) -> Result<()> {
+        match &self.pending {
+            Pending::Host(d) => d.wait(),
+            Pending::Device(c) => c.wait(),
+        }
+    }
+
+    fn test(&self) -> Result<bool> {
+        match &self.pending {
+            Pending::Host(d) => d.test().map_or(Ok(false), |r| r.map(|()| true)),
+            Pending::Device(c) => c.test(),
+        }
+    }
+}
+
+/// A caller's buffer address, moved to the thread that fills or reads it.
+#[derive(Clone, Copy)]
+struct Addr(usize);
+
+/// One message: which way, the buffer, its count and dtype, the peer and tag.
+#[derive(Clone, Copy)]
+struct Message {
+    send: bool,
+    buf: Addr,
+    count: usize,
+    dtype: accord_dtype_t,
+    peer: c_int,
+    tag: c_int,
+}
+
+thread_local! {
+    /// Open `accord_group_start` depth of this thread, and the host messages its groups
+    /// posted (waited for by the outermost end).
+    static GROUP: RefCell<(usize, Vec<accord_request_t>)> = const { RefCell::new((0, Vec::new())) };
+}
+
+fn in_group() -> bool {
+    GROUP.with(|g| g.borrow().0 > 0)
+}
+
+/// Start `m` on `c`: a request (host: its place in the order taken now, the data moved on a
+/// thread; device: enqueued on `stream`).
+///
+/// # Safety
+/// The buffer holds `m.count` elements until the request is finished.
+unsafe fn start(c: &Communicator, m: Message, stream: accord_stream_t) -> Result<accord_request_t> {
+    let dt = types::dtype(m.dtype)?;
+    let what = if m.send {
+        "peer (destination)"
+    } else {
+        "peer (source)"
+    };
+    let peer = types::rank(m.peer, what, c.size())?;
+    let tag = types::tag(m.tag)?;
+    let ptr = m.buf.0 as *mut c_void;
+    let at = place(c, &[("buf", ptr)], stream)?;
+    if let Place::Device(..) = at {
+        if tag != 0 {
+            return Err(invalid(format!(
+                "tag {tag} on device memory: device messages are matched in call order (as \
+                 NCCL's); pass tag 0"
+            )));
+        }
+        let done = match m.send {
+            true => c.send(at.send(ptr, m.count, dt, "buf")?, peer, 0)?,
+            false => c.recv(at.recv(ptr, m.count, dt, "buf")?, peer, 0)?,
+        };
+        return Ok(accord_request_t {
+            pending: Pending::Device(done),
+        });
+    }
+    // Check the buffer now, so that a bad one fails the call rather than its request.
+    at.send(ptr, m.count, dt, "buf")?;
+    let turn = match m.send {
+        true => c.post_send(peer, tag)?,
+        false => c.post_recv(peer, tag)?,
+    };
+    let done = Arc::new(Done::default());
+    let (d2, c2) = (done.clone(), c.clone());
+    std::thread::Builder::new()
+        .name("accord-c-message".into())
+        .spawn(move || {
+            let buf = m.buf;
+            // SAFETY: the caller keeps the buffer until the request is finished.
+            let r = unsafe {
+                let ptr = buf.0 as *mut c_void;
+                match m.send {
+                    true => Place::Host
+                        .send(ptr, m.count, dt, "buf")
+                        .and_then(|b| c2.send_posted(turn, b)),
+                    false => Place::Host
+                        .recv(ptr, m.count, dt, "buf")
+                        .and_then(|b| c2.recv_posted(turn, b)),
+                }
+            };
+            d2.finish(r);
+        })
+        .map_err(|e| invalid(format!("cannot start a thread for the message: {e}")))?;
+    Ok(accord_request_t {
+        pending: Pending::Host(done),
+    })
+}
+
+/// A blocking message: done before it returns (device: enqueued); inside a group, a
+/// nonblocking one the group's end waits for.
+unsafe fn blocking(
+    comm: *mut accord_comm_t,
+    what: &str,
+    m: Message,
+    stream: accord_stream_t,
+) -> accord_status_t {
+    with_comm(comm, what, |c| {
+        let req = start(c, m, stream)?;
+        match (&req.pending, in_group()) {
+            (Pending::Host(_), true) => {
+                GROUP.with(|g| g.borrow_mut().1.push(req));
+                Ok(())
+            }
+            (Pending::Host(_), false) => req.wait(),
+            (Pending::Device(_), _) => Ok(()),
+        }
+    })
+}
+
+/// A nonblocking message into `*request`.
+unsafe fn nonblocking(
+    comm: *mut accord_comm_t,
+    what: &str,
+    m: Message,
+    stream: accord_stream_t,
+    request: *mut *mut accord_request_t,
+) -> accord_status_t {
+    with_comm(comm, what, |c| {
+        if request.is_null() {
+            return Err(invalid("`request` (the output argument) is NULL"));
+        }
+        *request = Box::into_raw(Box::new(start(c, m, stream)?));
+        Ok(())
+    })
+}
+
+fn message(send: bool, buf: *const c_void, count: usize, dtype: accord_dtype_t) -> Message {
+    Message {
+        send,
+        buf: Addr(buf as usize),
+        count,
+        dtype,
+        peer: 0,
+        tag: 0,
+    }
+}
+
+/// Send `count` elements to `peer` with `tag` (host: returns once the data is handed to the
+/// transport; device: enqueued on `stream`, tag 0).
+#[no_mangle]
+pub unsafe extern "C" fn accord_send(
+    comm: *mut accord_comm_t,
+    buf: *const c_void,
+    count: usize,
+    dtype: accord_dtype_t,
+    peer: c_int,
+    tag: c_int,
+    stream: accord_stream_t,
+) -> accord_status_t {
+    forward!(comm, send(comm, buf, count, dtype, peer, tag, stream));
+    let m = Message {
+        peer,
+        tag,
+        ..message(true, buf, count, dtype)
+    };
+    blocking(comm, "accord_send", m, stream)
+}
+
+/// Receive exactly `count` elements from `peer` with `tag`.
+#[no_mangle]
+pub unsafe extern "C" fn accord_recv(
+    comm: *mut accord_comm_t,
+    buf: *mut c_void,
+    count: usize,
+    dtype: accord_dtype_t,
+    peer: c_int,
+    tag: c_int,
+    stream: accord_stream_t,
+) -> accord_status_t {
+    forward!(comm, recv(comm, buf, count, dtype, peer, tag, stream));
+    let m = Message {
+        peer,
+        tag,
+        ..message(false, buf, count, dtype)
+    };
+    blocking(comm, "accord_recv", m, stream)
+}
+
+/// Start sending; `*request` finishes it.
+#[no_mangle]
+pub unsafe extern "C" fn accord_isend(
+    comm: *mut accord_comm_t,
+    buf: *const c_void,
+    count: usize,
+    dtype: accord_dtype_t,
+    peer: c_int,
+    tag: c_int,
+    stream: accord_stream_t,
+    request: *mut *mut accord_request_t,
+) -> accord_status_t {
+    forward!(
+        comm,
+        isend(comm, buf, count, dtype, peer, tag, stream, request)
+    );
+    let m = Message {
+        peer,
+        tag,
+        ..message(true, buf, count, dtype)
+    };
+    nonblocking(comm, "accord_isend", m, stream, request)
+}
+
+/// Start receiving; `*request` finishes it.
+#[no_mangle]
+pub unsafe extern "C" fn accord_irecv(
+    comm: *mut accord_comm_t,
+    buf: *mut c_void,
+    count: usize,
+    dtype: accord_dtype_t,
+    peer: c_int,
+    tag: c_int,
+    stream: accord_stream_t,
+    request: *mut *mut accord_request_t,
+) -> accord_status_t {
+    forward!(
+        comm,
+        irecv(comm, buf, count, dtype, peer, tag, stream, request)
+    );
+    let m = Message {
+        peer,
+        tag,
+        ..message(false, buf, count, dtype)
+    };
+    nonblocking(comm, "accord_irecv", m, stream, request)
+}
+
+/// Send `sendcount` elements to `dest` and receive `recvcount` from `source` at once (no
+/// deadlock between ranks that exchange with each other).
+#[no_mangle]
+pub unsafe extern "C" fn accord_sendrecv(
+    comm: *mut accord_comm_t,
+    sendbuf: *const c_void,
+    sendcount: usize,
+    dest: c_int,
+    recvbuf: *mut c_void,
+    recvcount: usize,
+    source: c_int,
+    dtype: accord_dtype_t,
+    tag: c_int,
+    stream: accord_stream_t,
+) -> accord_status_t {
+    forward!(
+        comm,
+        sendrecv(comm, sendbuf, sendcount, dest, recvbuf, recvcount, source, dtype, tag, stream)
+    );
+    with_comm(comm, "accord_sendrecv", |c| {
+        let dt = types::dtype(dtype)?;
+        let dest = types::rank(dest, "dest", c.size())?;
+        let source = types::rank(source, "source", c.size())?;
+        let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
+        let send = at.send(sendbuf, sendcount, dt, "sendbuf")?;
+        let recv = at.recv(recvbuf, recvcount, dt, "recvbuf")?;
+        c.sendrecv(send, dest, recv, source, types::tag(tag)?)
+            .map(drop)
+    })
+}
+
+/// Wait for a request and free it (NULL: nothing to do). The message's error, if it failed.
+#[no_mangle]
+pub unsafe extern "C" fn accord_wait(request: *mut accord_request_t) -> accord_status_t {
+    guard("accord_wait", || match request.is_null() {
+        true => Ok(()),
+        false => Box::from_raw(request).wait(),
+    })
+}
+
+/// `*done` = 1 if the request finished (it still needs `accord_wait`), else 0.
+#[no_mangle]
+pub unsafe extern "C" fn accord_test(
+    request: *mut accord_request_t,
+    done: *mut c_int,
+) -> accord_status_t {
+    guard("accord_test", || {
+        if request.is_null() || done.is_null() {
+            return Err(invalid("`request` or `done` is NULL"));
+        }
+        *done = (*request).test()? as c_int;
+        Ok(())
+    })
+}
+
+/// Wait for every request of `requests[0..count]` and free them all (NULL entries are
+/// skipped); the first error.
+#[no_mangle]
+pub unsafe extern "C" fn accord_waitall(
+    count: usize,
+    requests: *mut *mut accord_request_t,
+) -> accord_status_t {
+    guard("accord_waitall", || {
+        if requests.is_null() && count > 0 {
+            return Err(invalid("`requests` is NULL"));
+        }
+        let mut first = Ok(());
+        for i in 0..count {
+            let r = *requests.add(i);
+            if !r.is_null() {
+                first = first.and(Box::from_raw(r).wait());
+                *requests.add(i) = std::ptr::null_mut();
+            }
+        }
+        first
+    })
+}
+
+/// Start a group on this thread: device operations until the matching `accord_group_end` are
+/// launched together (NCCL's group), host messages wait for its end. Groups nest.
+#[no_mangle]
+pub extern "C" fn accord_group_start() -> accord_status_t {
+    guard("accord_group_start", || {
+        accord::gpu::group_start()?;
+        GROUP.with(|g| g.borrow_mut().0 += 1);
+        Ok(())
+    })
+}
+
+/// End this thread's innermost group; the outermost launches the device operations and waits
+/// for the host messages of the group (the first error).
+#[no_mangle]
+pub extern "C" fn accord_group_end() -> accord_status_t {
+    guard("accord_group_end", || {
+        let posted = GROUP.with(|g| {
+            let mut g = g.borrow_mut();
+            if g.0 == 0 {
+                return Err(invalid("accord_group_end without accord_group_start"));
+            }
+            g.0 -= 1;
+            Ok(if g.0 == 0 {
+                std::mem::take(&mut g.1)
+            } else {
+                Vec::new()
+            })
+        })?;
+        let launched = accord::gpu::group_end();
+        posted.iter().fold(launched, |r, req| r.and(req.wait()))
+    })
+}
