@@ -170,6 +170,9 @@ class Communicator:
     @property
     def gpu_devices(self) -> List[int]:
         """``[device]`` once the first call with CUDA arrays attached it (collectively), else ``[]``."""
+    def attach_device(self, ordinal: int) -> None:
+        """Attach CUDA device ``ordinal`` now rather than at the first call with CUDA arrays
+        (collective: every rank calls it with its own device)."""
     def synchronize(self) -> None:
         """Block until every GPU operation issued on this communicator has completed."""
     def c_handle(self) -> int:

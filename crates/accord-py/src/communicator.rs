@@ -983,6 +983,14 @@ impl Communicator {
         self.inner.attached_device().into_iter().collect()
     }
 
+    /// Attach CUDA device `ordinal` now instead of at the first call with CUDA arrays, so that
+    /// the device engine exists before any work is issued. Collective: every rank calls it, each
+    /// with its own device. The same device again is a no-op; another one is an error.
+    fn attach_device(&self, py: Python<'_>, ordinal: usize) -> PyResult<()> {
+        let comm = self.inner.clone();
+        py.allow_threads(move || comm.attach_device(ordinal)).map_err(err)
+    }
+
     /// Block the host until every GPU operation issued so far on this communicator has
     /// completed (raises the first GPU failure, e.g. a desync or a timeout).
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
