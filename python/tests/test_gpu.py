@@ -84,3 +84,32 @@ def test_gpu_work_on_the_timeline_and_in_the_flight_record(framework, run_ranks,
         host = [e for e in events if e["ph"] == "X" and e["tid"] not in gpu_tracks]
         # Each GPU operation runs after the host issued it (clocks agree to microseconds).
         assert all(w["ts"] + 50 >= min(h["ts"] for h in host) for w in work), (work, host)
+
+
+def test_gpu_c_handle_nccl_handles_and_cxx_device_code(run_ranks, tmp_path):
+    """C++ built with nvcc against <accord/comms.hpp> (the RAFT example, device memory) on a
+    lent handle and torch's stream; the NCCL communicator and unique id. One rank per GPU: one
+    rank on a machine with one GPU, two where there are two."""
+    import os
+    import shutil
+
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    found = _cuda_devices()
+    if found < 1:
+        pytest.skip("needs a CUDA device (nvidia-smi lists none)")
+    if shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc to build the C++ device example")
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    lib = str(tmp_path / "libraft_device.so")
+    subprocess.run(
+        ["nvcc", "-std=c++17", "-x", "cu", "-DACCORD_EXAMPLE_DEVICE", "-DACCORD_EXAMPLE_LIBRARY", "-shared",
+         "-Xcompiler", "-fPIC", f"-I{root}/crates/accord-c/include",
+         f"{root}/crates/accord-c/examples/raft_allreduce.cpp", "-o", lib],
+        check=True, timeout=300,
+    )
+    world = min(found, WORLD)
+    r = run_ranks(world, "gpu_c_handle_worker.py", timeout=300, args=[lib])
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    for rank in range(world):
+        assert f"GPU-C-HANDLE-OK {rank}" in r.stdout

@@ -1,14 +1,15 @@
 //! Raw pointers into Accord's buffers: where the memory lives, and host bytes or device slices.
 //!
 //! A pointer is device memory when CUDA says so; a process that has not loaded the CUDA driver
-//! cannot hold any, so host-only programs never load it. The first non-null buffer of a call
+//! cannot hold any, so host-only programs never load it (and pay tens of nanoseconds a call to
+//! learn that it is still not loaded). The first non-null buffer of a call
 //! decides where the call runs; every other non-null buffer must live there too.
 
 use crate::status::invalid;
 use accord::gpu::{DeviceSlice, Stream};
 use accord::{Communicator, DataType, RecvBuf, Result, SendBuf};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Where a call's buffers live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,32 +19,63 @@ pub(crate) enum Place {
     Device(usize, Stream),
 }
 
-/// Whether the CUDA driver is loaded in this process (once it is, it stays).
+/// Whether the CUDA driver is loaded in this process (once it is, it stays). The loader's count
+/// of objects ever loaded is read on every call (tens of nanoseconds); the list of loaded
+/// objects is searched only when that count changed.
 fn cuda_loaded() -> bool {
     static LOADED: AtomicBool = AtomicBool::new(false);
+    static SEEN: AtomicU64 = AtomicU64::new(u64::MAX);
     if LOADED.load(Ordering::Relaxed) {
         return true;
     }
-    // SAFETY: RTLD_NOLOAD only looks the library up; the handle is closed at once.
-    let loaded = unsafe {
-        let h = libc::dlopen(
-            c"libcuda.so.1".as_ptr(),
-            libc::RTLD_NOLOAD | libc::RTLD_LAZY,
-        );
-        if !h.is_null() {
-            libc::dlclose(h);
-        }
-        !h.is_null()
-    };
-    LOADED.store(loaded, Ordering::Relaxed);
-    loaded
+    let adds = loaded_objects(false).0;
+    if adds == SEEN.load(Ordering::Relaxed) {
+        return false;
+    }
+    let (adds, found) = loaded_objects(true);
+    LOADED.store(found, Ordering::Relaxed);
+    SEEN.store(adds, Ordering::Relaxed);
+    found
 }
 
-/// The CUDA device that owns `ptr`, or `None` for host memory.
-fn device_of(ptr: *const c_void) -> Option<usize> {
-    if ptr.is_null() || !cuda_loaded() {
-        return None;
+/// The loader's count of objects loaded so far and, when `search`, whether one of them is the
+/// CUDA driver (`libcuda.so`).
+fn loaded_objects(search: bool) -> (u64, bool) {
+    struct Scan {
+        search: bool,
+        adds: u64,
+        found: bool,
     }
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut std::ffi::c_void,
+    ) -> std::ffi::c_int {
+        // SAFETY: the loader passes a valid entry; `data` is the `Scan` below.
+        let (info, scan) = unsafe { (&*info, &mut *data.cast::<Scan>()) };
+        scan.adds = info.dlpi_adds;
+        if !scan.search {
+            return 1; // the count is on every entry: stop at the first
+        }
+        if !info.dlpi_name.is_null() {
+            // SAFETY: a NUL-terminated path owned by the loader.
+            let name = unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes();
+            scan.found |= name.windows(10).any(|w| w == b"libcuda.so");
+        }
+        scan.found as std::ffi::c_int
+    }
+    let mut scan = Scan {
+        search,
+        adds: 0,
+        found: false,
+    };
+    // SAFETY: `visit` only reads the entries and writes `scan`.
+    unsafe { libc::dl_iterate_phdr(Some(visit), (&mut scan as *mut Scan).cast()) };
+    (scan.adds, scan.found)
+}
+
+/// The CUDA device that owns `ptr`, or `None` for host memory (the driver is loaded).
+fn device_of(ptr: *const c_void) -> Option<usize> {
     accord::gpu::cuda::driver().ok()?.device_of(ptr as u64)
 }
 
@@ -55,6 +87,9 @@ pub(crate) fn place(
     bufs: &[(&str, *const c_void)],
     stream: *mut c_void,
 ) -> Result<Place> {
+    if !cuda_loaded() {
+        return Ok(Place::Host);
+    }
     let mut first: Option<(&str, Option<usize>)> = None;
     for &(what, ptr) in bufs.iter().filter(|(_, p)| !p.is_null()) {
         let here = device_of(ptr);
