@@ -205,7 +205,8 @@ impl Communicator {
         };
         let refuse = |side: &str| {
             Err(Error::invalid(format!(
-                "{kind}: displacements were given for the {side} buffer, which {kind} does not                  lay out in per-rank blocks"
+                "{kind}: displacements were given for the {side} buffer, which {kind} does not \
+                 lay out in per-rank blocks"
             )))
         };
         if send.as_ref().is_some_and(|s| s.displs.is_some()) && !send_blocks {
