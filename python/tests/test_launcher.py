@@ -18,6 +18,12 @@ def test_all_operations(run_ranks, n):
 
 
 @pytest.mark.parametrize("n", [1, 3])
+def test_displacements(run_ranks, n):
+    p = run_ranks(n, "worker_displs.py")
+    all_ranks_pass(p, "DISPLS-OK", n)
+
+
+@pytest.mark.parametrize("n", [1, 3])
 def test_bad_input(run_ranks, n):
     p = run_ranks(n, "worker_errors.py")
     assert p.returncode == 0, p.stdout + p.stderr

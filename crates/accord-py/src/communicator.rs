@@ -730,7 +730,11 @@ impl Communicator {
     }
 
     /// Like allgather with `counts[r]` elements from rank r.
-    #[pyo3(signature = (arr, out, counts, async_op=false))]
+    ///
+    /// Blocks lie back to back in rank order in `out`; with `displs`, rank r's block starts at
+    /// element `displs[r]` of `out` (MPI's displacements: blocks in any order, with gaps, which
+    /// are left as they were; blocks must not overlap and must fit in `out`).
+    #[pyo3(signature = (arr, out, counts, async_op=false, *, displs=None))]
     fn allgatherv(
         &self,
         py: Python<'_>,
@@ -738,6 +742,7 @@ impl Communicator {
         out: &Bound<'_, PyAny>,
         counts: Vec<usize>,
         async_op: bool,
+        displs: Option<Vec<usize>>,
     ) -> PyResult<PyObject> {
         let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
         let bufs = pair(&arr, &out, "allgatherv")?;
@@ -746,7 +751,8 @@ impl Communicator {
             Call::two("allgatherv", async_op, bufs, [&arr, &out]),
             Box::new(move |c, b| {
                 let counts = b[1].counts(&counts);
-                let recv = Parts::new(unsafe { b[1].recv() }, &counts);
+                let displs = displs.as_deref().map(|d| b[1].counts(d));
+                let recv = parts(unsafe { b[1].recv() }, &counts, displs.as_deref());
                 c.all_gather(unsafe { b[0].send() }, recv).map(Some)
             }),
         )
@@ -784,7 +790,11 @@ impl Communicator {
     }
 
     /// Like gather with `counts[r]` elements from rank r.
-    #[pyo3(signature = (arr, out=None, counts=None, root=0, async_op=false))]
+    ///
+    /// With `displs`, rank r's block starts at element `displs[r]` of the root's `out` (blocks
+    /// in any order, with gaps left as they were; they must not overlap). Ignored off the root.
+    #[pyo3(signature = (arr, out=None, counts=None, root=0, async_op=false, *, displs=None))]
+    #[allow(clippy::too_many_arguments)]
     fn gatherv(
         &self,
         py: Python<'_>,
@@ -793,10 +803,12 @@ impl Communicator {
         counts: Option<Vec<usize>>,
         root: i64,
         async_op: bool,
+        displs: Option<Vec<usize>>,
     ) -> PyResult<PyObject> {
         let root = rank_arg(root, "root")?;
         let counts = counts.ok_or_else(|| PyValueError::new_err("gatherv needs counts"))?;
-        self.rooted_in(py, arr, out, root, async_op, "gatherv", Some(counts))
+        let v = Some((counts, displs));
+        self.rooted_in(py, arr, out, root, async_op, "gatherv", v)
     }
 
     /// Slice r of `arr` on `root` (`arr` may be None elsewhere) into `out` on rank r.
@@ -830,7 +842,11 @@ impl Communicator {
     }
 
     /// Like scatter with `counts[r]` elements to rank r.
-    #[pyo3(signature = (arr, out, counts, root=0, async_op=false))]
+    ///
+    /// With `displs`, rank r's block starts at element `displs[r]` of the root's `arr` (blocks
+    /// in any order, with gaps; they may overlap). Ignored off the root.
+    #[pyo3(signature = (arr, out, counts, root=0, async_op=false, *, displs=None))]
+    #[allow(clippy::too_many_arguments)]
     fn scatterv(
         &self,
         py: Python<'_>,
@@ -839,9 +855,11 @@ impl Communicator {
         counts: Vec<usize>,
         root: i64,
         async_op: bool,
+        displs: Option<Vec<usize>>,
     ) -> PyResult<PyObject> {
         let root = rank_arg(root, "root")?;
-        self.rooted_out(py, arr, out, root, async_op, "scatterv", Some(counts))
+        let v = Some((counts, displs));
+        self.rooted_out(py, arr, out, root, async_op, "scatterv", v)
     }
 
     /// Reduce `arr` (size x len(out)) over all ranks; rank r gets slice r in `out`.
@@ -883,7 +901,11 @@ impl Communicator {
     }
 
     /// Like reduce_scatter with `counts[r]` elements to rank r.
-    #[pyo3(signature = (arr, out, counts, op=None, async_op=false))]
+    ///
+    /// With `displs`, the block reduced for rank r starts at element `displs[r]` of this rank's
+    /// `arr` (blocks in any order, with gaps; they may overlap).
+    #[pyo3(signature = (arr, out, counts, op=None, async_op=false, *, displs=None))]
+    #[allow(clippy::too_many_arguments)]
     fn reduce_scatterv(
         &self,
         py: Python<'_>,
@@ -892,6 +914,7 @@ impl Communicator {
         counts: Vec<usize>,
         op: Option<&Bound<'_, PyAny>>,
         async_op: bool,
+        displs: Option<Vec<usize>>,
     ) -> PyResult<PyObject> {
         let op = reduce_op(op)?;
         let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
@@ -900,7 +923,7 @@ impl Communicator {
             py,
             Call::two("reduce_scatterv", async_op, bufs, [&arr, &out]),
             Box::new(move |c, b| {
-                let send = Parts::new(unsafe { b[0].send() }, &counts);
+                let send = parts(unsafe { b[0].send() }, &counts, displs.as_deref());
                 c.reduce_scatter(send, unsafe { b[1].recv() }, op).map(Some)
             }),
         )
@@ -950,7 +973,12 @@ impl Communicator {
 
     /// Like alltoall with per-rank counts: `send_counts[j]` elements to rank j,
     /// `recv_counts[i]` from rank i.
-    #[pyo3(signature = (arr, send_counts, out, recv_counts, async_op=false))]
+    ///
+    /// With `send_displs`, the block for rank j starts at element `send_displs[j]` of `arr`
+    /// (blocks may overlap); with `recv_displs`, the block from rank i lands at element
+    /// `recv_displs[i]` of `out` (blocks must not overlap; gaps are left as they were).
+    #[pyo3(signature = (arr, send_counts, out, recv_counts, async_op=false, *, send_displs=None, recv_displs=None))]
+    #[allow(clippy::too_many_arguments)]
     fn alltoallv(
         &self,
         py: Python<'_>,
@@ -959,6 +987,8 @@ impl Communicator {
         out: &Bound<'_, PyAny>,
         recv_counts: Vec<usize>,
         async_op: bool,
+        send_displs: Option<Vec<usize>>,
+        recv_displs: Option<Vec<usize>>,
     ) -> PyResult<PyObject> {
         let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
         let bufs = pair(&arr, &out, "alltoallv")?;
@@ -967,8 +997,10 @@ impl Communicator {
             Call::two("alltoallv", async_op, bufs, [&arr, &out]),
             Box::new(move |c, b| {
                 let (sc, rc) = (b[0].counts(&send_counts), b[1].counts(&recv_counts));
-                let send = Parts::new(unsafe { b[0].send() }, &sc);
-                let recv = Parts::new(unsafe { b[1].recv() }, &rc);
+                let sd = send_displs.as_deref().map(|d| b[0].counts(d));
+                let rd = recv_displs.as_deref().map(|d| b[1].counts(d));
+                let send = parts(unsafe { b[0].send() }, &sc, sd.as_deref());
+                let recv = parts(unsafe { b[1].recv() }, &rc, rd.as_deref());
                 c.all_to_all(send, recv).map(Some)
             }),
         )
@@ -1053,5 +1085,17 @@ impl Communicator {
         let c = self.inner.clone();
         let r = py.allow_threads(move || c.subgroup(&ranks)).map_err(err)?;
         Ok(r.map(Communicator::wrap))
+    }
+}
+
+/// `buf` in per-rank blocks: back to back, or at `displs` where given.
+pub(crate) fn parts<'a, B>(
+    buf: B,
+    counts: &'a [usize],
+    displs: Option<&'a [usize]>,
+) -> Parts<'a, B> {
+    match displs {
+        Some(d) => Parts::with_displs(buf, counts, d),
+        None => Parts::new(buf, counts),
     }
 }

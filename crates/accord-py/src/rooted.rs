@@ -3,14 +3,14 @@
 //! pass the core an empty buffer in the memory of their other array.
 
 use crate::buffers::{buf, obj, same_dtype, Call};
-use crate::communicator::Communicator;
+use crate::communicator::{parts, Communicator};
 use crate::scalar::Arg;
-use accord::Parts;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 impl Communicator {
-    /// gather / gatherv: input everywhere, output at the root only.
+    /// gather / gatherv (`counts`, and `displs` where given): input everywhere, output at the
+    /// root only.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn rooted_in(
         &self,
@@ -20,7 +20,7 @@ impl Communicator {
         root: usize,
         async_op: bool,
         what: &'static str,
-        counts: Option<Vec<usize>>,
+        counts: Option<(Vec<usize>, Option<Vec<usize>>)>,
     ) -> PyResult<PyObject> {
         let is_root = self.inner.rank() == root;
         if is_root && out.is_none() {
@@ -58,14 +58,18 @@ impl Communicator {
                 };
                 match &counts {
                     None => c.gather(send, recv, root),
-                    Some(n) => c.gather(send, Parts::new(recv, &b[0].counts(n)), root),
+                    Some((n, d)) => {
+                        let (n, d) = (b[0].counts(n), d.as_deref().map(|d| b[0].counts(d)));
+                        c.gather(send, parts(recv, &n, d.as_deref()), root)
+                    }
                 }
                 .map(Some)
             }),
         )
     }
 
-    /// scatter / scatterv: input at the root only, output everywhere.
+    /// scatter / scatterv (`counts`, and `displs` where given): input at the root only, output
+    /// everywhere.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn rooted_out(
         &self,
@@ -75,7 +79,7 @@ impl Communicator {
         root: usize,
         async_op: bool,
         what: &'static str,
-        counts: Option<Vec<usize>>,
+        counts: Option<(Vec<usize>, Option<Vec<usize>>)>,
     ) -> PyResult<PyObject> {
         let is_root = self.inner.rank() == root;
         let out = Arg::new(out, "out")?;
@@ -115,7 +119,10 @@ impl Communicator {
                 let recv = unsafe { b[0].recv() };
                 match &counts {
                     None => c.scatter(send, recv, root),
-                    Some(n) => c.scatter(Parts::new(send, &b[0].counts(n)), recv, root),
+                    Some((n, d)) => {
+                        let (n, d) = (b[0].counts(n), d.as_deref().map(|d| b[0].counts(d)));
+                        c.scatter(parts(send, &n, d.as_deref()), recv, root)
+                    }
                 }
                 .map(Some)
             }),

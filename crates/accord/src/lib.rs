@@ -34,6 +34,11 @@
 //!     let mine = vec![comm.rank() as u8; comm.rank() + 1];
 //!     let mut blocks = vec![0u8; 6];
 //!     comm.all_gather(&mine, Parts::new(&mut blocks, &[1, 2, 3])).unwrap();
+//!     // MPI's displacements: block i at element displs[i], any order, gaps left as they were.
+//!     let mut placed = vec![9u8; 7];
+//!     let recv = Parts::with_displs(&mut placed, &[1, 2, 3], &[6, 3, 0]);
+//!     comm.all_gather(&mine, recv).unwrap();
+//!     assert_eq!(placed, [2, 2, 2, 1, 1, 9, 0]);
 //!     (grad[0], all, blocks)
 //! });
 //! assert_eq!(results[0], (3.0, vec![0, 10, 20], vec![0, 1, 1, 2, 2, 2]));
@@ -47,7 +52,9 @@
 //! 1. **Buffers** ([`buffer`]). `&mut grad` becomes a [`RecvBuf`]: bytes, an element type and
 //!    where the memory is ([`Memory::Host`] here; a [`gpu::DeviceSlice`] would be
 //!    [`Memory::Device`] with its stream). A receive buffer alone means in place; a
-//!    `(send, recv)` pair, out of place; [`Parts`] adds per-rank counts. Every operation takes
+//!    `(send, recv)` pair, out of place; [`Parts`] adds per-rank counts, and
+//!    [`Parts::with_displs`] where each block starts (MPI's displacements: blocks that are not
+//!    back to back go through a packed copy, in stream order on a GPU). Every operation takes
 //!    its buffers this way, so there is one method per operation for typed slices, erased bytes
 //!    ([`SendBuf::bytes`]) and device memory alike.
 //! 2. **The op** ([`op`]). [`op::Op::new`] checks the call once against the communicator's rank

@@ -91,20 +91,22 @@ impl Communicator {
         })
     }
 
-    /// Run a checked collective on device buffers.
+    /// Run a checked collective on device buffers; `staging` names the sides whose blocks go
+    /// through a packed copy (displacements).
     pub(super) fn on_device(
         &self,
         op: &Op,
         send: Option<DeviceSlice>,
         recv: DeviceSlice,
         stream: Stream,
+        staging: crate::buffer::Staging<'_>,
     ) -> Result<Completion> {
         self.check_poison()?;
         let g = self.device_engine()?;
         self.explain_engine(op, || "the GPU (NCCL)");
         let rec = self.record_device(op);
         let span = self.trace_begin();
-        let r = g.run_op(op, send, recv, stream);
+        let r = g.run_op(op, send, recv, stream, staging);
         if let Ok(req) = &r {
             self.record_device_seq(rec, req.seq());
         }

@@ -19,6 +19,7 @@ use super::request::GpuRequest;
 use super::select::{Engines, Joined};
 use super::watchdog;
 use crate::atomic_duration::AtomicDuration;
+use crate::buffer::Staging;
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
@@ -255,28 +256,53 @@ impl DeviceComm {
 
     /// Enqueue the checked collective `op` on `stream`. `send` is `None` in place; the barrier
     /// takes no buffers (pass anything, e.g. [`DeviceSlice::empty`]). The slices must be of
-    /// `op.dtype` and hold what `op` needs on this rank.
+    /// `op.dtype` and hold what `op` needs on this rank, except the sides `staging` names: their
+    /// blocks (checked against the slice by the caller) are copied through a packed temporary
+    /// in stream order (see [`DeviceComm::staged`]).
     pub(crate) fn run(
         self: &Arc<Self>,
         op: &Op,
         send: Option<DeviceSlice>,
         recv: DeviceSlice,
         stream: Stream,
+        staging: Staging<'_>,
     ) -> Result<GpuRequest> {
         if matches!(op.coll, Collective::Scan { .. }) {
             // Its scratch array is freed in stream order right behind the kernel, which a
             // group would launch only at its end.
             super::group::not_in_group("scan or exscan on GPU buffers")?;
         }
+        if staging.any() {
+            // The copies into the caller's blocks follow the operation in stream order, which a
+            // group would launch only at its end.
+            super::group::not_in_group(
+                "a v collective with displacements (Parts::with_displs) on GPU buffers that are \
+                 not back to back",
+            )?;
+        }
         let recv = match op.coll {
             // SAFETY: the communicator's own 8-byte scratch allocation.
             Collective::Barrier => unsafe { DeviceSlice::from_raw(self.scratch, 1, DataType::I32) },
             _ => {
-                // In the caller's type, before it is re-expressed.
-                fits(op, self.rank, send, recv)?;
+                // In the caller's type, before it is re-expressed; staged sides as the packed
+                // temporary the engine will get.
+                let packed = |s: DeviceSlice, n: usize| {
+                    // SAFETY: a description only (length and type); nothing is read through it.
+                    unsafe { DeviceSlice::from_raw(s.ptr(), n, s.dtype()) }
+                };
+                let fs = match (send, staging.send) {
+                    (Some(s), Some(_)) => Some(packed(s, op.send_len(self.rank))),
+                    (s, _) => s,
+                };
+                let fr = match staging.recv {
+                    Some(_) => packed(recv, op.recv_len(self.rank)),
+                    None => recv,
+                };
+                fits(op, self.rank, fs, fr)?;
                 recv
             }
         };
+        let esz = op.dtype.size();
         let lowered = super::lower::lower(op)?;
         let (op, send, recv) = match &lowered {
             None => (op, send, recv),
@@ -286,11 +312,88 @@ impl DeviceComm {
                 super::lower::view(recv, low.dtype),
             ),
         };
+        // Staged or not, where the caller's arrays lie: ranks of one call must choose alike.
         let heap = self.engines.heap_arrays(op, send, recv);
         let (at, engine) = self.engines.pick(op, heap, self.rank)?;
-        self.launch(op.fp, Some((at, heap)), stream, |s| {
-            engine.enqueue(op, send, recv, s)
+        self.launch(op.fp, Some((at, heap)), stream, |s| match staging.any() {
+            false => engine.enqueue(op, send, recv, s),
+            true => self.staged(op, esz, (send, recv), staging, s, |send, recv| {
+                engine.enqueue(op, send, recv, s)
+            }),
         })
+    }
+
+    /// Run `enqueue` on packed temporaries for the sides `staging` names, all on stream `s`:
+    /// allocate them (`cuMemAllocAsync`), copy the send blocks of the caller's array into
+    /// theirs, enqueue the operation, copy the received blocks out into the caller's array,
+    /// free them (`cuMemFreeAsync`). Everything is in stream order, so the temporaries live
+    /// until the operation has used them, and the event recorded after this marks the copies
+    /// out as part of the operation. `esz` is the size of the caller's elements (the blocks'
+    /// unit); `op` may be re-expressed in another type.
+    fn staged(
+        &self,
+        op: &Op,
+        esz: usize,
+        (send, recv): (Option<DeviceSlice>, DeviceSlice),
+        staging: Staging<'_>,
+        s: CuStream,
+        enqueue: impl FnOnce(Option<DeviceSlice>, DeviceSlice) -> EngineResult<()>,
+    ) -> EngineResult<()> {
+        let cu = self.cu;
+        // Peers may already be in the operation: a rank that fails to stage its blocks must
+        // not go on out of step with them.
+        let fatal = |e: Error| Fault::fatal(e);
+        let send_bytes = staging.send.map_or(0, |b| b.total() * esz);
+        let recv_bytes = staging.recv.map_or(0, |b| b.total() * esz);
+        // One allocation; the receive side at an aligned offset.
+        let recv_at = send_bytes.next_multiple_of(256);
+        let bytes = recv_at + recv_bytes;
+        let mut base = 0u64;
+        if bytes > 0 {
+            // SAFETY: out-pointer to a local; freed below on the same stream.
+            let rc = unsafe { (cu.mem_alloc_async)(&mut base, bytes, s) };
+            cu.check(rc, "cuMemAllocAsync").map_err(fatal)?;
+        }
+        let copy = |dst: u64, src: u64, n: usize| -> Result<()> {
+            // SAFETY: both ranges lie in live device memory: the caller's blocks were checked
+            // against its array, the packed offsets against the temporary's size.
+            let rc = unsafe { (cu.memcpy_dtod_async)(dst, src, n, s) };
+            cu.check(rc, "cuMemcpyDtoDAsync")
+        };
+        let result = (|| -> EngineResult<()> {
+            let es = op.dtype.size();
+            let send = match (send, staging.send) {
+                (Some(user), Some(b)) => {
+                    for (p, at, n) in b.copies(esz) {
+                        copy(base + p as u64, user.ptr() + at as u64, n).map_err(fatal)?;
+                    }
+                    // SAFETY: the temporary's send part, `send_bytes` bytes.
+                    Some(unsafe { DeviceSlice::from_raw(base, send_bytes / es, op.dtype) })
+                }
+                (s, _) => s,
+            };
+            let packed_recv = match staging.recv {
+                // SAFETY: the temporary's receive part, `recv_bytes` bytes.
+                Some(_) => unsafe {
+                    DeviceSlice::from_raw(base + recv_at as u64, recv_bytes / es, op.dtype)
+                },
+                None => recv,
+            };
+            enqueue(send, packed_recv)?;
+            if let Some(b) = staging.recv {
+                for (p, at, n) in b.copies(esz) {
+                    copy(recv.ptr() + at as u64, packed_recv.ptr() + p as u64, n).map_err(fatal)?;
+                }
+            }
+            Ok(())
+        })();
+        if bytes > 0 {
+            // SAFETY: allocated above on `s`; freed once the work queued before it is done.
+            let rc = unsafe { (cu.mem_free_async)(base, s) };
+            result?;
+            return cu.check(rc, "cuMemFreeAsync").map_err(fatal);
+        }
+        result
     }
 
     /// Put the traced work that has finished on the timeline.

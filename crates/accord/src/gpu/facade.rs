@@ -72,15 +72,17 @@ impl GpuCommunicator {
         Ok(out)
     }
 
-    /// Run the checked collective `op` (see [`DeviceComm::run`]). `send` is `None` in place.
+    /// Run the checked collective `op` (see [`DeviceComm::run`]). `send` is `None` in place;
+    /// `staging` names the sides that go through a packed copy.
     pub(crate) fn run_op(
         &self,
         op: &Op,
         send: Option<DeviceSlice>,
         recv: DeviceSlice,
         stream: Stream,
+        staging: crate::buffer::Staging<'_>,
     ) -> Result<GpuRequest> {
-        self.comm.run(op, send, recv, stream)
+        self.comm.run(op, send, recv, stream, staging)
     }
 
     pub(crate) fn context(&self) -> (&'static Driver, usize) {
@@ -194,7 +196,7 @@ impl GpuCommunicator {
     /// Barrier on the communicator's stream: completes once every rank has reached it.
     pub(crate) fn barrier(&self) -> Result<GpuRequest> {
         let none = DeviceSlice::empty(crate::dtype::DataType::U8);
-        self.run_op(&Op::barrier(), None, none, Stream::Comm)
+        self.run_op(&Op::barrier(), None, none, Stream::Comm, Default::default())
     }
 
     /// Split this process's communicators together: `how[i]` is the `(color, key)` of

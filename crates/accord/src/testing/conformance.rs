@@ -16,7 +16,7 @@
 //! | broadcast, reduce | every root pattern (first, last, middle); in place and out of place; a non-root's in-place reduce buffer is left unchanged |
 //! | allreduce | in place and out of place |
 //! | allgather, gather, scatter, reduce_scatter, alltoall | equal blocks of every count |
-//! | their `v` variants | uneven count vectors with zeros (one rank holding everything, counts rotating over [`Options::counts`]); for alltoallv, counts that differ by sender and receiver |
+//! | their `v` variants | uneven count vectors with zeros (one rank holding everything, counts rotating over [`Options::counts`]); for alltoallv, counts that differ by sender and receiver; with [`Options::displaced`], each vector once more with displacements ([`Parts::with_displs`]: blocks in reverse rank order with gaps, which must keep what they held) |
 //! | sendrecv | a ring: rank `r` sends to `r + 1` and receives from `r - 1` (itself in a world of one) |
 //!
 //! Out of place, the send buffer must come back unchanged. Reductions run every
@@ -182,6 +182,9 @@ pub struct Options {
     pub kinds: Vec<OpKind>,
     /// Which algorithms.
     pub algorithms: Algorithms,
+    /// Whether each `v` call also runs once (with the engine's algorithm) with displacements:
+    /// blocks in reverse rank order with gaps, on both sides that have blocks.
+    pub displaced: bool,
 }
 
 impl Options {
@@ -200,6 +203,7 @@ impl Options {
                 .filter(|&k| k != OpKind::P2p)
                 .collect(),
             algorithms: Algorithms::EnginesChoice,
+            displaced: true,
         }
     }
 }
@@ -229,6 +233,8 @@ pub struct Case {
     pub root: Option<usize>,
     /// The forced algorithm, or `None` for the engine's choice.
     pub algorithm: Option<Algorithm>,
+    /// Whether the blocks were placed with displacements ([`Options::displaced`]).
+    pub displaced: bool,
 }
 
 /// A call that failed or gave a wrong result.
@@ -269,6 +275,9 @@ impl fmt::Display for Failure {
         }
         if let Some(r) = c.root {
             write!(f, " root {r}")?;
+        }
+        if c.displaced {
+            write!(f, " with displacements")?;
         }
         match c.algorithm {
             Some(a) => write!(f, " algorithm {a}")?,
@@ -526,6 +535,37 @@ fn base_kind(kind: OpKind) -> OpKind {
         OpKind::AllToAllV => OpKind::AllToAll,
         k => k,
     }
+}
+
+/// Displacements that place the blocks of `counts` in reverse rank order, one or two elements
+/// apart with one before the first and two after the last; and the buffer length they need.
+fn displaced(counts: &[usize]) -> (Vec<usize>, usize) {
+    let mut displs = vec![0; counts.len()];
+    let mut at = 1;
+    for (i, &c) in counts.iter().enumerate().rev() {
+        displs[i] = at;
+        at += c + 1 + i % 2;
+    }
+    (displs, at + 1)
+}
+
+/// The blocks of `packed` (back to back, `counts` elements of `dtype` each) at `displs` in a
+/// buffer of `len` elements whose other bytes hold the suite's output pattern.
+fn spread(
+    packed: &[u8],
+    counts: &[usize],
+    displs: &[usize],
+    len: usize,
+    dtype: DataType,
+) -> Vec<u8> {
+    let esz = dtype.size();
+    let mut out = vec![0xa5; len * esz];
+    let mut from = 0;
+    for (&c, &d) in counts.iter().zip(displs) {
+        out[d * esz..(d + c) * esz].copy_from_slice(&packed[from * esz..(from + c) * esz]);
+        from += c;
+    }
+    out
 }
 
 /// `buf` as a `v` call's buffer when `counts` is given.

@@ -2,7 +2,8 @@
 //! expected result, run the call with each algorithm and buffer placement, compare.
 
 use super::reference::{self, Expect};
-use super::{parts_recv, parts_send, waited, Case, Step, Suite};
+use super::{displaced, parts_recv, parts_send, spread, waited, Case, Step, Suite};
+use crate::buffer::Parts;
 use crate::dtype::DataType;
 use crate::fingerprint::OpKind;
 use crate::schedule::Collective;
@@ -22,6 +23,7 @@ impl Suite<'_> {
                 counts: vec![0],
                 root: None,
                 algorithm: algo,
+                displaced: false,
             };
             let r = self.comm.barrier();
             self.done(&case, r)?;
@@ -50,6 +52,7 @@ impl Suite<'_> {
                                 counts: vec![count],
                                 root: Some(root),
                                 algorithm: algo,
+                                displaced: false,
                             };
                             if in_place {
                                 let mut buf = match is_root {
@@ -102,6 +105,7 @@ impl Suite<'_> {
                                 counts: vec![count],
                                 root: Some(root),
                                 algorithm: algo,
+                                displaced: false,
                             };
                             if in_place {
                                 let mut buf = self.upload(dtype, &inputs[self.me]);
@@ -182,6 +186,7 @@ impl Suite<'_> {
                             counts: vec![count],
                             root: None,
                             algorithm: algo,
+                            displaced: false,
                         };
                         if in_place {
                             let mut buf = self.upload(dtype, &inputs[self.me]);
@@ -261,10 +266,34 @@ impl Suite<'_> {
                         counts: Self::case_counts(v, &counts),
                         root: None,
                         algorithm: algo,
+                        displaced: false,
                     };
                     let send = self.upload(dtype, &inputs[self.me]);
                     let mut out = self.output(dtype, total);
                     let recv = parts_recv(out.recv(), v.then_some(counts.as_slice()));
+                    let r = self.comm.all_gather(send.send(), recv);
+                    self.done(&case, waited(r))?;
+                    self.expect(&case, "", &*out, &want);
+                    self.expect(&case, SEND_CHANGED, &*send, &mine);
+                }
+                if v && self.opts.displaced {
+                    // Blocks in reverse rank order with gaps, which must keep their pattern.
+                    let (displs, len) = displaced(&counts);
+                    let case = Case {
+                        op: kind,
+                        in_place: None,
+                        dtype,
+                        reduce: None,
+                        counts: counts.clone(),
+                        root: None,
+                        algorithm: None,
+                        displaced: true,
+                    };
+                    let want =
+                        Expect::Exact(spread(&inputs.concat(), &counts, &displs, len, dtype));
+                    let send = self.upload(dtype, &inputs[self.me]);
+                    let mut out = self.output(dtype, len);
+                    let recv = Parts::with_displs(out.recv(), &counts, &displs);
                     let r = self.comm.all_gather(send.send(), recv);
                     self.done(&case, waited(r))?;
                     self.expect(&case, "", &*out, &want);
@@ -303,6 +332,7 @@ impl Suite<'_> {
                             counts: Self::case_counts(v, &counts),
                             root: Some(root),
                             algorithm: algo,
+                            displaced: false,
                         };
                         // Non-roots' receive buffers are not written: pass none.
                         let send = self.upload(dtype, &inputs[self.me]);
@@ -312,6 +342,35 @@ impl Suite<'_> {
                         self.done(&case, waited(r))?;
                         if is_root {
                             self.expect(&case, "", &*out, &want);
+                        }
+                        self.expect(&case, SEND_CHANGED, &*send, &mine);
+                    }
+                    if v && self.opts.displaced {
+                        let (displs, len) = displaced(&counts);
+                        let case = Case {
+                            op: kind,
+                            in_place: None,
+                            dtype,
+                            reduce: None,
+                            counts: counts.clone(),
+                            root: Some(root),
+                            algorithm: None,
+                            displaced: true,
+                        };
+                        let packed = match &want {
+                            Expect::Exact(b) => b.clone(),
+                            Expect::Approx { .. } => unreachable!("gathers move data exactly"),
+                        };
+                        let spread_want =
+                            Expect::Exact(spread(&packed, &counts, &displs, len, dtype));
+                        // Non-roots pass no buffer: their blocks are not checked.
+                        let send = self.upload(dtype, &inputs[self.me]);
+                        let mut out = self.output(dtype, if is_root { len } else { 0 });
+                        let recv = Parts::with_displs(out.recv(), &counts, &displs);
+                        let r = self.comm.gather(send.send(), recv, root);
+                        self.done(&case, waited(r))?;
+                        if is_root {
+                            self.expect(&case, "", &*out, &spread_want);
                         }
                         self.expect(&case, SEND_CHANGED, &*send, &mine);
                     }
@@ -348,6 +407,7 @@ impl Suite<'_> {
                             counts: Self::case_counts(v, &counts),
                             root: Some(root),
                             algorithm: algo,
+                            displaced: false,
                         };
                         // Non-roots' send buffers are not read: pass none.
                         let send = self.upload(dtype, if is_root { &all } else { &[] });
@@ -358,6 +418,29 @@ impl Suite<'_> {
                         self.expect(&case, "", &*out, &want);
                         if is_root {
                             self.expect(&case, SEND_CHANGED, &*send, &whole);
+                        }
+                    }
+                    if v && self.opts.displaced {
+                        let (displs, len) = displaced(&counts);
+                        let case = Case {
+                            op: kind,
+                            in_place: None,
+                            dtype,
+                            reduce: None,
+                            counts: counts.clone(),
+                            root: Some(root),
+                            algorithm: None,
+                            displaced: true,
+                        };
+                        let spread_all = spread(&all, &counts, &displs, len, dtype);
+                        let send = self.upload(dtype, if is_root { &spread_all } else { &[] });
+                        let mut out = self.output(dtype, counts[self.me]);
+                        let sent = Parts::with_displs(send.send(), &counts, &displs);
+                        let r = self.comm.scatter(sent, out.recv(), root);
+                        self.done(&case, waited(r))?;
+                        self.expect(&case, "", &*out, &want);
+                        if is_root {
+                            self.expect(&case, SEND_CHANGED, &*send, &Expect::Exact(spread_all));
                         }
                     }
                 }
@@ -393,6 +476,7 @@ impl Suite<'_> {
                         counts: Self::case_counts(v, &counts),
                         root: None,
                         algorithm: algo,
+                        displaced: false,
                     };
                     let send = self.upload(dtype, &inputs[self.me]);
                     let mut out = self.output(dtype, counts[self.me]);
@@ -401,6 +485,27 @@ impl Suite<'_> {
                     self.done(&case, waited(r))?;
                     self.expect(&case, "", &*out, &want);
                     self.expect(&case, SEND_CHANGED, &*send, &mine);
+                }
+                if v && self.opts.displaced {
+                    let (displs, len) = displaced(&counts);
+                    let case = Case {
+                        op: kind,
+                        in_place: None,
+                        dtype,
+                        reduce: Some(op),
+                        counts: counts.clone(),
+                        root: None,
+                        algorithm: None,
+                        displaced: true,
+                    };
+                    let spread_in = spread(&inputs[self.me], &counts, &displs, len, dtype);
+                    let send = self.upload(dtype, &spread_in);
+                    let mut out = self.output(dtype, counts[self.me]);
+                    let sent = Parts::with_displs(send.send(), &counts, &displs);
+                    let r = self.comm.reduce_scatter(sent, out.recv(), op);
+                    self.done(&case, waited(r))?;
+                    self.expect(&case, "", &*out, &want);
+                    self.expect(&case, SEND_CHANGED, &*send, &Expect::Exact(spread_in));
                 }
             }
         }
@@ -458,6 +563,7 @@ impl Suite<'_> {
                         counts: Self::case_counts(v, &send_counts),
                         root: None,
                         algorithm: algo,
+                        displaced: false,
                     };
                     let send = self.upload(dtype, &inputs[me]);
                     let mut out = self.output(dtype, recv_counts.iter().sum());
@@ -467,6 +573,35 @@ impl Suite<'_> {
                     self.done(&case, waited(r))?;
                     self.expect(&case, "", &*out, &want);
                     self.expect(&case, SEND_CHANGED, &*send, &mine);
+                }
+                if v && self.opts.displaced {
+                    let (sd, slen) = displaced(&send_counts);
+                    let (rd, rlen) = displaced(&recv_counts);
+                    let case = Case {
+                        op: kind,
+                        in_place: None,
+                        dtype,
+                        reduce: None,
+                        counts: send_counts.clone(),
+                        root: None,
+                        algorithm: None,
+                        displaced: true,
+                    };
+                    let packed = match &want {
+                        Expect::Exact(b) => b.clone(),
+                        Expect::Approx { .. } => unreachable!("alltoall moves data exactly"),
+                    };
+                    let spread_want =
+                        Expect::Exact(spread(&packed, &recv_counts, &rd, rlen, dtype));
+                    let spread_in = spread(&inputs[me], &send_counts, &sd, slen, dtype);
+                    let send = self.upload(dtype, &spread_in);
+                    let mut out = self.output(dtype, rlen);
+                    let sent = Parts::with_displs(send.send(), &send_counts, &sd);
+                    let recv = Parts::with_displs(out.recv(), &recv_counts, &rd);
+                    let r = self.comm.all_to_all(sent, recv);
+                    self.done(&case, waited(r))?;
+                    self.expect(&case, "", &*out, &spread_want);
+                    self.expect(&case, SEND_CHANGED, &*send, &Expect::Exact(spread_in));
                 }
             }
         }
@@ -491,6 +626,7 @@ impl Suite<'_> {
                     counts: vec![count],
                     root: None,
                     algorithm: None,
+                    displaced: false,
                 };
                 let send = self.upload(dtype, &data);
                 let mut out = self.output(dtype, count);
