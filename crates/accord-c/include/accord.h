@@ -4,8 +4,8 @@
  * Every function returns an accord_status_t (ACCORD_SUCCESS or an error code) unless it says
  * otherwise; accord_last_error() is the text of this thread's last error. Buffers may be host or
  * device (CUDA) memory: device buffers are enqueued on `stream` (a cudaStream_t / CUstream;
- * NULL is the legacy default stream), host buffers complete before the call returns and
- * `stream` is ignored.
+ * NULL is the legacy default stream); blocking calls on host buffers are done when they return
+ * (nonblocking ones and host messages inside a group when waited for) and ignore `stream`.
  */
 
 #ifndef ACCORD_H
@@ -14,7 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct accord_comm_t accord_comm_t;
+struct accord_comm_t;
+struct accord_request_t;
 
 // The version of `accord_api_t` and of the handle's layout; a table of another version is
 // never called.
@@ -22,9 +23,6 @@ typedef struct accord_comm_t accord_comm_t;
 
 // The color that leaves a rank out of `accord_comm_split` (MPI's `MPI_UNDEFINED`).
 #define ACCORD_UNDEFINED -1
-
-// A nonblocking operation: finish it with `accord_wait` (or `accord_waitall`), which frees it.
-typedef struct accord_request_t accord_request_t;
 
 // What every function of the ABI returns: `ACCORD_SUCCESS` (0) or an `ACCORD_ERROR_*` code.
 typedef int32_t accord_status_t;
@@ -38,6 +36,16 @@ typedef int accord_dtype_t;
 
 // A reduce operator: one of the `ACCORD_<OP>` constants.
 typedef int accord_op_t;
+
+// A nonblocking operation: finish it with `accord_wait` (or `accord_waitall`), which frees it.
+// Like a communicator handle it starts with its library's table, so a request made through a
+// handle of another copy of Accord is finished by that copy.
+typedef struct accord_request_t {
+  // The functions of the library that made the request.
+  const struct accord_api_t *api;
+  // The library's own state; not for callers.
+  void *private_;
+} accord_request_t;
 
 // The functions of one copy of Accord, with the same signatures as the exported ones.
 typedef struct accord_api_t {
@@ -578,7 +586,8 @@ accord_status_t accord_attach_device(struct accord_comm_t *comm, int device);
 // Wait until everything enqueued on `stream` so far has finished (the caller's kernels too),
 // within the communicator's timeout: ACCORD_SUCCESS, or the communicator's failure (a peer
 // lost, an abort, a desync, a timeout naming who is missing) as soon as it is known. RAFT's
-// `sync_stream`.
+// `sync_stream`. Before a device is attached, the stream is waited for in the calling thread's
+// current CUDA context (nothing to wait for in a process without CUDA).
 accord_status_t accord_stream_sync(struct accord_comm_t *comm, accord_stream_t stream);
 
 // `ACCORD_SUCCESS` if the communicator can still be used, else why not (it failed, was
@@ -654,11 +663,13 @@ accord_status_t accord_wait(struct accord_request_t *request);
 accord_status_t accord_test(struct accord_request_t *request, int *done);
 
 // Wait for every request of `requests[0..count]` and free them all (NULL entries are
-// skipped); the first error.
+// skipped; each entry is set to NULL); the first error (and its text).
 accord_status_t accord_waitall(size_t count, struct accord_request_t **requests);
 
 // Start a group on this thread: device operations until the matching `accord_group_end` are
-// launched together (NCCL's group), host messages wait for its end. Groups nest.
+// launched together (NCCL's group), host messages wait for its end. Groups nest. Groups belong
+// to the library that runs the calls: with a handle lent by another copy of Accord (Python's),
+// call `comm->api->group_start()` / `group_end()` (as `<accord/comms.hpp>` does).
 accord_status_t accord_group_start(void);
 
 // End this thread's innermost group; the outermost launches the device operations and waits

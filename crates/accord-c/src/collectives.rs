@@ -12,22 +12,29 @@ use crate::types::{self, accord_dtype_t, accord_op_t, accord_stream_t};
 use accord::{Communicator, Completion, DataType, Parts, RecvBuf, ReduceOp, Result, SendBuf};
 use std::ffi::{c_int, c_void};
 
-/// A send buffer, or its copy where it overlaps the receive buffer (see [`overlapping_copy`]).
+/// The send buffer: the caller's, or its copy where it overlaps the receive buffer (see
+/// [`overlapping_copy`], which must run before the receive buffer is made).
 ///
 /// # Safety
-/// As [`Place::send`]; `copy` outlives the buffer.
+/// As [`Place::send`].
 unsafe fn send_of<'a>(
     at: Place,
-    send: (*const c_void, usize),
-    recv: (*const c_void, usize),
+    send: *const c_void,
+    count: usize,
     dt: DataType,
-    copy: &'a mut Option<Vec<u128>>,
+    copy: &'a Option<Vec<u128>>,
 ) -> Result<SendBuf<'a>> {
-    *copy = overlapping_copy(at, send, recv, dt);
     match copy {
-        Some(c) => at.send(c.as_ptr().cast(), send.1, dt, "sendbuf"),
-        None => at.send(send.0, send.1, dt, "sendbuf"),
+        Some(c) => at.send(c.as_ptr().cast(), count, dt, "sendbuf"),
+        None => at.send(send, count, dt, "sendbuf"),
     }
+}
+
+/// `count` elements for each of `ranks` ranks, or an error naming the overflow.
+fn times(count: usize, ranks: usize, what: &str) -> Result<usize> {
+    count
+        .checked_mul(ranks)
+        .ok_or_else(|| invalid(format!("`{what}` ({count}) times {ranks} ranks overflows")))
 }
 
 /// Whether a reducing or broadcasting call works in place.
@@ -43,11 +50,21 @@ unsafe fn counts<'a>(p: *const usize, n: usize, what: &str) -> Result<&'a [usize
     }
 }
 
-/// Elements a buffer of `counts` blocks at `displs` spans (back to back when `displs` is NULL).
-fn span(counts: &[usize], displs: Option<&[usize]>) -> usize {
+/// Elements a buffer of `counts` blocks at `displs` spans (back to back when `displs` is
+/// NULL); empty blocks may sit anywhere (as in MPI) and span nothing.
+fn span(counts: &[usize], displs: Option<&[usize]>) -> Result<usize> {
+    let overflow = || invalid("the counts and displacements overflow the address space");
     match displs {
-        None => counts.iter().sum(),
-        Some(d) => counts.iter().zip(d).map(|(c, d)| c + d).max().unwrap_or(0),
+        None => counts
+            .iter()
+            .try_fold(0usize, |a, &c| a.checked_add(c))
+            .ok_or_else(overflow),
+        Some(d) => counts
+            .iter()
+            .zip(d)
+            .filter(|(&c, _)| c > 0)
+            .try_fold(0usize, |a, (&c, &d)| Some(a.max(c.checked_add(d)?)))
+            .ok_or_else(overflow),
     }
 }
 
@@ -60,8 +77,7 @@ unsafe fn displs<'a>(p: *const usize, n: usize) -> Option<&'a [usize]> {
 fn parts<'a, B>(buf: B, counts: &'a [usize], displs: Option<&'a [usize]>) -> Parts<'a, B> {
     match displs {
         None => Parts::new(buf, counts),
-        // TODO(displs) until the core takes displacements.
-        Some(_d) => Parts::new(buf, counts),
+        Some(d) => Parts::with_displs(buf, counts, d),
     }
 }
 
@@ -79,18 +95,15 @@ unsafe fn reducing(
     with_comm(comm, what, |c| {
         let (dt, op) = (types::dtype(dtype)?, types::op(op)?);
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
-        let recv = at.recv(recvbuf, count, dt, "recvbuf")?;
-        let mut copy = None;
+        let copy = match in_place(sendbuf, recvbuf) {
+            true => None,
+            false => overlapping_copy(at, (sendbuf, count), (recvbuf, count), dt)?,
+        };
         let send = match in_place(sendbuf, recvbuf) {
             true => None,
-            false => Some(send_of(
-                at,
-                (sendbuf, count),
-                (recvbuf, count),
-                dt,
-                &mut copy,
-            )?),
+            false => Some(send_of(at, sendbuf, count, dt, &copy)?),
         };
+        let recv = at.recv(recvbuf, count, dt, "recvbuf")?;
         call(c, send, recv, op).map(drop)
     })
 }
@@ -193,17 +206,15 @@ pub unsafe extern "C" fn accord_broadcast(
     with_comm(comm, "accord_broadcast", |c| {
         let (dt, root) = (types::dtype(dtype)?, types::rank(root, "root", c.size())?);
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
-        let recv = at.recv(recvbuf, count, dt, "recvbuf")?;
-        let mut copy = None;
         // Only the root's send buffer is read: the others work in place.
-        match in_place(sendbuf, recvbuf) || c.rank() != root {
-            true => c.broadcast(recv, root),
-            false => {
-                let send = send_of(at, (sendbuf, count), (recvbuf, count), dt, &mut copy)?;
-                c.broadcast((send, recv), root)
-            }
+        if in_place(sendbuf, recvbuf) || c.rank() != root {
+            let recv = at.recv(recvbuf, count, dt, "recvbuf")?;
+            return c.broadcast(recv, root).map(drop);
         }
-        .map(drop)
+        let copy = overlapping_copy(at, (sendbuf, count), (recvbuf, count), dt)?;
+        let send = send_of(at, sendbuf, count, dt, &copy)?;
+        let recv = at.recv(recvbuf, count, dt, "recvbuf")?;
+        c.broadcast((send, recv), root).map(drop)
     })
 }
 
@@ -233,9 +244,9 @@ pub unsafe extern "C" fn accord_reduce(
             return c.reduce(recv, op, root).map(drop);
         }
         let n_out = if c.rank() == root { count } else { 0 };
+        let copy = overlapping_copy(at, (sendbuf, count), (recvbuf, n_out), dt)?;
+        let send = send_of(at, sendbuf, count, dt, &copy)?;
         let recv = at.recv(recvbuf, n_out, dt, "recvbuf")?;
-        let mut copy = None;
-        let send = send_of(at, (sendbuf, count), (recvbuf, n_out), dt, &mut copy)?;
         c.reduce((send, recv), op, root).map(drop)
     })
 }
@@ -257,11 +268,11 @@ pub unsafe extern "C" fn accord_allgather(
     );
     with_comm(comm, "accord_allgather", |c| {
         let dt = types::dtype(dtype)?;
-        let n = sendcount * c.size();
+        let n = times(sendcount, c.size(), "sendcount")?;
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
+        let copy = overlapping_copy(at, (sendbuf, sendcount), (recvbuf, n), dt)?;
+        let send = send_of(at, sendbuf, sendcount, dt, &copy)?;
         let recv = at.recv(recvbuf, n, dt, "recvbuf")?;
-        let mut copy = None;
-        let send = send_of(at, (sendbuf, sendcount), (recvbuf, n), dt, &mut copy)?;
         c.all_gather(send, recv).map(drop)
     })
 }
@@ -287,11 +298,11 @@ pub unsafe extern "C" fn accord_allgatherv(
         let dt = types::dtype(dtype)?;
         let cs = counts(recvcounts, c.size(), "recvcounts")?;
         let ds = self::displs(displs, c.size());
-        let n = span(cs, ds);
+        let n = span(cs, ds)?;
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
+        let copy = overlapping_copy(at, (sendbuf, sendcount), (recvbuf, n), dt)?;
+        let send = send_of(at, sendbuf, sendcount, dt, &copy)?;
         let recv = at.recv(recvbuf, n, dt, "recvbuf")?;
-        let mut copy = None;
-        let send = send_of(at, (sendbuf, sendcount), (recvbuf, n), dt, &mut copy)?;
         c.all_gather(send, parts(recv, cs, ds)).map(drop)
     })
 }
@@ -314,14 +325,14 @@ pub unsafe extern "C" fn accord_gather(
     with_comm(comm, "accord_gather", |c| {
         let (dt, root) = (types::dtype(dtype)?, types::rank(root, "root", c.size())?);
         let n = if c.rank() == root {
-            sendcount * c.size()
+            times(sendcount, c.size(), "sendcount")?
         } else {
             0
         };
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
+        let copy = overlapping_copy(at, (sendbuf, sendcount), (recvbuf, n), dt)?;
+        let send = send_of(at, sendbuf, sendcount, dt, &copy)?;
         let recv = at.recv(recvbuf, n, dt, "recvbuf")?;
-        let mut copy = None;
-        let send = send_of(at, (sendbuf, sendcount), (recvbuf, n), dt, &mut copy)?;
         c.gather(send, recv, root).map(drop)
     })
 }
@@ -349,11 +360,11 @@ pub unsafe extern "C" fn accord_gatherv(
         let cs = counts(recvcounts, c.size(), "recvcounts")?;
         let is_root = c.rank() == root;
         let ds = self::displs(displs, c.size()).filter(|_| is_root);
-        let n = if is_root { span(cs, ds) } else { 0 };
+        let n = if is_root { span(cs, ds)? } else { 0 };
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
+        let copy = overlapping_copy(at, (sendbuf, sendcount), (recvbuf, n), dt)?;
+        let send = send_of(at, sendbuf, sendcount, dt, &copy)?;
         let recv = at.recv(recvbuf, n, dt, "recvbuf")?;
-        let mut copy = None;
-        let send = send_of(at, (sendbuf, sendcount), (recvbuf, n), dt, &mut copy)?;
         // Non-roots receive nothing but still pass the counts (the call's fingerprint).
         c.gather(send, parts(recv, cs, ds), root).map(drop)
     })
@@ -378,14 +389,14 @@ pub unsafe extern "C" fn accord_scatter(
     with_comm(comm, "accord_scatter", |c| {
         let (dt, root) = (types::dtype(dtype)?, types::rank(root, "root", c.size())?);
         let n = if c.rank() == root {
-            recvcount * c.size()
+            times(recvcount, c.size(), "recvcount")?
         } else {
             0
         };
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
+        let copy = overlapping_copy(at, (sendbuf, n), (recvbuf, recvcount), dt)?;
+        let send = send_of(at, sendbuf, n, dt, &copy)?;
         let recv = at.recv(recvbuf, recvcount, dt, "recvbuf")?;
-        let mut copy = None;
-        let send = send_of(at, (sendbuf, n), (recvbuf, recvcount), dt, &mut copy)?;
         c.scatter(send, recv, root).map(drop)
     })
 }
@@ -413,11 +424,11 @@ pub unsafe extern "C" fn accord_scatterv(
         let cs = counts(sendcounts, c.size(), "sendcounts")?;
         let is_root = c.rank() == root;
         let ds = self::displs(displs, c.size()).filter(|_| is_root);
-        let n = if is_root { span(cs, ds) } else { 0 };
+        let n = if is_root { span(cs, ds)? } else { 0 };
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
+        let copy = overlapping_copy(at, (sendbuf, n), (recvbuf, recvcount), dt)?;
+        let send = send_of(at, sendbuf, n, dt, &copy)?;
         let recv = at.recv(recvbuf, recvcount, dt, "recvbuf")?;
-        let mut copy = None;
-        let send = send_of(at, (sendbuf, n), (recvbuf, recvcount), dt, &mut copy)?;
         c.scatter(parts(send, cs, ds), recv, root).map(drop)
     })
 }
@@ -440,11 +451,11 @@ pub unsafe extern "C" fn accord_reduce_scatter(
     );
     with_comm(comm, "accord_reduce_scatter", |c| {
         let (dt, op) = (types::dtype(dtype)?, types::op(op)?);
-        let n = recvcount * c.size();
+        let n = times(recvcount, c.size(), "recvcount")?;
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
+        let copy = overlapping_copy(at, (sendbuf, n), (recvbuf, recvcount), dt)?;
+        let send = send_of(at, sendbuf, n, dt, &copy)?;
         let recv = at.recv(recvbuf, recvcount, dt, "recvbuf")?;
-        let mut copy = None;
-        let send = send_of(at, (sendbuf, n), (recvbuf, recvcount), dt, &mut copy)?;
         c.reduce_scatter(send, recv, op).map(drop)
     })
 }
@@ -468,11 +479,11 @@ pub unsafe extern "C" fn accord_reduce_scatterv(
     with_comm(comm, "accord_reduce_scatterv", |c| {
         let (dt, op) = (types::dtype(dtype)?, types::op(op)?);
         let cs = counts(recvcounts, c.size(), "recvcounts")?;
-        let (n, mine) = (span(cs, None), cs[c.rank()]);
+        let (n, mine) = (span(cs, None)?, cs[c.rank()]);
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
+        let copy = overlapping_copy(at, (sendbuf, n), (recvbuf, mine), dt)?;
+        let send = send_of(at, sendbuf, n, dt, &copy)?;
         let recv = at.recv(recvbuf, mine, dt, "recvbuf")?;
-        let mut copy = None;
-        let send = send_of(at, (sendbuf, n), (recvbuf, mine), dt, &mut copy)?;
         c.reduce_scatter(Parts::new(send, cs), recv, op).map(drop)
     })
 }
@@ -491,11 +502,11 @@ pub unsafe extern "C" fn accord_alltoall(
     forward!(comm, alltoall(comm, sendbuf, recvbuf, count, dtype, stream));
     with_comm(comm, "accord_alltoall", |c| {
         let dt = types::dtype(dtype)?;
-        let n = count * c.size();
+        let n = times(count, c.size(), "count")?;
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
+        let copy = overlapping_copy(at, (sendbuf, n), (recvbuf, n), dt)?;
+        let send = send_of(at, sendbuf, n, dt, &copy)?;
         let recv = at.recv(recvbuf, n, dt, "recvbuf")?;
-        let mut copy = None;
-        let send = send_of(at, (sendbuf, n), (recvbuf, n), dt, &mut copy)?;
         c.all_to_all(send, recv).map(drop)
     })
 }
@@ -523,11 +534,11 @@ pub unsafe extern "C" fn accord_alltoallv(
         let sc = counts(sendcounts, c.size(), "sendcounts")?;
         let rc = counts(recvcounts, c.size(), "recvcounts")?;
         let (sd, rd) = (displs(sdispls, c.size()), displs(rdispls, c.size()));
-        let (ns, nr) = (span(sc, sd), span(rc, rd));
+        let (ns, nr) = (span(sc, sd)?, span(rc, rd)?);
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
+        let copy = overlapping_copy(at, (sendbuf, ns), (recvbuf, nr), dt)?;
+        let send = send_of(at, sendbuf, ns, dt, &copy)?;
         let recv = at.recv(recvbuf, nr, dt, "recvbuf")?;
-        let mut copy = None;
-        let send = send_of(at, (sendbuf, ns), (recvbuf, nr), dt, &mut copy)?;
         c.all_to_all(parts(send, sc, sd), parts(recv, rc, rd))
             .map(drop)
     })

@@ -5,7 +5,7 @@
 //! extension's, say) to its own table; `<accord/comms.hpp>` always calls through the table, so
 //! a C++ extension needs no library of its own to use a handle Python gave it.
 
-use crate::api::{accord_api_t, API};
+use crate::api::{accord_api_t, ACCORD_ABI_VERSION, API};
 use crate::status::{accord_status_t, guard, invalid};
 use accord::Communicator;
 use std::ffi::c_void;
@@ -63,7 +63,7 @@ pub unsafe fn free_handle(h: *mut accord_comm_t) {
 /// # Safety
 /// `h` is null or a live handle.
 pub(crate) unsafe fn handle<'a>(h: *const accord_comm_t) -> accord::Result<&'a Handle> {
-    if h.is_null() {
+    if h.is_null() || (*h).api.is_null() {
         return Err(invalid("the communicator handle is NULL"));
     }
     if !std::ptr::eq((*h).api, &API) {
@@ -106,14 +106,42 @@ pub(crate) unsafe fn finalize(h: *mut accord_comm_t) -> accord_status_t {
 }
 
 /// Forward a call on a handle made by another copy of Accord (same ABI version) to that copy's
-/// function: its state is of that copy's making.
+/// function: its state is of that copy's making. A failure's text is copied into this copy's,
+/// so `accord_last_error` tells it. `value`: a call returning a value, not a status.
 macro_rules! forward {
+    (value $h:expr, $f:ident($($a:expr),* $(,)?)) => {
+        if let Some(api) = $crate::handle::foreign($h) {
+            return (api.$f)($($a),*);
+        }
+    };
     ($h:expr, $f:ident($($a:expr),* $(,)?)) => {
-        if !$h.is_null() && !std::ptr::eq((*$h).api, &$crate::api::API)
-            && (*(*$h).api).abi_version == $crate::api::ACCORD_ABI_VERSION
-        {
-            return ((*(*$h).api).$f)($($a),*);
+        if let Some(api) = $crate::handle::foreign($h) {
+            let status = (api.$f)($($a),*);
+            $crate::handle::take_error(api, status);
+            return status;
         }
     };
 }
 pub(crate) use forward;
+
+/// The table of the other copy of Accord that made `h`, if another copy (of this ABI version)
+/// made it.
+///
+/// # Safety
+/// `h` is null or a live handle.
+pub(crate) unsafe fn foreign<'a>(h: *const accord_comm_t) -> Option<&'a accord_api_t> {
+    if h.is_null() || (*h).api.is_null() || std::ptr::eq((*h).api, &API) {
+        return None;
+    }
+    let api = &*(*h).api;
+    (api.abi_version == ACCORD_ABI_VERSION).then_some(api)
+}
+
+/// After a call forwarded to another copy's `api`: its error text, when it failed.
+pub(crate) fn take_error(api: &accord_api_t, status: accord_status_t) {
+    if status != crate::status::ACCORD_SUCCESS {
+        // SAFETY: the other copy returns its thread's text, a NUL-terminated string.
+        let text = unsafe { std::ffi::CStr::from_ptr((api.last_error)()) };
+        crate::status::set_last(text.to_string_lossy().into_owned());
+    }
+}

@@ -115,14 +115,14 @@ pub unsafe extern "C" fn accord_finalize(comm: *mut accord_comm_t) -> accord_sta
 /// This rank (0-based), or -1 for a bad handle.
 #[no_mangle]
 pub unsafe extern "C" fn accord_comm_rank(comm: *const accord_comm_t) -> c_int {
-    forward!(comm, comm_rank(comm));
+    forward!(value comm, comm_rank(comm));
     handle(comm).map_or(-1, |h| h.comm.rank() as c_int)
 }
 
 /// Number of ranks, or -1 for a bad handle.
 #[no_mangle]
 pub unsafe extern "C" fn accord_comm_size(comm: *const accord_comm_t) -> c_int {
-    forward!(comm, comm_size(comm));
+    forward!(value comm, comm_size(comm));
     handle(comm).map_or(-1, |h| h.comm.size() as c_int)
 }
 
@@ -215,7 +215,8 @@ pub unsafe extern "C" fn accord_attach_device(
 /// Wait until everything enqueued on `stream` so far has finished (the caller's kernels too),
 /// within the communicator's timeout: ACCORD_SUCCESS, or the communicator's failure (a peer
 /// lost, an abort, a desync, a timeout naming who is missing) as soon as it is known. RAFT's
-/// `sync_stream`.
+/// `sync_stream`. Before a device is attached, the stream is waited for in the calling thread's
+/// current CUDA context (nothing to wait for in a process without CUDA).
 #[no_mangle]
 pub unsafe extern "C" fn accord_stream_sync(
     comm: *mut accord_comm_t,
@@ -223,6 +224,21 @@ pub unsafe extern "C" fn accord_stream_sync(
 ) -> accord_status_t {
     forward!(comm, stream_sync(comm, stream));
     with_comm(comm, "accord_stream_sync", |c| {
+        if c.attached_device().is_none() && crate::memory::cuda_loaded() {
+            let cu = accord::gpu::cuda::driver()?;
+            if !cu.wait_stream(stream as usize, c.timeout())? {
+                return Err(accord::Error::Timeout {
+                    op: "sync_stream".into(),
+                    seq: 0,
+                    comm: c.name().into(),
+                    waiting_for: vec![],
+                    after: c.timeout(),
+                    hint: "; the work on the stream did not finish (no device is attached to \
+                           the communicator: it is the caller's own)"
+                        .into(),
+                });
+            }
+        }
         c.sync_stream(Stream::Raw(stream as usize))
     })
 }

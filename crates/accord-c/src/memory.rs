@@ -22,7 +22,7 @@ pub(crate) enum Place {
 /// Whether the CUDA driver is loaded in this process (once it is, it stays). The loader's count
 /// of objects ever loaded is read on every call (tens of nanoseconds); the list of loaded
 /// objects is searched only when that count changed.
-fn cuda_loaded() -> bool {
+pub(crate) fn cuda_loaded() -> bool {
     static LOADED: AtomicBool = AtomicBool::new(false);
     static SEEN: AtomicU64 = AtomicU64::new(u64::MAX);
     if LOADED.load(Ordering::Relaxed) {
@@ -33,7 +33,10 @@ fn cuda_loaded() -> bool {
         return false;
     }
     let (adds, found) = loaded_objects(true);
-    LOADED.store(found, Ordering::Relaxed);
+    // Only ever set: a thread whose search predates the load must not undo another's find.
+    if found {
+        LOADED.store(true, Ordering::Relaxed);
+    }
     SEEN.store(adds, Ordering::Relaxed);
     found
 }
@@ -189,20 +192,23 @@ impl Place {
 /// A host send buffer that overlaps the receive buffer (MPI's in-place layouts, e.g. an
 /// allgather whose input is its own block of the output): a copy of it, so the call never reads
 /// memory it writes. `None` when they do not overlap (or the call is on the device, where
-/// the engines handle such layouts themselves).
+/// the engines handle such layouts themselves). Call it before making the receive buffer.
 pub(crate) fn overlapping_copy(
     place: Place,
     send: (*const c_void, usize),
     recv: (*const c_void, usize),
     dtype: DataType,
-) -> Option<Vec<u128>> {
+) -> Result<Option<Vec<u128>>> {
+    let sn = bytes(send.1, dtype, "sendbuf")?;
+    let rn = bytes(recv.1, dtype, "recvbuf")?;
     let (s, r) = (send.0 as usize, recv.0 as usize);
-    let (sn, rn) = (send.1 * dtype.size(), recv.1 * dtype.size());
-    if place != Place::Host || sn == 0 || rn == 0 || s >= r + rn || r >= s + sn {
-        return None;
+    let apart = s.checked_add(sn).is_some_and(|end| end <= r)
+        || r.checked_add(rn).is_some_and(|end| end <= s);
+    if place != Place::Host || sn == 0 || rn == 0 || send.0.is_null() || apart {
+        return Ok(None);
     }
     let mut copy = vec![0u128; sn.div_ceil(16)];
     // SAFETY: the caller's `send` holds `sn` bytes; the copy is at least that long.
     unsafe { std::ptr::copy_nonoverlapping(send.0.cast::<u8>(), copy.as_mut_ptr().cast(), sn) };
-    Some(copy)
+    Ok(Some(copy))
 }

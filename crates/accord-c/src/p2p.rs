@@ -7,9 +7,10 @@
 //! (NCCL's group) and host messages become nonblocking ones that the group's end waits for, so
 //! a group may post its receives before its sends on every rank without deadlock.
 
+use crate::api::{accord_api_t, API};
 use crate::handle::{accord_comm_t, forward, with_comm};
-use crate::memory::{place, Place};
-use crate::status::{accord_status_t, guard, invalid};
+use crate::memory::{overlapping_copy, place, Place};
+use crate::status::{accord_status_t, guard, invalid, ACCORD_SUCCESS};
 use crate::types::{self, accord_dtype_t, accord_stream_t};
 use accord::{Communicator, Completion, Result};
 use std::cell::RefCell;
@@ -17,9 +18,48 @@ use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Condvar, Mutex};
 
 /// A nonblocking operation: finish it with `accord_wait` (or `accord_waitall`), which frees it.
+/// Like a communicator handle it starts with its library's table, so a request made through a
+/// handle of another copy of Accord is finished by that copy.
+#[repr(C)]
 #[allow(non_camel_case_types)]
 pub struct accord_request_t {
+    /// The functions of the library that made the request.
+    pub api: *const accord_api_t,
+    /// The library's own state; not for callers.
+    pub private_: *mut c_void,
+}
+
+/// What `private_` points to.
+struct Request {
     pending: Pending,
+}
+
+impl Request {
+    fn into_raw(self) -> *mut accord_request_t {
+        let private_ = Box::into_raw(Box::new(self)).cast();
+        Box::into_raw(Box::new(accord_request_t {
+            api: &API,
+            private_,
+        }))
+    }
+
+    /// Take back a request this copy made (freeing the handle).
+    ///
+    /// # Safety
+    /// `r` came from [`Request::into_raw`] of this copy and is not used afterwards.
+    unsafe fn from_raw(r: *mut accord_request_t) -> Box<Request> {
+        let outer = Box::from_raw(r);
+        Box::from_raw(outer.private_.cast::<Request>())
+    }
+}
+
+/// The table of another copy that made `r` (whose wait and test must be its own).
+///
+/// # Safety
+/// `r` is a live request.
+unsafe fn foreign_request<'a>(r: *const accord_request_t) -> Option<&'a accord_api_t> {
+    let api = (*r).api;
+    (!api.is_null() && !std::ptr::eq(api, &API)).then(|| &*api)
 }
 
 enum Pending {
@@ -60,7 +100,7 @@ impl Done {
     }
 }
 
-impl accord_request_t {
+impl Request {
     fn wait(&self) -> Result<()> {
         match &self.pending {
             Pending::Host(d) => d.wait(),
@@ -94,11 +134,24 @@ struct Message {
 thread_local! {
     /// Open `accord_group_start` depth of this thread, and the host messages its groups
     /// posted (waited for by the outermost end).
-    static GROUP: RefCell<(usize, Vec<accord_request_t>)> = const { RefCell::new((0, Vec::new())) };
+    static GROUP: RefCell<(usize, Vec<Request>)> = const { RefCell::new((0, Vec::new())) };
 }
 
 fn in_group() -> bool {
     GROUP.with(|g| g.borrow().0 > 0)
+}
+
+/// The message's dtype, peer and tag, checked.
+fn checked(c: &Communicator, m: Message) -> Result<(accord::DataType, usize, u32)> {
+    let what = match m.send {
+        true => "peer (destination)",
+        false => "peer (source)",
+    };
+    Ok((
+        types::dtype(m.dtype)?,
+        types::rank(m.peer, what, c.size())?,
+        types::tag(m.tag)?,
+    ))
 }
 
 /// Start `m` on `c`: a request (host: its place in the order taken now, the data moved on a
@@ -106,15 +159,8 @@ fn in_group() -> bool {
 ///
 /// # Safety
 /// The buffer holds `m.count` elements until the request is finished.
-unsafe fn start(c: &Communicator, m: Message, stream: accord_stream_t) -> Result<accord_request_t> {
-    let dt = types::dtype(m.dtype)?;
-    let what = if m.send {
-        "peer (destination)"
-    } else {
-        "peer (source)"
-    };
-    let peer = types::rank(m.peer, what, c.size())?;
-    let tag = types::tag(m.tag)?;
+unsafe fn start(c: &Communicator, m: Message, stream: accord_stream_t) -> Result<Request> {
+    let (dt, peer, tag) = checked(c, m)?;
     let ptr = m.buf.0 as *mut c_void;
     let at = place(c, &[("buf", ptr)], stream)?;
     if let Place::Device(..) = at {
@@ -128,7 +174,7 @@ unsafe fn start(c: &Communicator, m: Message, stream: accord_stream_t) -> Result
             true => c.send(at.send(ptr, m.count, dt, "buf")?, peer, 0)?,
             false => c.recv(at.recv(ptr, m.count, dt, "buf")?, peer, 0)?,
         };
-        return Ok(accord_request_t {
+        return Ok(Request {
             pending: Pending::Device(done),
         });
     }
@@ -159,7 +205,7 @@ unsafe fn start(c: &Communicator, m: Message, stream: accord_stream_t) -> Result
             d2.finish(r);
         })
         .map_err(|e| invalid(format!("cannot start a thread for the message: {e}")))?;
-    Ok(accord_request_t {
+    Ok(Request {
         pending: Pending::Host(done),
     })
 }
@@ -173,15 +219,21 @@ unsafe fn blocking(
     stream: accord_stream_t,
 ) -> accord_status_t {
     with_comm(comm, what, |c| {
-        let req = start(c, m, stream)?;
-        match (&req.pending, in_group()) {
-            (Pending::Host(_), true) => {
+        if in_group() {
+            let req = start(c, m, stream)?;
+            if let Pending::Host(_) = req.pending {
                 GROUP.with(|g| g.borrow_mut().1.push(req));
-                Ok(())
             }
-            (Pending::Host(_), false) => req.wait(),
-            (Pending::Device(_), _) => Ok(()),
+            return Ok(());
         }
+        let (dt, peer, tag) = checked(c, m)?;
+        let ptr = m.buf.0 as *mut c_void;
+        let at = place(c, &[("buf", ptr)], stream)?;
+        match m.send {
+            true => c.send(at.send(ptr, m.count, dt, "buf")?, peer, tag),
+            false => c.recv(at.recv(ptr, m.count, dt, "buf")?, peer, tag),
+        }
+        .map(drop)
     })
 }
 
@@ -197,7 +249,7 @@ unsafe fn nonblocking(
         if request.is_null() {
             return Err(invalid("`request` (the output argument) is NULL"));
         }
-        *request = Box::into_raw(Box::new(start(c, m, stream)?));
+        *request = start(c, m, stream)?.into_raw();
         Ok(())
     })
 }
@@ -326,7 +378,11 @@ pub unsafe extern "C" fn accord_sendrecv(
         let dest = types::rank(dest, "dest", c.size())?;
         let source = types::rank(source, "source", c.size())?;
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
-        let send = at.send(sendbuf, sendcount, dt, "sendbuf")?;
+        let copy = overlapping_copy(at, (sendbuf, sendcount), (recvbuf, recvcount), dt)?;
+        let send = match &copy {
+            Some(c) => at.send(c.as_ptr().cast(), sendcount, dt, "sendbuf")?,
+            None => at.send(sendbuf, sendcount, dt, "sendbuf")?,
+        };
         let recv = at.recv(recvbuf, recvcount, dt, "recvbuf")?;
         c.sendrecv(send, dest, recv, source, types::tag(tag)?)
             .map(drop)
@@ -336,9 +392,16 @@ pub unsafe extern "C" fn accord_sendrecv(
 /// Wait for a request and free it (NULL: nothing to do). The message's error, if it failed.
 #[no_mangle]
 pub unsafe extern "C" fn accord_wait(request: *mut accord_request_t) -> accord_status_t {
+    if !request.is_null() {
+        if let Some(api) = foreign_request(request) {
+            let status = (api.wait)(request);
+            crate::handle::take_error(api, status);
+            return status;
+        }
+    }
     guard("accord_wait", || match request.is_null() {
         true => Ok(()),
-        false => Box::from_raw(request).wait(),
+        false => Request::from_raw(request).wait(),
     })
 }
 
@@ -348,40 +411,54 @@ pub unsafe extern "C" fn accord_test(
     request: *mut accord_request_t,
     done: *mut c_int,
 ) -> accord_status_t {
+    if !request.is_null() {
+        if let Some(api) = foreign_request(request) {
+            let status = (api.test)(request, done);
+            crate::handle::take_error(api, status);
+            return status;
+        }
+    }
     guard("accord_test", || {
         if request.is_null() || done.is_null() {
             return Err(invalid("`request` or `done` is NULL"));
         }
-        *done = (*request).test()? as c_int;
+        *done = (*(*request).private_.cast::<Request>()).test()? as c_int;
         Ok(())
     })
 }
 
 /// Wait for every request of `requests[0..count]` and free them all (NULL entries are
-/// skipped); the first error.
+/// skipped; each entry is set to NULL); the first error (and its text).
 #[no_mangle]
 pub unsafe extern "C" fn accord_waitall(
     count: usize,
     requests: *mut *mut accord_request_t,
 ) -> accord_status_t {
-    guard("accord_waitall", || {
-        if requests.is_null() && count > 0 {
-            return Err(invalid("`requests` is NULL"));
+    if requests.is_null() && count > 0 {
+        return guard("accord_waitall", || Err(invalid("`requests` is NULL")));
+    }
+    let mut first: Option<(accord_status_t, String)> = None;
+    for i in 0..count {
+        let r = std::mem::replace(&mut *requests.add(i), std::ptr::null_mut());
+        let status = accord_wait(r);
+        if status != ACCORD_SUCCESS && first.is_none() {
+            let text = std::ffi::CStr::from_ptr(crate::status::last());
+            first = Some((status, text.to_string_lossy().into_owned()));
         }
-        let mut first = Ok(());
-        for i in 0..count {
-            let r = *requests.add(i);
-            if !r.is_null() {
-                first = first.and(Box::from_raw(r).wait());
-                *requests.add(i) = std::ptr::null_mut();
-            }
+    }
+    match first {
+        None => ACCORD_SUCCESS,
+        Some((status, text)) => {
+            crate::status::set_last(text);
+            status
         }
-        first
-    })
+    }
 }
 
 /// Start a group on this thread: device operations until the matching `accord_group_end` are
-/// launched together (NCCL's group), host messages wait for its end. Groups nest.
+/// launched together (NCCL's group), host messages wait for its end. Groups nest. Groups belong
+/// to the library that runs the calls: with a handle lent by another copy of Accord (Python's),
+/// call `comm->api->group_start()` / `group_end()` (as `<accord/comms.hpp>` does).
 #[no_mangle]
 pub extern "C" fn accord_group_start() -> accord_status_t {
     guard("accord_group_start", || {

@@ -83,12 +83,14 @@ thread_local! {
 /// Remember `text` as this thread's last error.
 pub(crate) fn set_last(text: String) {
     let text = CString::new(text.replace('\0', " ")).unwrap_or_default();
-    LAST.with(|l| *l.borrow_mut() = text);
+    // `try_with`: a call from a thread-local destructor finds the text gone, and keeps none.
+    let _ = LAST.try_with(|l| *l.borrow_mut() = text);
 }
 
 /// This thread's last error text; valid until this thread's next failing call.
 pub(crate) fn last() -> *const c_char {
-    LAST.with(|l| l.borrow().as_ptr())
+    LAST.try_with(|l| l.borrow().as_ptr())
+        .unwrap_or(c"".as_ptr())
 }
 
 /// Run one exported function's body: its error becomes a status code and this thread's last

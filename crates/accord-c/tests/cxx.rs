@@ -14,7 +14,10 @@ use std::sync::OnceLock;
 /// `target/release` (this test runs from `target/release/deps`).
 fn release_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    exe.parent().and_then(Path::parent).expect("target/release").to_path_buf()
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/release")
+        .to_path_buf()
 }
 
 fn have(tool: &str) -> bool {
@@ -118,7 +121,11 @@ fn accord_run(n: usize, exe: &Path, args: &[&str]) -> Output {
 fn assert_every_rank(o: &Output, n: usize, needle: &str, what: &str) {
     let all = text(o);
     assert!(o.status.success(), "{what} failed:\n{all}");
-    assert_eq!(all.matches(needle).count(), n, "{what}: not every rank said {needle:?}:\n{all}");
+    assert_eq!(
+        all.matches(needle).count(),
+        n,
+        "{what}: not every rank said {needle:?}:\n{all}"
+    );
 }
 
 #[test]
@@ -126,7 +133,12 @@ fn the_c_header_compiles_as_c11_and_runs() {
     if !tools(&["gcc", "pkg-config"]) {
         return;
     }
-    let exe = build("gcc", "tests/c/smoke.c", "-std=c11 -Wall -Wextra -Werror", "smoke");
+    let exe = build(
+        "gcc",
+        "tests/c/smoke.c",
+        "-std=c11 -Wall -Wextra -Werror",
+        "smoke",
+    );
     for n in [1, 2, 4] {
         assert_every_rank(&accord_run(n, &exe, &[]), n, "C ok", "smoke.c");
     }
@@ -157,7 +169,12 @@ fn every_collective_is_right_at_every_world_size() {
     }
     for n in [1, 2, 3, 4, 5, 7, 9] {
         let o = accord_run(n, every_collective(), &[]);
-        assert_every_rank(&o, n, " 0 failures", &format!("every_collective at {n} ranks"));
+        assert_every_rank(
+            &o,
+            n,
+            " 0 failures",
+            &format!("every_collective at {n} ranks"),
+        );
     }
 }
 
@@ -185,7 +202,12 @@ fn runs_under_mpirun() {
         .arg("300")
         .arg("mpirun")
         .args(["--allow-run-as-root", "--oversubscribe", "-n", "3"])
-        .args(["-x", "MASTER_ADDR=127.0.0.1", "-x", &format!("MASTER_PORT={port}")])
+        .args([
+            "-x",
+            "MASTER_ADDR=127.0.0.1",
+            "-x",
+            &format!("MASTER_PORT={port}"),
+        ])
         .args(["-x", "ACCORD_TIMEOUT=60"])
         .arg(every_collective())
         .output()

@@ -1020,7 +1020,8 @@ impl Communicator {
     /// with its own device. The same device again is a no-op; another one is an error.
     fn attach_device(&self, py: Python<'_>, ordinal: usize) -> PyResult<()> {
         let comm = self.inner.clone();
-        py.allow_threads(move || comm.attach_device(ordinal)).map_err(err)
+        py.allow_threads(move || comm.attach_device(ordinal))
+            .map_err(err)
     }
 
     /// Block the host until every GPU operation issued so far on this communicator has

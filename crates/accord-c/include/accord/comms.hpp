@@ -73,6 +73,7 @@ struct dtype_of {
 };
 template <typename T>
 struct dtype_of<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>> {
+  static_assert(sizeof(T) <= 8, "accord::dtype_of<T>: no Accord integer type wider than 64 bits");
   static constexpr accord_dtype_t value =
       std::is_signed_v<T>
           ? (sizeof(T) == 1 ? ACCORD_INT8 : sizeof(T) == 2 ? ACCORD_INT16 : sizeof(T) == 4 ? ACCORD_INT32 : ACCORD_INT64)
@@ -315,17 +316,22 @@ class comms {
       throw error(ACCORD_ERROR_INVALID_ARGUMENT,
                   "device_multicast_sendrecv: sizes, offsets and ranks differ in length");
     group_start();
-    accord_status_t s = ACCORD_SUCCESS;
-    for (std::size_t i = 0; i < dests.size() && s == ACCORD_SUCCESS; ++i)
-      s = api().send(h_, sendbuf + sendoffsets[i], sendsizes[i], dtype_of<T>::value, dests[i], 0,
-                     stream);
-    for (std::size_t i = 0; i < sources.size() && s == ACCORD_SUCCESS; ++i)
-      s = api().recv(h_, recvbuf + recvoffsets[i], recvsizes[i], dtype_of<T>::value, sources[i],
-                     0, stream);
-    std::string why = s == ACCORD_SUCCESS ? "" : api().last_error();
-    accord_status_t end = api().group_end();
-    if (s != ACCORD_SUCCESS) throw error(s, why);
-    check(end);
+    // The group ends however this scope is left (an exception included).
+    struct group_scope {
+      const comms& c;
+      bool open = true;
+      ~group_scope() {
+        if (open) c.api().group_end();
+      }
+    } scope{*this};
+    for (std::size_t i = 0; i < dests.size(); ++i)
+      device_send(sendbuf == nullptr ? sendbuf : sendbuf + sendoffsets[i], sendsizes[i], dests[i],
+                  stream);
+    for (std::size_t i = 0; i < sources.size(); ++i)
+      device_recv(recvbuf == nullptr ? recvbuf : recvbuf + recvoffsets[i], recvsizes[i],
+                  sources[i], stream);
+    scope.open = false;
+    group_end();
   }
 
   /// Operations until group_end are launched together (and host messages may be posted in any

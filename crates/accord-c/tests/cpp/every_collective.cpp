@@ -129,7 +129,6 @@ T fold(accord::op_t op, int size, std::size_t i, int salt, int upto = -1) {
 
 /// Blocks of `counts` laid out in reverse rank order with two-element gaps.
 std::vector<std::size_t> gapped(const std::vector<std::size_t>& counts) {
-  if (getenv("ACCORD_TEST_PACKED")) { std::vector<std::size_t> p(counts.size()); std::size_t a = 0; for (std::size_t r = 0; r < counts.size(); ++r) { p[r] = a; a += counts[r]; } return p; }
   std::vector<std::size_t> displs(counts.size());
   std::size_t at = 0;
   for (std::size_t r = counts.size(); r-- > 0;) {
@@ -227,6 +226,34 @@ void collectives(const accord::comms& c, std::size_t n, const char* type) {
     c.allgatherv(in.ptr(), out.ptr(), counts.data(), displs.data(), stream);
     check_blocks(tag + "allgatherv", out.result(c), counts, displs,
                  [](int r, std::size_t j) { return val<T>(r, j, 8); });
+  }
+  {
+    // NULL displacements: blocks back to back, through allgatherv, gatherv, scatterv, alltoallv.
+    std::vector<std::size_t> packed(size);
+    for (int r = 1; r < size; ++r) packed[r] = packed[r - 1] + counts[r - 1];
+    const std::size_t total = span(counts, packed);
+    const int root = size - 1;
+    auto in = input<T>(rank, counts[rank], 26);
+    Buf<T> all(total), at_root(rank == root ? total : 0);
+    c.allgatherv(in.ptr(), all.ptr(), counts.data(), nullptr, stream);
+    check_blocks(tag + "allgatherv packed", all.result(c), counts, packed,
+                 [](int r, std::size_t j) { return val<T>(r, j, 26); });
+    c.gatherv(in.ptr(), at_root.ptr(), counts[rank], counts.data(), nullptr, root, stream);
+    if (rank == root)
+      check_blocks(tag + "gatherv packed", at_root.result(c), counts, packed,
+                   [](int r, std::size_t j) { return val<T>(r, j, 26); });
+    Buf<T> mine(counts[rank]);
+    c.scatterv(all.ptr(), counts.data(), nullptr, mine.ptr(), counts[rank], root, stream);
+    auto& got = mine.result(c);
+    for (std::size_t j = 0; j < counts[rank]; ++j)
+      expect_eq(tag + "scatterv packed", j, val<T>(rank, j, 26), got[j]);
+    // alltoallv: counts[j] elements to every rank j, so every rank receives counts[rank] from each.
+    std::vector<std::size_t> rc(size, counts[rank]), rp(size);
+    for (int r = 0; r < size; ++r) rp[r] = r * counts[rank];
+    Buf<T> a2a(rc[0] * size);
+    c.alltoallv(all.ptr(), counts.data(), nullptr, a2a.ptr(), rc.data(), nullptr, stream);
+    check_blocks(tag + "alltoallv packed", a2a.result(c), rc, rp,
+                 [&](int, std::size_t j) { return val<T>(rank, j, 26); });
   }
   for (int root : roots) {
     auto in = input<T>(rank, n, 9);

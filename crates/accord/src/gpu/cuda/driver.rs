@@ -310,6 +310,33 @@ impl Driver {
         }
     }
 
+    /// Block until the work enqueued on `stream` (a `CUstream` as an integer, of the calling
+    /// thread's current context) so far has finished, polling an event: `Ok(false)` if
+    /// `timeout` passed first.
+    pub fn wait_stream(&self, stream: usize, timeout: std::time::Duration) -> Result<bool> {
+        const CU_EVENT_DISABLE_TIMING: c_uint = 2;
+        let e = self.new_event(CU_EVENT_DISABLE_TIMING)?;
+        let start = std::time::Instant::now();
+        // SAFETY: a live event of the current context and the caller's stream.
+        let waited = self
+            .check(
+                unsafe { (self.event_record)(e, stream as CuStream) },
+                "cuEventRecord",
+            )
+            .and_then(|()| loop {
+                if self.event_done(e)? {
+                    return Ok(true);
+                }
+                if start.elapsed() > timeout {
+                    return Ok(false);
+                }
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            });
+        // SAFETY: created above, no longer used.
+        unsafe { (self.event_destroy)(e) };
+        waited
+    }
+
     /// `Ok(true)` if all work before the event's record has finished.
     pub(crate) fn event_done(&self, e: CuEvent) -> Result<bool> {
         // SAFETY: `e` is a live event.
