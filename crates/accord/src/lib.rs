@@ -142,6 +142,13 @@
 //! Ranks meet through a small key-value store ([`rendezvous`]) and prove knowledge of a shared
 //! token ([`auth`]) on every connection.
 //!
+//! ## From C, C++ and Python
+//!
+//! The `accord-c` crate is a C ABI over [`Communicator`] (`libaccord`, `<accord.h>`) with a
+//! header-only C++ wrapper shaped like RAFT's `comms_t` (`<accord/comms.hpp>`); the Python
+//! package (`crates/accord-py`, `python/`) wraps the same communicator and lends it to C and
+//! C++ extensions. Guides: `docs/c_and_cxx.md`, `python/README.md`.
+//!
 //! ## Environment
 //!
 //! Every tunable is read once into a typed [`Config`]; the table of variables, types and
