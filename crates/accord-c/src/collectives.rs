@@ -1,5 +1,5 @@
 //! The collectives. Each checks its arguments, finds where its buffers live
-//! ([`crate::memory::place`]) and calls the one core method, on host or device memory alike.
+//! (`memory::place`) and calls the one core method, on host or device memory alike.
 //!
 //! Reducing and broadcasting calls work in place when `sendbuf` is NULL or equals `recvbuf`.
 //! The `v` variants take per-rank counts (every rank passes the same ones) and optional
