@@ -38,6 +38,13 @@ Tensors may be numpy arrays, torch tensors or CuPy arrays, on the host or on a C
 tensors run on NCCL, on the framework's current stream (the group attaches the tensors' device
 on its first call with CUDA tensors, on every rank together; one device per group), and the staging
 arrays of the list-based calls are made on the tensors' device.
+
+Ray's multi-GPU calls (``allreduce_multigpu`` and the others, here and through backend
+``"accord"``) take one tensor per GPU of the process, and every tensor of every process takes
+part, as a rank of its own would: the process combines its tensors on the first one's device,
+runs one collective between processes and writes each tensor's part back (:mod:`accord._multi`).
+Their messages name the GPUs of both sides; messages between GPUs other than 0 and 0 go through
+host memory, tagged by the pair, so they never match the wrong receive.
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ import uuid
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from . import Communicator, StoreServer, init_from_store
-from . import _arrays
+from . import _arrays, _multi
 from ._errors import StoreError, TimeoutError, UnauthorizedError
 
 _KEY = "accord/collective/{}"
@@ -342,20 +349,8 @@ def get_group_handle(group_name: str = "default") -> Communicator:
 _RAY_OPS = {"SUM": "sum", "PRODUCT": "prod", "PROD": "prod", "MIN": "min", "MAX": "max"}
 
 
-class ListMismatchError(ValueError, RuntimeError):
-    """An entry of a list-based call's tensor list does not hold as many elements as the
-    tensor. A ``ValueError`` like accord's other argument errors, and a ``RuntimeError`` as
-    Ray's own backends raise it. Raised before anything is sent."""
-
-
-def _check_list(entries: Sequence[Any], tensor: Any, what: str) -> None:
-    want = _arrays.numel(tensor)
-    for i, t in enumerate(entries):
-        if t is not None and _arrays.numel(t) != want:
-            raise ListMismatchError(
-                f"{what}[{i}] holds {_arrays.numel(t)} elements but the tensor holds {want}: "
-                "every entry must have the tensor's number of elements"
-            )
+ListMismatchError = _multi.ListMismatchError
+_check_list = _multi.check_list
 
 
 def _op(op: Any) -> str:
@@ -474,6 +469,75 @@ def alltoall(tensor: Any, out: Any, group_name: str = "default") -> None:
     _group(group_name).alltoall(tensor, out)
 
 
+def allreduce_multigpu(tensor_list: List[Any], group_name: str = "default", op: Any = "sum") -> None:
+    """Ray's ``allreduce_multigpu``: every tensor of ``tensor_list`` (one per GPU of this
+    process) gets the reduction over every tensor of every member."""
+    for t in tensor_list:
+        _arrays.writable(t, "tensor")
+    _multi.allreduce(_group(group_name), list(tensor_list), _op(op))
+
+
+def reduce_multigpu(tensor_list: List[Any], dst_rank: int = 0, dst_tensor: int = 0, group_name: str = "default", op: Any = "sum") -> None:
+    """Ray's ``reduce_multigpu``: tensor ``dst_tensor`` of ``dst_rank`` gets the reduction over
+    every tensor of every member."""
+    _check_index(tensor_list, dst_tensor, "dst_tensor")
+    for t in tensor_list:
+        _arrays.writable(t, "tensor")
+    _multi.reduce(_group(group_name), list(tensor_list), _op(op), dst_rank, dst_tensor)
+
+
+def broadcast_multigpu(tensor_list: List[Any], src_rank: int = 0, src_tensor: int = 0, group_name: str = "default") -> None:
+    """Ray's ``broadcast_multigpu``: every tensor gets tensor ``src_tensor`` of ``src_rank``."""
+    _check_index(tensor_list, src_tensor, "src_tensor")
+    for t in tensor_list:
+        _arrays.writable(t, "tensor")
+    _multi.broadcast(_group(group_name), list(tensor_list), src_rank, src_tensor)
+
+
+def allgather_multigpu(output_tensor_lists: List[List[Any]], input_tensor_list: List[Any], group_name: str = "default") -> None:
+    """Ray's ``allgather_multigpu``: each output list (one per input tensor, of ranks x tensors
+    entries) gets every tensor of every member, in (rank, tensor) order."""
+    _multi.allgather(_group(group_name), list(output_tensor_lists), list(input_tensor_list))
+
+
+def reducescatter_multigpu(output_tensor_list: List[Any], input_tensor_lists: List[List[Any]], group_name: str = "default", op: Any = "sum") -> None:
+    """Ray's ``reducescatter_multigpu``: output tensor ``i`` of rank ``r`` gets entry
+    ``r * len(output_tensor_list) + i`` of the reduction of the input lists over every member."""
+    _multi.reducescatter(_group(group_name), list(output_tensor_list), list(input_tensor_lists), _op(op))
+
+
+def send_multigpu(tensor: Any, dst_rank: int, dst_gpu_index: int, group_name: str = "default", n_elements: int = 0) -> None:
+    """Ray's ``send_multigpu``: (the first ``n_elements`` of) ``tensor`` to GPU
+    ``dst_gpu_index`` of ``dst_rank``."""
+    _multi.send(_group(group_name), tensor, dst_rank, dst_gpu_index, n_elements)
+
+
+def recv_multigpu(tensor: Any, src_rank: int, src_gpu_index: int, group_name: str = "default", n_elements: int = 0) -> None:
+    """Ray's ``recv_multigpu``: (the first ``n_elements`` of) ``tensor`` from GPU
+    ``src_gpu_index`` of ``src_rank``."""
+    _multi.recv(_group(group_name), tensor, src_rank, src_gpu_index, n_elements)
+
+
+def synchronize(gpu_id: int) -> None:
+    """Block until the work queued on CUDA device ``gpu_id`` has finished (Ray's
+    ``synchronize``; torch or CuPy, whichever is installed)."""
+    try:
+        import torch
+
+        torch.cuda.synchronize(gpu_id)
+        return
+    except ImportError:
+        pass
+    import cupy
+
+    cupy.cuda.Device(gpu_id).synchronize()
+
+
+def _check_index(tensor_list: Sequence[Any], i: int, what: str) -> None:
+    if not 0 <= i < len(tensor_list):
+        raise ValueError(f"{what} {i} is not an index of the {len(tensor_list)} tensors")
+
+
 def _call_timeout(opts: Any) -> Optional[float]:
     """Seconds from the ``timeout_ms`` of Ray's per-call options (a ``timedelta``, or a number
     of milliseconds), or None where it is absent or unset (Ray's default is -1 ms)."""
@@ -528,12 +592,13 @@ def _make_backend():
                 self._comm.close()
             self._comm = None
 
+        # Each call takes Ray's list of tensors: one per GPU of this process in Ray's multi-GPU
+        # calls, where every tensor of every process takes part (see accord._multi).
         def allreduce(self, tensors, opts=None):
             for t in tensors:
                 _arrays.writable(t, "tensor")
             with _bounded(self._comm, opts):
-                for t in tensors:
-                    self._comm.allreduce(t, op=_op(getattr(opts, "reduceOp", "sum")))
+                _multi.allreduce(self._comm, tensors, _op(getattr(opts, "reduceOp", "sum")))
 
         def barrier(self, opts=None):
             with _bounded(self._comm, opts):
@@ -542,50 +607,33 @@ def _make_backend():
         def reduce(self, tensors, opts=None):
             for t in tensors:
                 _arrays.writable(t, "tensor")
+            op = _op(getattr(opts, "reduceOp", "sum"))
             with _bounded(self._comm, opts):
-                for t in tensors:
-                    self._comm.reduce(t, op=_op(getattr(opts, "reduceOp", "sum")), root=getattr(opts, "root_rank", 0))
+                _multi.reduce(self._comm, tensors, op, getattr(opts, "root_rank", 0), getattr(opts, "root_tensor", 0))
 
         def broadcast(self, tensors, opts=None):
             for t in tensors:
                 _arrays.writable(t, "tensor")
             with _bounded(self._comm, opts):
-                for t in tensors:
-                    self._comm.broadcast(t, root=getattr(opts, "root_rank", 0))
+                _multi.broadcast(self._comm, tensors, getattr(opts, "root_rank", 0), getattr(opts, "root_tensor", 0))
 
         def allgather(self, tensor_lists, tensors, opts=None):
-            for lst, t in zip(tensor_lists, tensors):
-                _check_list(lst, t, "tensor_list")
-            for lst in tensor_lists:
-                for dst in lst:
-                    _arrays.writable(dst, "an entry of tensor_lists")
             with _bounded(self._comm, opts):
-                for lst, t in zip(tensor_lists, tensors):
-                    out = _arrays.empty_stack(t, self._comm.size)
-                    self._comm.allgather(t, out)
-                    for r, dst in enumerate(lst):
-                        _arrays.copy_into(dst, out[r])
+                _multi.allgather(self._comm, tensor_lists, tensors)
 
         def reducescatter(self, tensors, tensor_lists, opts=None):
-            for t, lst in zip(tensors, tensor_lists):
-                _check_list(lst, t, "tensor_list")
-            for t in tensors:
-                _arrays.writable(t, "tensor")
             with _bounded(self._comm, opts):
-                for t, lst in zip(tensors, tensor_lists):
-                    self._comm.reduce_scatter(_arrays.concat(lst), t, op=_op(getattr(opts, "reduceOp", "sum")))
+                _multi.reducescatter(self._comm, tensors, tensor_lists, _op(getattr(opts, "reduceOp", "sum")))
 
         def send(self, tensors, opts):
             with _bounded(self._comm, opts):
                 for t in tensors:
-                    self._comm.send(t, opts.dst_rank)
+                    _multi.send(self._comm, t, opts.dst_rank, getattr(opts, "dst_gpu_index", 0), getattr(opts, "n_elements", 0))
 
         def recv(self, tensors, opts):
-            for t in tensors:
-                _arrays.writable(t, "tensor")
             with _bounded(self._comm, opts):
                 for t in tensors:
-                    self._comm.recv(t, opts.src_rank)
+                    _multi.recv(self._comm, t, opts.src_rank, getattr(opts, "src_gpu_index", 0), getattr(opts, "n_elements", 0))
 
     return AccordGroup
 

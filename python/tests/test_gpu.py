@@ -113,3 +113,16 @@ def test_gpu_c_handle_nccl_handles_and_cxx_device_code(run_ranks, tmp_path):
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     for rank in range(world):
         assert f"GPU-C-HANDLE-OK {rank}" in r.stdout
+
+
+def test_gpu_multi_tensor_calls(run_ranks):
+    """Ray's multi-GPU calls with a tensor on each of two GPUs per process (2 processes)."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    found = _cuda_devices()
+    if found < 2:
+        pytest.skip(f"needs 2 CUDA devices (nvidia-smi lists {found})")
+    r = run_ranks(2, "gpu_multi_worker.py", timeout=300)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    for rank in range(2):
+        assert f"GPU-MULTI-OK {rank}" in r.stdout

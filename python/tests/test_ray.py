@@ -54,6 +54,63 @@ class Worker:
         col.destroy_collective_group(group)
         return x.tolist(), b.tolist(), [l.tolist() for l in lst], out.tolist(), got, rank
 
+    def multi_tensor(self, group, k):
+        """Ray's multi-GPU calls with `k` host tensors per process (Ray's functions need CuPy,
+        so the calls go to the group handle as they do, and to accord.collective's own
+        *_multigpu functions): every tensor of every process takes part."""
+        import ray.util.collective as rcol
+        from ray.util.collective import types
+
+        from accord import collective as col
+
+        rcol.init_collective_group(self.n, self.rank, backend="accord", group_name=group)
+        g = rcol.get_group_handle(group)
+        val = lambda r, i: float(10 * r + i + 1)  # noqa: E731  tensor i of rank r
+        out = {}
+        ts = [np.full(3, val(self.rank, i), np.float64) for i in range(k)]
+        opts = types.AllReduceOptions()
+        opts.reduceOp = types.ReduceOp.SUM
+        g.allreduce(ts, opts)
+        out["allreduce"] = [t.tolist() for t in ts]
+        ts = [np.full(3, val(self.rank, i), np.float64) for i in range(k)]
+        opts = types.ReduceOptions()
+        opts.reduceOp, opts.root_rank, opts.root_tensor = types.ReduceOp.MAX, self.n - 1, k - 1
+        g.reduce(ts, opts)
+        out["reduce"] = [t.tolist() for t in ts]
+        ts = [np.full(2, val(self.rank, i), np.int64) for i in range(k)]
+        opts = types.BroadcastOptions()
+        opts.root_rank, opts.root_tensor = self.n - 1, k - 1
+        g.broadcast(ts, opts)
+        out["broadcast"] = [t.tolist() for t in ts]
+        lists = [[np.zeros(2, np.float32) for _ in range(self.n * k)] for _ in range(k)]
+        g.allgather(lists, [np.full(2, val(self.rank, i), np.float32) for i in range(k)], types.AllGatherOptions())
+        out["allgather"] = [[e.tolist() for e in lst] for lst in lists]
+        ins = [[np.full(2, 100 * self.rank + 10 * i + e, np.float64) for e in range(self.n * k)] for i in range(k)]
+        outs = [np.zeros(2, np.float64) for _ in range(k)]
+        opts = types.ReduceScatterOptions()
+        opts.reduceOp = types.ReduceOp.SUM
+        g.reducescatter(outs, ins, opts)
+        out["reducescatter"] = [t.tolist() for t in outs]
+        # accord.collective's own multi-GPU functions (its groups are its own), and n_elements
+        # on messages.
+        col.init_collective_group(self.n, self.rank, group_name=group + "-accord")
+        ts = [np.full(2, val(self.rank, i), np.int32) for i in range(k)]
+        col.allreduce_multigpu(ts, group_name=group + "-accord", op="min")
+        out["allreduce_multigpu_min"] = [t.tolist() for t in ts]
+        if self.rank == 0:
+            col.send_multigpu(np.arange(5, dtype=np.float32), 1, 0, group_name=group + "-accord", n_elements=3)
+        elif self.rank == 1:
+            got = np.full(5, -1, np.float32)
+            col.recv_multigpu(got, 0, 0, group_name=group + "-accord", n_elements=3)
+            out["n_elements"] = got.tolist()
+        try:
+            g.allreduce([np.zeros(3), np.zeros(4)], types.AllReduceOptions())
+        except col.ListMismatchError as e:
+            out["mismatch"] = str(e)
+        rcol.destroy_collective_group(group)
+        col.destroy_collective_group(group + "-accord")
+        return out
+
     def join(self, group, api, accord_timeout=None, then_sum=False):
         """Join `group` through `api` ("ray" or "accord"); returns (seconds taken, error type or
         None, message, waiting_for, allreduce of rank + 1 over the group when `then_sum`)."""
@@ -233,6 +290,32 @@ def test_ray_list_calls_check_sizes_and_mix_numpy_and_torch(ray_session):
             continue  # said by the missing keys: torch is not installed
         assert out["allgather"] == [[1.0] * 4, [2.0] * 4], out
         assert out["reducescatter"] == [[2.0] * 4, [4.0] * 4][r], out
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_ray_multi_gpu_semantics_with_several_tensors_per_process(ray_session, k):
+    """With k tensors per process every tensor takes part, in (rank, tensor) order, as Ray's
+    NCCL backend does with one GPU per tensor (not tensor i with tensor i of the others)."""
+    n = 2
+    actors = [Worker.remote(r, n) for r in range(n)]
+    res = ray.get([a.multi_tensor.remote(f"multi{k}", k) for a in actors], timeout=120)
+    val = lambda r, i: float(10 * r + i + 1)  # noqa: E731
+    every = [val(r, i) for r in range(n) for i in range(k)]
+    for rank, out in enumerate(res):
+        assert out["allreduce"] == [[sum(every)] * 3] * k
+        want_reduce = [[val(rank, i)] * 3 for i in range(k)]
+        if rank == n - 1:
+            want_reduce[k - 1] = [max(every)] * 3
+        assert out["reduce"] == want_reduce
+        assert out["broadcast"] == [[int(val(n - 1, k - 1))] * 2] * k
+        assert out["allgather"] == [[[v] * 2 for v in every]] * k
+        want_rs = [
+            [float(sum(100 * r + 10 * j + (rank * k + i) for r in range(n) for j in range(k)))] * 2 for i in range(k)
+        ]
+        assert out["reducescatter"] == want_rs
+        assert out["allreduce_multigpu_min"] == [[int(min(every))] * 2] * k
+        assert "holds 4 elements but the tensor holds 3" in out["mismatch"]
+    assert res[1]["n_elements"] == [0.0, 1.0, 2.0, -1.0, -1.0]
 
 
 def test_detaching_leaves_other_arrays_alone():
