@@ -248,10 +248,16 @@ def init_collective_group(
     group_name: str = "default",
     timeout: Optional[float] = None,
     _declaration: Optional[str] = None,
+    timeout_ms: Optional[float] = None,
 ) -> None:
     """Join collective group ``group_name`` as ``rank`` of ``world_size`` (inside an actor or
-    task; every member calls it). ``timeout`` (seconds; default ``ACCORD_TIMEOUT``, else 300)
-    bounds the wait for the other members and every later call."""
+    task; every member calls it). ``timeout`` (seconds), or ``timeout_ms`` (milliseconds, as Ray
+    spells its group timeouts; default ``ACCORD_TIMEOUT``, else 300 s) bounds the wait for the
+    other members and every later call."""
+    if timeout is None and timeout_ms is not None:
+        if not timeout_ms > 0:
+            raise ValueError(f"timeout_ms must be positive, not {timeout_ms}")
+        timeout = timeout_ms / 1000.0
     if str(backend).lower() != "accord":
         raise ValueError(f"accord.collective only provides backend 'accord', not {backend!r}")
     if not group_name:

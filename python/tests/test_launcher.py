@@ -65,3 +65,11 @@ def test_object_collectives(run_ranks, n):
 def test_init_twice_and_destroy(run_ranks, n):
     """A second init() is refused here; destroy() closes the world and the peers are told."""
     all_ranks_pass(run_ranks(n, "worker_lifetime.py"), "LIFETIME-OK", n)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_nvmath_process_group(run_ranks, n):
+    r = run_ranks(n, "worker_nvmath.py", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in range(n):
+        assert f"NVMATH-PG-OK {rank}" in r.stdout

@@ -93,7 +93,8 @@ class Worker:
         out["reducescatter"] = [t.tolist() for t in outs]
         # accord.collective's own multi-GPU functions (its groups are its own), and n_elements
         # on messages.
-        col.init_collective_group(self.n, self.rank, group_name=group + "-accord")
+        col.init_collective_group(self.n, self.rank, group_name=group + "-accord", timeout_ms=30000)
+        out["timeout"] = col.get_group_handle(group + "-accord").timeout
         ts = [np.full(2, val(self.rank, i), np.int32) for i in range(k)]
         col.allreduce_multigpu(ts, group_name=group + "-accord", op="min")
         out["allreduce_multigpu_min"] = [t.tolist() for t in ts]
@@ -316,6 +317,7 @@ def test_ray_multi_gpu_semantics_with_several_tensors_per_process(ray_session, k
         assert out["allreduce_multigpu_min"] == [[int(min(every))] * 2] * k
         assert "holds 4 elements but the tensor holds 3" in out["mismatch"]
     assert res[1]["n_elements"] == [0.0, 1.0, 2.0, -1.0, -1.0]
+    assert [out["timeout"] for out in res] == [30.0] * n
 
 
 def test_detaching_leaves_other_arrays_alone():

@@ -84,7 +84,12 @@ fn a_stalled_rank_is_named_behind_from_every_ranks_record() {
          (completed); ranks 0, 2 entered #5 allreduce(f32 x 16, sum) and waited for it",
         "{report}"
     );
-    assert!(report.contains("rank 0 failed: timed out"), "{report}");
+    // Ranks 0 and 2 both time out after 2 s; whichever gives up first aborts the other, so
+    // one of them failed by its own timeout and the other may say it was aborted.
+    assert!(
+        report.contains("rank 0 failed: timed out") || report.contains("rank 2 failed: timed out"),
+        "{report}"
+    );
     // Without the stalled rank's file the report says so first.
     std::fs::remove_file(
         files
@@ -118,10 +123,14 @@ fn ranks_that_disagree_on_the_root_are_named_with_their_calls() {
         assert!(!out.status.success());
         assert_eq!(flight_files(&dir).len(), 4, "{}", text(&out.stderr));
         let report = analyze(&dir);
-        assert_eq!(
-            verdict(&report),
-            "ranks disagree on host call #5 of world: ranks 0, 1, 3 called broadcast(f32 x 16, \
-             root 0); rank 2 called broadcast(f32 x 16, root 1)",
+        // A rank the abort reaches before it records call #5 (over TCP it may still be
+        // finishing #4) is not among the callers the verdict lists; rank 2's side always is.
+        let v = verdict(&report);
+        assert!(
+            v.starts_with("ranks disagree on host call #5 of world: ")
+                && v.contains(
+                    "called broadcast(f32 x 16, root 0); rank 2 called broadcast(f32 x 16, root 1)"
+                ),
             "{transport}: {report}"
         );
         let json = accord().args(["analyze", d, "--json"]).output().unwrap();
