@@ -1,0 +1,184 @@
+"""One rank of test_torch_backend.py: torch.distributed with backend "accord" (registered by
+the package's entry point: this file never imports accord.torch), under `accord run`'s
+torchrun-style environment (a torch too old for entry points gets it by import).
+argv[1]: ops | ddp | desync | kill; argv[2] (optional): init_method | store."""
+
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+if not hasattr(dist.Backend, "_ensure_backend_registered"):
+    import accord.torch  # noqa: F401  (a torch without backend entry points: register by import)
+mode = sys.argv[1]
+if len(sys.argv) > 2 and sys.argv[2] == "init_method":
+    # An explicit init_method, rank and world size (not the environment's).
+    url = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    dist.init_process_group("accord", init_method=url, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+elif len(sys.argv) > 2 and sys.argv[2] == "store":
+    # A store the program made itself.
+    r, w = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), w, r == 0)
+    dist.init_process_group("accord", store=store, rank=r, world_size=w)
+else:
+    dist.init_process_group("accord")
+rank, n = dist.get_rank(), dist.get_world_size()
+assert dist.get_backend() == "accord"
+
+
+def val(r, shape=(3,), dtype=torch.float32):
+    return torch.full(shape, float(r + 1), dtype=dtype)
+
+
+def ops():
+    total = n * (n + 1) / 2
+    for op, want in ((dist.ReduceOp.SUM, total), (dist.ReduceOp.PRODUCT, float(torch.arange(1, n + 1).prod())),
+                     (dist.ReduceOp.MIN, 1.0), (dist.ReduceOp.MAX, float(n)), (dist.ReduceOp.AVG, total / n)):
+        t = val(rank)
+        dist.all_reduce(t, op=op)
+        assert torch.allclose(t, torch.full((3,), want)), (op, t)
+    for op, want in ((dist.ReduceOp.BAND, 0 if n > 1 else 1), (dist.ReduceOp.BOR, 0)):
+        b = torch.tensor([rank + 1, 0], dtype=torch.int64)
+        dist.all_reduce(b, op=op)
+        if op == dist.ReduceOp.BOR:
+            want = 0
+            for r in range(n):
+                want |= r + 1
+        else:
+            want = 1
+            for r in range(n):
+                want &= r + 1
+        assert b.tolist() == [want, 0], (op, b)
+    x = torch.tensor([rank], dtype=torch.int32)
+    dist.all_reduce(x, op=dist.ReduceOp.BXOR)
+    want = 0
+    for r in range(n):
+        want ^= r
+    assert x.item() == want
+    # async_op: a Work with wait / is_completed / get_future.
+    t = val(rank)
+    work = dist.all_reduce(t, async_op=True)
+    fut = work.get_future()
+    assert work.wait(timeout=__import__("datetime").timedelta(seconds=60))
+    assert work.is_completed()
+    assert torch.equal(fut.wait()[0], torch.full((3,), total))
+    b = val(rank, (2, 2), torch.float64)
+    dist.broadcast(b, src=n - 1)
+    assert torch.equal(b, val(n - 1, (2, 2), torch.float64))
+    r = val(rank)
+    dist.reduce(r, dst=0, op=dist.ReduceOp.MAX)
+    assert torch.equal(r, torch.full((3,), float(n)) if rank == 0 else val(rank))
+    lst = [torch.zeros(3) for _ in range(n)]
+    dist.all_gather(lst, val(rank))
+    assert all(torch.equal(lst[q], val(q)) for q in range(n))
+    out = torch.zeros(n * 3)
+    dist.all_gather_into_tensor(out, val(rank))
+    assert torch.equal(out, torch.cat([val(q) for q in range(n)]))
+    g = [torch.zeros(3) for _ in range(n)] if rank == 0 else None
+    dist.gather(val(rank), g, dst=0)
+    if rank == 0:
+        assert all(torch.equal(g[q], val(q)) for q in range(n))
+    s = torch.zeros(3)
+    dist.scatter(s, [val(q * 10) for q in range(n)] if rank == n - 1 else None, src=n - 1)
+    assert torch.equal(s, val(rank * 10))
+    rs = torch.zeros(2)
+    dist.reduce_scatter(rs, [torch.full((2,), float(q + rank)) for q in range(n)])
+    assert torch.equal(rs, torch.full((2,), float(sum(rank + q for q in range(n)))))
+    rst = torch.zeros(2)
+    dist.reduce_scatter_tensor(rst, torch.cat([torch.full((2,), float(q)) for q in range(n)]))
+    assert torch.equal(rst, torch.full((2,), float(rank * n)))
+    # all_to_all with per-rank sizes: rank r sends q + 1 values r to rank q.
+    ins = [torch.full((q + 1,), float(rank)) for q in range(n)]
+    outs = [torch.zeros(rank + 1) for _ in range(n)]
+    dist.all_to_all(outs, ins)
+    assert all(torch.equal(outs[q], torch.full((rank + 1,), float(q))) for q in range(n))
+    # all_to_all_single with split sizes along dim 0 (rows of 2).
+    in_splits = [q + 1 for q in range(n)]
+    out_splits = [rank + 1] * n
+    inp = torch.cat([torch.full((q + 1, 2), float(10 * rank + q)) for q in range(n)])
+    outp = torch.zeros(sum(out_splits), 2)
+    dist.all_to_all_single(outp, inp, out_splits, in_splits)
+    assert torch.equal(outp, torch.cat([torch.full((rank + 1, 2), float(10 * q + rank)) for q in range(n)]))
+    eq = torch.zeros(n * 2)
+    dist.all_to_all_single(eq, torch.arange(n * 2, dtype=torch.float32) + 100 * rank)
+    assert eq.tolist() == [float(100 * q + 2 * rank + i) for q in range(n) for i in range(2)]
+    # Messages: blocking, nonblocking, batched (receives posted before sends).
+    if n > 1:
+        nxt, prv = (rank + 1) % n, (rank - 1) % n
+        got = torch.zeros(4)
+        ops_ = [dist.P2POp(dist.irecv, got, prv, tag=3), dist.P2POp(dist.isend, torch.full((4,), float(rank)), nxt, tag=3)]
+        for w in dist.batch_isend_irecv(ops_):
+            w.wait()
+        assert torch.equal(got, torch.full((4,), float(prv)))
+        if rank == 0:
+            dist.send(torch.arange(5.0), 1)
+            req = dist.isend(torch.arange(5.0) * 2, 1, tag=7)
+            req.wait()
+        elif rank == 1:
+            a, b = torch.zeros(5), torch.zeros(5)
+            req = dist.irecv(b, 0, tag=7)
+            dist.recv(a, 0)
+            req.wait()
+            assert torch.equal(a, torch.arange(5.0)) and torch.equal(b, torch.arange(5.0) * 2)
+    # Groups: a group of the even ranks.
+    evens = list(range(0, n, 2))
+    sub = dist.new_group(evens)
+    if rank in evens:
+        t = torch.tensor([float(rank)])
+        dist.all_reduce(t, group=sub)
+        assert t.item() == float(sum(evens))
+    dist.barrier()
+    # Objects ride on the same calls.
+    objs = [None] * n
+    dist.all_gather_object(objs, {"rank": rank})
+    assert objs == [{"rank": q} for q in range(n)]
+
+
+def ddp():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    ref = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    ref.load_state_dict(model.state_dict())
+    ddp_model = torch.nn.parallel.DistributedDataParallel(model)
+    torch.manual_seed(1)
+    data = torch.randn(n * 6, 4)
+    target = torch.randn(n * 6, 1)
+    mine = slice(rank * 6, (rank + 1) * 6)
+    torch.nn.functional.mse_loss(ddp_model(data[mine]), target[mine]).backward()
+    # The single-process reference: the mean of the per-rank losses over the whole batch.
+    loss = sum(torch.nn.functional.mse_loss(ref(data[r * 6:(r + 1) * 6]), target[r * 6:(r + 1) * 6]) for r in range(n)) / n
+    loss.backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-6), (p.grad, q.grad)
+
+
+def desync():
+    t = torch.zeros(3 if rank == 0 else 4)
+    try:
+        dist.all_reduce(t)
+    except dist.DistBackendError as e:
+        assert "desync" in str(e) or "gave up" in str(e), e
+        print(f"TORCH-DESYNC-RAISED {rank}: {type(e).__name__}", flush=True)
+        os._exit(0)
+    raise AssertionError("a count mismatch was not an error")
+
+
+def kill():
+    dist.barrier()
+    if rank == n - 1:
+        os._exit(17)
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(torch.zeros(3))
+        dist.all_reduce(torch.zeros(3))
+    except dist.DistBackendError as e:
+        print(f"TORCH-PEER-LOST {rank} after {time.monotonic() - t0:.2f}s: {e}", flush=True)
+        os._exit(0)
+    raise AssertionError("a killed rank went unnoticed")
+
+
+{"ops": ops, "ddp": ddp, "desync": desync, "kill": kill}[mode]()
+dist.destroy_process_group()
+print(f"TORCH-BACKEND-OK {mode} {rank}", flush=True)
