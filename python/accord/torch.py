@@ -337,14 +337,28 @@ class ProcessGroup(dist.ProcessGroup):
 
     # ----- messages
 
+    # Messages of CUDA tensors go through host memory: torch's batches (batch_isend_irecv) may
+    # post a receive before a send on every rank, which device messages, matched in stream
+    # order, cannot take outside one launch group.
+
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int = 0) -> Work:
         t = _one(tensors, "send")
-        return self._run(None, self._comm.send, t.contiguous(), dst, tag=tag, result=tensors)
+        data = t.detach().to("cpu", copy=True) if t.is_cuda else t.contiguous()
+        return self._run(None, self._comm.send, data, dst, tag=tag, result=tensors)
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> Work:
         t = _one(tensors, "recv")
-        out, back = _contiguous_out(t)
-        return self._run(None, self._comm.recv, out, src, tag=tag, result=tensors, finish=back)
+        if not t.is_cuda:
+            out, back = _contiguous_out(t)
+            return self._run(None, self._comm.recv, out, src, tag=tag, result=tensors, finish=back)
+        host = torch.empty(t.shape, dtype=t.dtype)
+        stream = torch.cuda.current_stream(t.device)
+
+        def upload() -> None:
+            with torch.cuda.stream(stream):
+                t.copy_(host)
+
+        return self._run(None, self._comm.recv, host, src, tag=tag, result=tensors, finish=upload)
 
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> Work:
         raise ValueError("backend 'accord' receives from a named rank only (recv with src=...)")

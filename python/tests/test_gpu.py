@@ -126,3 +126,16 @@ def test_gpu_multi_tensor_calls(run_ranks):
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     for rank in range(2):
         assert f"GPU-MULTI-OK {rank}" in r.stdout
+
+
+def test_gpu_torch_distributed_backend(run_ranks):
+    """torch.distributed backend "accord" on CUDA tensors, one GPU per rank."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    found = _cuda_devices()
+    if found < 1:
+        pytest.skip("needs a CUDA device (nvidia-smi lists none)")
+    world = min(found, WORLD)
+    r = run_ranks(world, "worker_torch_backend.py", timeout=300, args=["cuda"])
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    assert r.stdout.count("TORCH-BACKEND-OK cuda") == world, r.stdout

@@ -1,7 +1,7 @@
 """One rank of test_torch_backend.py: torch.distributed with backend "accord" (registered by
 the package's entry point: this file never imports accord.torch), under `accord run`'s
 torchrun-style environment (a torch too old for entry points gets it by import).
-argv[1]: ops | ddp | desync | kill; argv[2] (optional): init_method | store."""
+argv[1]: ops | ddp | cuda | desync | kill; argv[2] (optional): init_method | store."""
 
 import os
 import sys
@@ -154,6 +154,55 @@ def ddp():
         assert torch.allclose(p.grad, q.grad, atol=1e-6), (p.grad, q.grad)
 
 
+def cuda():
+    """CUDA tensors, one GPU per rank: the collectives, messages and a DDP step."""
+    dev = torch.device("cuda", rank % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    step = lambda what: print(f"rank {rank}: {what}", flush=True)  # noqa: E731  (where a hang stops)
+    total = n * (n + 1) / 2
+    step("all_reduce")
+    t = torch.full((5,), float(rank + 1), device=dev)
+    dist.all_reduce(t)
+    assert t.cpu().tolist() == [total] * 5, t
+    step("broadcast")
+    b = torch.full((3,), float(rank), device=dev)
+    dist.broadcast(b, src=n - 1)
+    assert b.cpu().tolist() == [float(n - 1)] * 3
+    step("all_gather_into_tensor")
+    out = torch.zeros(2 * n, device=dev)
+    dist.all_gather_into_tensor(out, torch.full((2,), float(rank), device=dev))
+    assert out.cpu().tolist() == [float(q) for q in range(n) for _ in range(2)]
+    step("reduce_scatter_tensor")
+    rs = torch.zeros(2, device=dev)
+    dist.reduce_scatter_tensor(rs, torch.arange(2 * n, dtype=torch.float32, device=dev))
+    assert rs.cpu().tolist() == [float(n * (2 * rank + i)) for i in range(2)]
+    step("all_to_all_single")
+    a2a = torch.zeros(n, device=dev)
+    dist.all_to_all_single(a2a, torch.arange(n, dtype=torch.float32, device=dev) + 10 * rank)
+    assert a2a.cpu().tolist() == [float(10 * q + rank) for q in range(n)]
+    if n > 1:
+        step("batch_isend_irecv")
+        got = torch.zeros(4, device=dev)
+        nxt, prv = (rank + 1) % n, (rank - 1) % n
+        ops_ = [dist.P2POp(dist.irecv, got, prv), dist.P2POp(dist.isend, torch.full((4,), float(rank), device=dev), nxt)]
+        for w in dist.batch_isend_irecv(ops_):
+            w.wait()
+        torch.cuda.synchronize()
+        assert got.cpu().tolist() == [float(prv)] * 4
+    step("ddp")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2).to(dev)
+    ref = torch.nn.Linear(4, 2)
+    ref.load_state_dict({k: v.cpu() for k, v in model.state_dict().items()})
+    ddp_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index])
+    torch.manual_seed(1)
+    data = torch.randn(n * 3, 4)
+    ddp_model(data[rank * 3:(rank + 1) * 3].to(dev)).sum().backward()
+    (sum(ref(data[r * 3:(r + 1) * 3]).sum() for r in range(n)) / n).backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert torch.allclose(p.grad.cpu(), q.grad, atol=1e-5), (p.grad, q.grad)
+
+
 def desync():
     t = torch.zeros(3 if rank == 0 else 4)
     try:
@@ -179,6 +228,6 @@ def kill():
     raise AssertionError("a killed rank went unnoticed")
 
 
-{"ops": ops, "ddp": ddp, "desync": desync, "kill": kill}[mode]()
+{"ops": ops, "ddp": ddp, "cuda": cuda, "desync": desync, "kill": kill}[mode]()
 dist.destroy_process_group()
 print(f"TORCH-BACKEND-OK {mode} {rank}", flush=True)
