@@ -15,7 +15,7 @@ if { ! command -v mpicc || ! command -v g++ || ! command -v pkg-config; } >/dev/
 fi
 if ! command -v mpicc >/dev/null 2>&1; then
     echo "note: no mpicc on this machine: mpi4py is not installed and the MPI test is skipped"
-    export ACCORD_PY_EXTRAS=${ACCORD_PY_EXTRAS-"ray dask[distributed] ml_dtypes torch mypy"}
+    export ACCORD_PY_EXTRAS=${ACCORD_PY_EXTRAS-"ray dask[distributed] ml_dtypes torch nvmath-python mypy"}
 fi
 
 echo "== cargo test (release; builds the accord binary, examples and C library the multi-process tests run)"

@@ -46,4 +46,4 @@ except ValueError as e:
     assert "ReductionOp" in str(e)
 else:
     raise AssertionError("an op nvmath does not have was accepted")
-print(f"NVMATH-PG-OK {r}", flush=True)
+print(f"NVMATH-PG-OK {r} ({'nvmath-python' if NvmathBase is not None else 'the documented protocol'})", flush=True)
