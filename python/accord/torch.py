@@ -9,6 +9,10 @@ Accord's store in its process and posts its address and a fresh token in torch's
 the other ranks read it, so there is nothing else to start. Every group (``new_group``,
 ``split_group``) is an Accord communicator of its own.
 
+Deadlines: the ``timeout`` given to ``init_process_group`` / ``new_group``; where none is given,
+``ACCORD_TIMEOUT`` if set, else torch's default (30 minutes). A lost rank or a desync fails the
+calls at once whatever the deadline.
+
 Every collective and message returns a ``Work`` (``wait(timeout)``, ``is_completed()``,
 ``get_future()``); the operation runs in the background from the call on (host tensors on a
 thread of Accord's, CUDA tensors on the current stream), in the order the calls were made.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import threading
 from typing import Any, Callable, List, Optional
 
@@ -381,10 +386,22 @@ class ProcessGroup(dist.ProcessGroup):
 _STORE_KEY = "accord/bootstrap"
 
 
+def _deadline(timeout: Any) -> Optional[float]:
+    """Seconds for every call of the group: the ``timeout`` given to ``init_process_group`` /
+    ``new_group``; where torch passes only its default (30 min, or NCCL's 10), ``ACCORD_TIMEOUT``
+    if set (None: Accord's own default or ``ACCORD_TIMEOUT``)."""
+    from torch.distributed import constants
+
+    defaults = {getattr(constants, k, None) for k in ("default_pg_timeout", "default_pg_nccl_timeout")}
+    if timeout is None or (timeout in defaults and os.environ.get("ACCORD_TIMEOUT")):
+        return None
+    return _seconds(timeout)
+
+
 def _create(store: Any, rank: int, size: int, timeout: Any) -> ProcessGroup:
     """The creator torch calls for every group: Accord's store in rank 0's process, its address
     and a fresh token handed over through torch's store."""
-    seconds = _seconds(timeout)
+    seconds = _deadline(timeout)
     server = None
     if rank == 0:
         server = StoreServer("0.0.0.0", 0)

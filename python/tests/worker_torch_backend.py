@@ -26,6 +26,10 @@ else:
     dist.init_process_group("accord")
 rank, n = dist.get_rank(), dist.get_world_size()
 assert dist.get_backend() == "accord"
+# No timeout given to init_process_group: ACCORD_TIMEOUT (the launcher's tests set it) wins
+# over torch's 30-minute default.
+if os.environ.get("ACCORD_TIMEOUT"):
+    assert dist.group.WORLD.communicator.timeout == float(os.environ["ACCORD_TIMEOUT"])
 
 
 def val(r, shape=(3,), dtype=torch.float32):
