@@ -150,7 +150,10 @@ def like(x: Any, model: Any) -> Any:
         import cupy
 
         if _is_cupy(x):
-            return x
+            if x.device.id == model.device.id:
+                return x
+            with model.device:
+                return cupy.array(x, copy=True)
         with model.device:
             return cupy.asarray(x.detach() if _is_torch(x) else x)
     if _is_torch(x):
@@ -158,6 +161,13 @@ def like(x: Any, model: Any) -> Any:
     if _is_cupy(x):
         return x.get()
     return x
+
+
+def is_host(x: Any) -> bool:
+    """Whether ``x`` lives in host memory (numpy, a CPU tensor)."""
+    if _is_torch(x):
+        return x.device.type == "cpu"
+    return not _is_cupy(x)
 
 
 def numel(x: Any) -> int:

@@ -9,7 +9,9 @@ writes each tensor's part back. Global GPU ``g`` of the group is tensor ``g % k`
 
 Point-to-point messages name GPUs on both sides (``dst_gpu_index``, ``src_gpu_index``); a
 message between GPUs other than 0 and 0 travels through host memory with a tag made of the
-two indices, so messages to different GPUs of one process never match the wrong receive.
+two indices, so messages to different GPUs of one process never match the wrong receive. So do
+messages of CUDA tensors before the group attached its GPU (a collective step: attaching inside
+a message would wait for the ranks not in it).
 """
 
 from __future__ import annotations
@@ -168,21 +170,27 @@ def reducescatter(comm: Any, tensors: List[Any], input_lists: List[List[Any]], o
         _arrays.copy_into(t, out[i])
 
 
-def gpu_index(t: Any) -> int:
-    """The CUDA device of ``t`` (0 for host memory)."""
+def gpu_index(t: Any) -> Any:
+    """The CUDA device of ``t``, or None for host memory."""
     if _arrays._is_torch(t):
-        return (t.device.index or 0) if t.device.type == "cuda" else 0
+        return (t.device.index or 0) if t.device.type == "cuda" else None
     if _arrays._is_cupy(t):
         return int(t.device.id)
-    return 0
+    return None
 
 
 def _tag(src_gpu: int, dst_gpu: int) -> int:
     return 1 + src_gpu * 4096 + dst_gpu
 
 
+def _contiguous(t: Any) -> bool:
+    return bool(t.is_contiguous()) if _arrays._is_torch(t) else bool(t.flags.c_contiguous)
+
+
 def _first(t: Any, n: int) -> Any:
-    """The first ``n`` elements of ``t`` (all of them for 0), as a flat view."""
+    """The first ``n`` elements of ``t`` (all of them for 0), as a flat view of its memory."""
+    if not _contiguous(t):
+        raise ValueError("the tensor is not contiguous: pass a contiguous one (e.g. .contiguous())")
     flat = t.reshape(-1)
     if n < 0 or n > _arrays.numel(flat):
         raise ValueError(f"n_elements {n} is not within the tensor's {_arrays.numel(flat)} elements")
@@ -190,33 +198,43 @@ def _first(t: Any, n: int) -> Any:
 
 
 def _host(t: Any) -> Any:
-    """``t``'s values in host memory (numpy)."""
+    """``t``'s values in host memory (a torch CPU tensor for torch, so every torch dtype works;
+    numpy otherwise)."""
+    if _arrays._is_torch(t):
+        return t.detach().to("cpu").contiguous()
     import numpy
 
     return numpy.ascontiguousarray(_arrays.like(t, numpy.empty(0)))
 
 
+def _on_device(comm: Any, view: Any) -> Any:
+    """Whether a message between GPUs 0 and 0 runs on the device engine: only once the group has
+    attached its GPU (a collective step every rank took together, so both ends agree), and for
+    CUDA arrays. Before that it goes through host memory: attaching inside a message would wait
+    for ranks that are not in it."""
+    return bool(comm.gpu_devices) and gpu_index(view) is not None
+
+
 def _on_attached(comm: Any, view: Any) -> Any:
-    """``view``, or a copy of it on the communicator's GPU where it is a CUDA array of another
-    one (a message between GPUs 0 and 0 runs on the device engine, attached to one GPU)."""
-    attached = comm.gpu_devices
-    if not attached or gpu_index(view) == attached[0] or not (_arrays._is_torch(view) or _arrays._is_cupy(view)):
+    """``view``, or a copy of it on the communicator's GPU where it is a CUDA array of another."""
+    attached = comm.gpu_devices[0]
+    if gpu_index(view) == attached:
         return view
     if _arrays._is_torch(view):
-        if view.device.type != "cuda":
-            return view
-        return view.to(f"cuda:{attached[0]}")
+        return view.to(f"cuda:{attached}")
     import cupy
 
-    with cupy.cuda.Device(attached[0]):
+    with cupy.cuda.Device(attached):
         return cupy.array(view, copy=True)
 
 
 def send(comm: Any, tensor: Any, dst: int, dst_gpu: int, n_elements: int) -> None:
     """Send (the first ``n_elements`` of) ``tensor`` to GPU ``dst_gpu`` of process ``dst``."""
     view = _first(tensor, n_elements)
-    src_gpu = gpu_index(tensor)
-    if src_gpu == 0 and dst_gpu == 0:
+    src_gpu = gpu_index(tensor) or 0
+    if (src_gpu, dst_gpu) == (0, 0) and _arrays.is_host(view):
+        comm.send(view, dst)
+    elif (src_gpu, dst_gpu) == (0, 0) and _on_device(comm, view):
         comm.send(_on_attached(comm, view), dst)
     else:
         comm.send(_host(view), dst, tag=_tag(src_gpu, dst_gpu))
@@ -226,13 +244,15 @@ def recv(comm: Any, tensor: Any, src: int, src_gpu: int, n_elements: int) -> Non
     """Receive (the first ``n_elements`` of) ``tensor`` from GPU ``src_gpu`` of process ``src``."""
     _arrays.writable(tensor, "tensor")
     view = _first(tensor, n_elements)
-    dst_gpu = gpu_index(tensor)
-    if src_gpu == 0 and dst_gpu == 0:
+    dst_gpu = gpu_index(tensor) or 0
+    if (src_gpu, dst_gpu) == (0, 0) and _arrays.is_host(view):
+        comm.recv(view, src)
+        return
+    if (src_gpu, dst_gpu) == (0, 0) and _on_device(comm, view):
         staged = _on_attached(comm, view)
         comm.recv(staged, src)
-        if staged is not view:
-            _arrays.copy_into(view, staged)
-        return
-    staged = _host(view)
-    comm.recv(staged, src, tag=_tag(src_gpu, dst_gpu))
-    _arrays.copy_into(view, staged)
+    else:
+        staged = _host(view)
+        comm.recv(staged, src, tag=_tag(src_gpu, dst_gpu))
+    if staged is not view:
+        _arrays.copy_into(view, staged)

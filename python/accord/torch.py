@@ -6,8 +6,9 @@
 The backend registers itself through the ``torch.distributed.backends`` entry point (or on
 ``import accord.torch``). It bootstraps from torch's own store: rank 0 of each group starts
 Accord's store in its process and posts its address and a fresh token in torch's store, where
-the other ranks read it, so there is nothing else to start. Every group (``new_group``,
-``split_group``) is an Accord communicator of its own.
+the other ranks read it, so there is nothing else to start. Every group (``new_group``) is an
+Accord communicator of its own; ``split_group`` is refused by torch (this backend does not
+offer torch's backend-level splitting).
 
 Deadlines: the ``timeout`` given to ``init_process_group`` / ``new_group``; where none is given,
 ``ACCORD_TIMEOUT`` if set, else torch's default (30 minutes). A lost rank or a desync fails the
@@ -79,32 +80,48 @@ def _seconds(timeout: Any) -> Optional[float]:
 
 class Work(dist._Work):
     """One operation: done once Accord's request finished and ``finish`` (the copies a
-    list-based call makes into its outputs) ran."""
+    list-based call makes into its outputs) ran, on ``stream`` for CUDA tensors (the stream
+    that was current at the call)."""
 
-    def __init__(self, request: Any = None, result: Any = None, finish: Optional[Callable[[], None]] = None):
+    def __init__(self, request: Any = None, result: Any = None, finish: Optional[Callable[[], None]] = None, stream: Any = None):
         super().__init__()
-        self._request, self._result, self._finish = request, result, finish
+        self._request, self._result, self._finish, self._stream = request, result, finish, stream
         self._done = request is None and finish is None
         self._error: Optional[BaseException] = None
         self._lock = threading.Lock()
         self._future: Optional[Future] = None
 
+    def _fail(self, e: AccordError, keep: bool) -> BaseException:
+        err = _torch_error(e)
+        err.__cause__ = e
+        if keep:
+            self._error = err
+        return err
+
     def _complete(self, timeout: Optional[float] = None) -> None:
+        # Wait outside the lock, so a caller's timeout holds while another thread waits too.
+        request = self._request
+        if request is not None and self._error is None:
+            try:
+                request.wait(timeout)
+            except AccordError as e:
+                # A wait that ran out of its own timeout may be retried; anything else is final.
+                raise self._fail(e, not (timeout is not None and isinstance(e, TimeoutError))) from e
         with self._lock:
             if self._error is not None:
                 raise self._error
             if self._done:
                 return
-            try:
-                if self._request is not None:
-                    self._request.wait(timeout)
-                    self._request = None
-                if self._finish is not None:
-                    self._finish()
-            except AccordError as e:
-                if not isinstance(e, TimeoutError) or timeout is None:
-                    self._error = _torch_error(e)
-                raise _torch_error(e) from e
+            if self._finish is not None:
+                try:
+                    if self._stream is not None:
+                        with torch.cuda.stream(self._stream):
+                            self._finish()
+                    else:
+                        self._finish()
+                except AccordError as e:
+                    raise self._fail(e, True) from e
+            self._request = None
             self._done = True
 
     def wait(self, timeout: Any = None) -> bool:
@@ -114,7 +131,8 @@ class Work(dist._Work):
     def is_completed(self) -> bool:
         if self._done or self._error is not None:
             return True
-        if self._request is not None and not self._request.test():
+        request = self._request
+        if request is not None and not request.test():
             return False
         try:
             self._complete()
@@ -140,6 +158,10 @@ class Work(dist._Work):
             def settle() -> None:
                 try:
                     self._complete()
+                    if self._stream is not None:
+                        # The copies into the outputs ran on the caller's stream: the future's
+                        # readers may be on any other.
+                        self._stream.synchronize()
                     fut.set_result(self._result)
                 except BaseException as e:  # noqa: BLE001 - handed to the future
                     fut.set_exception(e)
@@ -181,6 +203,10 @@ def _chain(*fs: Optional[Callable[[], None]]) -> Optional[Callable[[], None]]:
 class ProcessGroup(dist.ProcessGroup):
     """A torch process group over one Accord communicator."""
 
+    # What torch asks of a backend before splitting a group or coalescing a batch of messages.
+    supports_splitting = False
+    supports_coalescing = False
+
     def __init__(self, comm: Any, rank: int, size: int):
         super().__init__(rank, size)
         self._comm = comm
@@ -202,6 +228,8 @@ class ProcessGroup(dist.ProcessGroup):
         Messages (no options) always start in the background, so a batch may post its
         receives before its sends."""
         blocking = opts is not None and getattr(opts, "asyncOp", True) is False
+        cuda = next((a for a in args if isinstance(a, torch.Tensor) and a.is_cuda), None)
+        stream = torch.cuda.current_stream(cuda.device) if cuda is not None and finish is not None else None
         try:
             if blocking:
                 call(*args, **kw)
@@ -211,7 +239,7 @@ class ProcessGroup(dist.ProcessGroup):
             request = call(*args, async_op=True, **kw)
         except AccordError as e:
             raise _torch_error(e) from e
-        return Work(request, result, finish)
+        return Work(request, result, finish, stream)
 
     # ----- collectives
 
@@ -248,6 +276,7 @@ class ProcessGroup(dist.ProcessGroup):
         t = _one(input_tensors, "allgather")
         outs = _one(output_tensors, "allgather")
         self._check_list(outs, t, "output_tensor_list")
+        self._check_length(outs, "output_tensor_list")
         stack = _arrays.empty_stack(t, self._comm.size)
 
         def unpack() -> None:
@@ -269,6 +298,7 @@ class ProcessGroup(dist.ProcessGroup):
             return self._run(opts, self._comm.gather, t.contiguous(), None, root=root, result=output_tensors)
         outs = _one(output_tensors, "gather")
         self._check_list(outs, t, "gather_list")
+        self._check_length(outs, "gather_list")
         stack = _arrays.empty_stack(t, self._comm.size)
 
         def unpack() -> None:
@@ -284,6 +314,7 @@ class ProcessGroup(dist.ProcessGroup):
         if self._comm.rank == root:
             ins = _one(input_tensors, "scatter")
             self._check_list(ins, t, "scatter_list")
+            self._check_length(ins, "scatter_list")
             src = _arrays.concat(ins)
         out, back = _contiguous_out(t)
         return self._run(opts, self._comm.scatter, src, out, root=root, result=output_tensors, finish=back)
@@ -292,6 +323,7 @@ class ProcessGroup(dist.ProcessGroup):
         t = _one(output_tensors, "reduce_scatter")
         ins = _one(input_tensors, "reduce_scatter")
         self._check_list(ins, t, "input_list")
+        self._check_length(ins, "input_list")
         op = _op(opts.reduceOp) if opts is not None else "sum"
         out, back = _contiguous_out(t)
         return self._run(opts, self._comm.reduce_scatter, _arrays.concat(ins), out, op=op, result=output_tensors, finish=back)
@@ -376,6 +408,10 @@ class ProcessGroup(dist.ProcessGroup):
             sizes = [e.numel() for e in entries]
             raise ValueError(f"{what}: entries hold {sizes} elements but the tensor holds {t.numel()}")
 
+    def _check_length(self, entries: List[torch.Tensor], what: str) -> None:
+        if len(entries) != self._comm.size:
+            raise ValueError(f"{what} has {len(entries)} entries for a group of {self._comm.size} ranks")
+
     def shutdown(self) -> None:
         self._comm.close()
 
@@ -413,6 +449,13 @@ def _create(store: Any, rank: int, size: int, timeout: Any) -> ProcessGroup:
         comm = init_from_store(rank, size, info["address"], info["token"], seconds, store=server)
     except AccordError as e:
         raise _torch_error(e) from e
+    if rank == 0:
+        # Everyone joined: a later group on the same store (after destroy_process_group, torch
+        # reuses its prefixes) must not find this store's address.
+        try:
+            store.delete_key(_STORE_KEY)
+        except Exception:  # stores without delete_key: the next rank 0 overwrites the key first
+            pass
     return ProcessGroup(comm, rank, size)
 
 

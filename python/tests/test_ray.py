@@ -108,6 +108,10 @@ class Worker:
             g.allreduce([np.zeros(3), np.zeros(4)], types.AllReduceOptions())
         except col.ListMismatchError as e:
             out["mismatch"] = str(e)
+        try:  # a view that is not contiguous cannot be received into (it would be a copy)
+            col.recv_multigpu(np.zeros((3, 2)).T, 1 - self.rank, 0, group_name=group + "-accord")
+        except ValueError as e:
+            out["noncontiguous"] = str(e)
         rcol.destroy_collective_group(group)
         col.destroy_collective_group(group + "-accord")
         return out
@@ -316,6 +320,7 @@ def test_ray_multi_gpu_semantics_with_several_tensors_per_process(ray_session, k
         assert out["reducescatter"] == want_rs
         assert out["allreduce_multigpu_min"] == [[int(min(every))] * 2] * k
         assert "holds 4 elements but the tensor holds 3" in out["mismatch"]
+        assert "not contiguous" in out["noncontiguous"]
     assert res[1]["n_elements"] == [0.0, 1.0, 2.0, -1.0, -1.0]
     assert [out["timeout"] for out in res] == [30.0] * n
 

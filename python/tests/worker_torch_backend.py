@@ -234,4 +234,11 @@ def kill():
 
 {"ops": ops, "ddp": ddp, "cuda": cuda, "desync": desync, "kill": kill}[mode]()
 dist.destroy_process_group()
+if mode == "ops" and sys.argv[2:] == ["store"]:
+    # Again on the same store: torch reuses its key prefixes after a destroy.
+    dist.init_process_group("accord", store=store, rank=r, world_size=w)
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert t.tolist() == [float(n)] * 2
+    dist.destroy_process_group()
 print(f"TORCH-BACKEND-OK {mode} {rank}", flush=True)
