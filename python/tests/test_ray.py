@@ -380,9 +380,12 @@ def test_missing_member_times_out_after_accord_timeout(ray_session, api):
         res = ray.get([a.join.remote(f"missing-{api}", api, 3) for a in actors], timeout=60)
     finally:
         _kill(actors)
-    took, err, msg, waiting_for, _ = res[0]
+    _, err, msg, waiting_for, _ = res[0]
     assert err == "TimeoutError" and waiting_for == [2] and "2" in msg, (err, waiting_for, msg)
-    assert 2.5 <= took <= 13, (took, msg)
+    # The rank whose deadline runs out first gives up for both; the other may have started
+    # its wait later (actors start at different times), so only the longer wait is ~3 s.
+    waits = [r[0] for r in res]
+    assert 2.5 <= max(waits) and max(waits) <= 13, (waits, msg)
     # Rank 1 times out too, or first sees rank 0 give up and close the store.
     took, err, msg, waiting_for, _ = res[1]
     assert (err, waiting_for) == ("TimeoutError", [2]) or (err == "StoreError" and "rank 0 gave up" in msg), (err, msg)
