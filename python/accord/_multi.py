@@ -38,9 +38,11 @@ def check_list(entries: Sequence[Any], tensor: Any, what: str) -> None:
             )
 
 
-def _check_length(entries: Sequence[Any], want: int, what: str) -> None:
-    if len(entries) != want:
-        raise ListMismatchError(f"{what} has {len(entries)} entries; this call needs {want} (ranks x tensors per rank)")
+def check_entries(entries: Sequence[Any], count: int, tensor: Any, what: str) -> None:
+    """``entries`` has ``count`` entries, each holding as many elements as ``tensor``."""
+    if len(entries) != count:
+        raise ListMismatchError(f"{what} has {len(entries)} entries; this call needs {count}")
+    check_list(entries, tensor, what)
 
 
 def _copy(t: Any) -> Any:
@@ -132,8 +134,7 @@ def allgather(comm: Any, output_lists: List[List[Any]], tensors: List[Any]) -> N
         raise ListMismatchError(f"{len(output_lists)} output lists for {k} input tensors")
     for j, lst in enumerate(output_lists):
         what = "tensor_list" if k == 1 else f"output_tensor_lists[{j}]"
-        _check_length(lst, comm.size * k, what)
-        check_list(lst, tensors[0], what)
+        check_entries(lst, comm.size * k, tensors[0], what)
         for dst in lst:
             _arrays.writable(dst, f"an entry of {what}")
     check_list(tensors, tensors[0], "tensors")
@@ -153,8 +154,7 @@ def reducescatter(comm: Any, tensors: List[Any], input_lists: List[List[Any]], o
         raise ListMismatchError(f"{len(input_lists)} input lists for {k} output tensors")
     for j, lst in enumerate(input_lists):
         what = "tensor_list" if k == 1 else f"input_tensor_lists[{j}]"
-        _check_length(lst, comm.size * k, what)
-        check_list(lst, tensors[0], what)
+        check_entries(lst, comm.size * k, tensors[0], what)
     for t in tensors:
         _arrays.writable(t, "tensor")
     if k == 1:

@@ -398,27 +398,13 @@ def broadcast(tensor: Any, src_rank: int = 0, group_name: str = "default") -> No
 
 def allgather(tensor_list: List[Any], tensor: Any, group_name: str = "default") -> None:
     """Fill ``tensor_list[r]`` with rank r's ``tensor``."""
-    g = _group(group_name)
-    if len(tensor_list) != g.size:
-        raise ValueError(f"tensor_list has {len(tensor_list)} entries for {g.size} ranks")
-    _check_list(tensor_list, tensor, "tensor_list")
-    for t in tensor_list:
-        _arrays.writable(t, "an entry of tensor_list")
-    out = _arrays.empty_stack(tensor, g.size)
-    g.allgather(tensor, out)
-    for r, t in enumerate(tensor_list):
-        _arrays.copy_into(t, out[r])
+    _multi.allgather(_group(group_name), [tensor_list], [tensor])
 
 
 def reducescatter(tensor: Any, tensor_list: List[Any], group_name: str = "default", op: Any = "sum") -> None:
     """Reduce ``tensor_list`` (one entry per rank) over the group; ``tensor`` gets entry
     ``rank`` of the result."""
-    g = _group(group_name)
-    if len(tensor_list) != g.size:
-        raise ValueError(f"tensor_list has {len(tensor_list)} entries for {g.size} ranks")
-    _check_list(tensor_list, tensor, "tensor_list")
-    _arrays.writable(tensor, "tensor")
-    g.reduce_scatter(_arrays.concat(tensor_list), tensor, op=_op(op))
+    _multi.reducescatter(_group(group_name), [tensor], [tensor_list], _op(op))
 
 
 def send(tensor: Any, dst_rank: int, group_name: str = "default") -> None:

@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future
 
-from . import AccordError, StoreServer, _arrays, advertised_host, init_from_store
+from . import AccordError, StoreServer, _arrays, _multi, advertised_host, init_from_store
 
 BACKEND = "accord"
 
@@ -275,8 +275,7 @@ class ProcessGroup(dist.ProcessGroup):
     def allgather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor], opts: Any = None) -> Work:
         t = _one(input_tensors, "allgather")
         outs = _one(output_tensors, "allgather")
-        self._check_list(outs, t, "output_tensor_list")
-        self._check_length(outs, "output_tensor_list")
+        _multi.check_entries(outs, self._comm.size, t, "output_tensor_list")
         stack = _arrays.empty_stack(t, self._comm.size)
 
         def unpack() -> None:
@@ -297,8 +296,7 @@ class ProcessGroup(dist.ProcessGroup):
         if self._comm.rank != root:
             return self._run(opts, self._comm.gather, t.contiguous(), None, root=root, result=output_tensors)
         outs = _one(output_tensors, "gather")
-        self._check_list(outs, t, "gather_list")
-        self._check_length(outs, "gather_list")
+        _multi.check_entries(outs, self._comm.size, t, "gather_list")
         stack = _arrays.empty_stack(t, self._comm.size)
 
         def unpack() -> None:
@@ -313,8 +311,7 @@ class ProcessGroup(dist.ProcessGroup):
         src = None
         if self._comm.rank == root:
             ins = _one(input_tensors, "scatter")
-            self._check_list(ins, t, "scatter_list")
-            self._check_length(ins, "scatter_list")
+            _multi.check_entries(ins, self._comm.size, t, "scatter_list")
             src = _arrays.concat(ins)
         out, back = _contiguous_out(t)
         return self._run(opts, self._comm.scatter, src, out, root=root, result=output_tensors, finish=back)
@@ -322,8 +319,7 @@ class ProcessGroup(dist.ProcessGroup):
     def reduce_scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]], opts: Any = None) -> Work:
         t = _one(output_tensors, "reduce_scatter")
         ins = _one(input_tensors, "reduce_scatter")
-        self._check_list(ins, t, "input_list")
-        self._check_length(ins, "input_list")
+        _multi.check_entries(ins, self._comm.size, t, "input_list")
         op = _op(opts.reduceOp) if opts is not None else "sum"
         out, back = _contiguous_out(t)
         return self._run(opts, self._comm.reduce_scatter, _arrays.concat(ins), out, op=op, result=output_tensors, finish=back)
@@ -399,18 +395,6 @@ class ProcessGroup(dist.ProcessGroup):
 
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> Work:
         raise ValueError("backend 'accord' receives from a named rank only (recv with src=...)")
-
-    # ----- helpers
-
-    @staticmethod
-    def _check_list(entries: List[torch.Tensor], t: torch.Tensor, what: str) -> None:
-        if any(e.numel() != t.numel() for e in entries):
-            sizes = [e.numel() for e in entries]
-            raise ValueError(f"{what}: entries hold {sizes} elements but the tensor holds {t.numel()}")
-
-    def _check_length(self, entries: List[torch.Tensor], what: str) -> None:
-        if len(entries) != self._comm.size:
-            raise ValueError(f"{what} has {len(entries)} entries for a group of {self._comm.size} ranks")
 
     def shutdown(self) -> None:
         self._comm.close()

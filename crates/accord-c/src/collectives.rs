@@ -6,29 +6,11 @@
 //! displacements (NULL: blocks back to back).
 
 use crate::handle::{accord_comm_t, forward, with_comm};
-use crate::memory::{overlapping_copy, place, Place};
+use crate::memory::place;
 use crate::status::{accord_status_t, invalid};
 use crate::types::{self, accord_dtype_t, accord_op_t, accord_stream_t};
-use accord::{Communicator, Completion, DataType, Parts, RecvBuf, ReduceOp, Result, SendBuf};
+use accord::{Communicator, Completion, Parts, RecvBuf, ReduceOp, Result, SendBuf};
 use std::ffi::{c_int, c_void};
-
-/// The send buffer: the caller's, or its copy where it overlaps the receive buffer (see
-/// [`overlapping_copy`], which must run before the receive buffer is made).
-///
-/// # Safety
-/// As [`Place::send`].
-unsafe fn send_of<'a>(
-    at: Place,
-    send: *const c_void,
-    count: usize,
-    dt: DataType,
-    copy: &'a Option<Vec<u128>>,
-) -> Result<SendBuf<'a>> {
-    match copy {
-        Some(c) => at.send(c.as_ptr().cast(), count, dt, "sendbuf"),
-        None => at.send(send, count, dt, "sendbuf"),
-    }
-}
 
 /// `count` elements for each of `ranks` ranks, or an error naming the overflow.
 fn times(count: usize, ranks: usize, what: &str) -> Result<usize> {
@@ -73,14 +55,6 @@ unsafe fn displs<'a>(p: *const usize, n: usize) -> Option<&'a [usize]> {
     (!p.is_null()).then(|| std::slice::from_raw_parts(p, n))
 }
 
-/// A buffer laid out in the blocks of `counts` at `displs`.
-fn parts<'a, B>(buf: B, counts: &'a [usize], displs: Option<&'a [usize]>) -> Parts<'a, B> {
-    match displs {
-        None => Parts::new(buf, counts),
-        Some(d) => Parts::with_displs(buf, counts, d),
-    }
-}
-
 /// One of the in-place-able reductions, out of place (`Some(send)`) or in place.
 type Reducing = fn(&Communicator, Option<SendBuf<'_>>, RecvBuf<'_>, ReduceOp) -> Result<Completion>;
 
@@ -95,16 +69,13 @@ unsafe fn reducing(
     with_comm(comm, what, |c| {
         let (dt, op) = (types::dtype(dtype)?, types::op(op)?);
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
-        let copy = match in_place(sendbuf, recvbuf) {
-            true => None,
-            false => overlapping_copy(at, (sendbuf, count), (recvbuf, count), dt)?,
-        };
-        let send = match in_place(sendbuf, recvbuf) {
-            true => None,
-            false => Some(send_of(at, sendbuf, count, dt, &copy)?),
-        };
-        let recv = at.recv(recvbuf, count, dt, "recvbuf")?;
-        call(c, send, recv, op).map(drop)
+        match in_place(sendbuf, recvbuf) {
+            true => call(c, None, at.recv(recvbuf, count, dt, "recvbuf")?, op),
+            false => at.pair((sendbuf, count), (recvbuf, count), dt, |send, recv| {
+                call(c, Some(send), recv, op)
+            }),
+        }
+        .map(drop)
     })
 }
 
@@ -211,10 +182,10 @@ pub unsafe extern "C" fn accord_broadcast(
             let recv = at.recv(recvbuf, count, dt, "recvbuf")?;
             return c.broadcast(recv, root).map(drop);
         }
-        let copy = overlapping_copy(at, (sendbuf, count), (recvbuf, count), dt)?;
-        let send = send_of(at, sendbuf, count, dt, &copy)?;
-        let recv = at.recv(recvbuf, count, dt, "recvbuf")?;
-        c.broadcast((send, recv), root).map(drop)
+        at.pair((sendbuf, count), (recvbuf, count), dt, |send, recv| {
+            c.broadcast((send, recv), root)
+        })
+        .map(drop)
     })
 }
 
@@ -244,10 +215,10 @@ pub unsafe extern "C" fn accord_reduce(
             return c.reduce(recv, op, root).map(drop);
         }
         let n_out = if c.rank() == root { count } else { 0 };
-        let copy = overlapping_copy(at, (sendbuf, count), (recvbuf, n_out), dt)?;
-        let send = send_of(at, sendbuf, count, dt, &copy)?;
-        let recv = at.recv(recvbuf, n_out, dt, "recvbuf")?;
-        c.reduce((send, recv), op, root).map(drop)
+        at.pair((sendbuf, count), (recvbuf, n_out), dt, |send, recv| {
+            c.reduce((send, recv), op, root)
+        })
+        .map(drop)
     })
 }
 
@@ -270,10 +241,10 @@ pub unsafe extern "C" fn accord_allgather(
         let dt = types::dtype(dtype)?;
         let n = times(sendcount, c.size(), "sendcount")?;
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
-        let copy = overlapping_copy(at, (sendbuf, sendcount), (recvbuf, n), dt)?;
-        let send = send_of(at, sendbuf, sendcount, dt, &copy)?;
-        let recv = at.recv(recvbuf, n, dt, "recvbuf")?;
-        c.all_gather(send, recv).map(drop)
+        at.pair((sendbuf, sendcount), (recvbuf, n), dt, |send, recv| {
+            c.all_gather(send, recv)
+        })
+        .map(drop)
     })
 }
 
@@ -300,10 +271,10 @@ pub unsafe extern "C" fn accord_allgatherv(
         let ds = self::displs(displs, c.size());
         let n = span(cs, ds)?;
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
-        let copy = overlapping_copy(at, (sendbuf, sendcount), (recvbuf, n), dt)?;
-        let send = send_of(at, sendbuf, sendcount, dt, &copy)?;
-        let recv = at.recv(recvbuf, n, dt, "recvbuf")?;
-        c.all_gather(send, parts(recv, cs, ds)).map(drop)
+        at.pair((sendbuf, sendcount), (recvbuf, n), dt, |send, recv| {
+            c.all_gather(send, Parts::placed(recv, cs, ds))
+        })
+        .map(drop)
     })
 }
 
@@ -330,10 +301,10 @@ pub unsafe extern "C" fn accord_gather(
             0
         };
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
-        let copy = overlapping_copy(at, (sendbuf, sendcount), (recvbuf, n), dt)?;
-        let send = send_of(at, sendbuf, sendcount, dt, &copy)?;
-        let recv = at.recv(recvbuf, n, dt, "recvbuf")?;
-        c.gather(send, recv, root).map(drop)
+        at.pair((sendbuf, sendcount), (recvbuf, n), dt, |send, recv| {
+            c.gather(send, recv, root)
+        })
+        .map(drop)
     })
 }
 
@@ -362,11 +333,11 @@ pub unsafe extern "C" fn accord_gatherv(
         let ds = self::displs(displs, c.size()).filter(|_| is_root);
         let n = if is_root { span(cs, ds)? } else { 0 };
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
-        let copy = overlapping_copy(at, (sendbuf, sendcount), (recvbuf, n), dt)?;
-        let send = send_of(at, sendbuf, sendcount, dt, &copy)?;
-        let recv = at.recv(recvbuf, n, dt, "recvbuf")?;
         // Non-roots receive nothing but still pass the counts (the call's fingerprint).
-        c.gather(send, parts(recv, cs, ds), root).map(drop)
+        at.pair((sendbuf, sendcount), (recvbuf, n), dt, |send, recv| {
+            c.gather(send, Parts::placed(recv, cs, ds), root)
+        })
+        .map(drop)
     })
 }
 
@@ -394,10 +365,10 @@ pub unsafe extern "C" fn accord_scatter(
             0
         };
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
-        let copy = overlapping_copy(at, (sendbuf, n), (recvbuf, recvcount), dt)?;
-        let send = send_of(at, sendbuf, n, dt, &copy)?;
-        let recv = at.recv(recvbuf, recvcount, dt, "recvbuf")?;
-        c.scatter(send, recv, root).map(drop)
+        at.pair((sendbuf, n), (recvbuf, recvcount), dt, |send, recv| {
+            c.scatter(send, recv, root)
+        })
+        .map(drop)
     })
 }
 
@@ -426,10 +397,10 @@ pub unsafe extern "C" fn accord_scatterv(
         let ds = self::displs(displs, c.size()).filter(|_| is_root);
         let n = if is_root { span(cs, ds)? } else { 0 };
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
-        let copy = overlapping_copy(at, (sendbuf, n), (recvbuf, recvcount), dt)?;
-        let send = send_of(at, sendbuf, n, dt, &copy)?;
-        let recv = at.recv(recvbuf, recvcount, dt, "recvbuf")?;
-        c.scatter(parts(send, cs, ds), recv, root).map(drop)
+        at.pair((sendbuf, n), (recvbuf, recvcount), dt, |send, recv| {
+            c.scatter(Parts::placed(send, cs, ds), recv, root)
+        })
+        .map(drop)
     })
 }
 
@@ -453,10 +424,10 @@ pub unsafe extern "C" fn accord_reduce_scatter(
         let (dt, op) = (types::dtype(dtype)?, types::op(op)?);
         let n = times(recvcount, c.size(), "recvcount")?;
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
-        let copy = overlapping_copy(at, (sendbuf, n), (recvbuf, recvcount), dt)?;
-        let send = send_of(at, sendbuf, n, dt, &copy)?;
-        let recv = at.recv(recvbuf, recvcount, dt, "recvbuf")?;
-        c.reduce_scatter(send, recv, op).map(drop)
+        at.pair((sendbuf, n), (recvbuf, recvcount), dt, |send, recv| {
+            c.reduce_scatter(send, recv, op)
+        })
+        .map(drop)
     })
 }
 
@@ -481,10 +452,10 @@ pub unsafe extern "C" fn accord_reduce_scatterv(
         let cs = counts(recvcounts, c.size(), "recvcounts")?;
         let (n, mine) = (span(cs, None)?, cs[c.rank()]);
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
-        let copy = overlapping_copy(at, (sendbuf, n), (recvbuf, mine), dt)?;
-        let send = send_of(at, sendbuf, n, dt, &copy)?;
-        let recv = at.recv(recvbuf, mine, dt, "recvbuf")?;
-        c.reduce_scatter(Parts::new(send, cs), recv, op).map(drop)
+        at.pair((sendbuf, n), (recvbuf, mine), dt, |send, recv| {
+            c.reduce_scatter(Parts::new(send, cs), recv, op)
+        })
+        .map(drop)
     })
 }
 
@@ -504,10 +475,10 @@ pub unsafe extern "C" fn accord_alltoall(
         let dt = types::dtype(dtype)?;
         let n = times(count, c.size(), "count")?;
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
-        let copy = overlapping_copy(at, (sendbuf, n), (recvbuf, n), dt)?;
-        let send = send_of(at, sendbuf, n, dt, &copy)?;
-        let recv = at.recv(recvbuf, n, dt, "recvbuf")?;
-        c.all_to_all(send, recv).map(drop)
+        at.pair((sendbuf, n), (recvbuf, n), dt, |send, recv| {
+            c.all_to_all(send, recv)
+        })
+        .map(drop)
     })
 }
 
@@ -536,10 +507,9 @@ pub unsafe extern "C" fn accord_alltoallv(
         let (sd, rd) = (displs(sdispls, c.size()), displs(rdispls, c.size()));
         let (ns, nr) = (span(sc, sd)?, span(rc, rd)?);
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
-        let copy = overlapping_copy(at, (sendbuf, ns), (recvbuf, nr), dt)?;
-        let send = send_of(at, sendbuf, ns, dt, &copy)?;
-        let recv = at.recv(recvbuf, nr, dt, "recvbuf")?;
-        c.all_to_all(parts(send, sc, sd), parts(recv, rc, rd))
-            .map(drop)
+        at.pair((sendbuf, ns), (recvbuf, nr), dt, |send, recv| {
+            c.all_to_all(Parts::placed(send, sc, sd), Parts::placed(recv, rc, rd))
+        })
+        .map(drop)
     })
 }

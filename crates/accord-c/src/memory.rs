@@ -189,11 +189,32 @@ impl Place {
     }
 }
 
+impl Place {
+    /// Run `f` on a call's send and receive buffers, the send side copied first where it
+    /// overlaps the receive side ([`overlapping_copy`]): no `&mut` to the receive memory exists
+    /// while the caller's send memory is still read through a shared slice.
+    ///
+    /// # Safety
+    /// As [`Place::send`] and [`Place::recv`].
+    pub(crate) unsafe fn pair<R>(
+        self,
+        send: (*const c_void, usize),
+        recv: (*mut c_void, usize),
+        dtype: DataType,
+        f: impl for<'b> FnOnce(SendBuf<'b>, RecvBuf<'b>) -> Result<R>,
+    ) -> Result<R> {
+        let copy = overlapping_copy(self, send, (recv.0, recv.1), dtype)?;
+        let from = copy.as_ref().map_or(send.0, |c| c.as_ptr().cast());
+        let send = self.send(from, send.1, dtype, "sendbuf")?;
+        f(send, self.recv(recv.0, recv.1, dtype, "recvbuf")?)
+    }
+}
+
 /// A host send buffer that overlaps the receive buffer (MPI's in-place layouts, e.g. an
 /// allgather whose input is its own block of the output): a copy of it, so the call never reads
 /// memory it writes. `None` when they do not overlap (or the call is on the device, where
 /// the engines handle such layouts themselves). Call it before making the receive buffer.
-pub(crate) fn overlapping_copy(
+fn overlapping_copy(
     place: Place,
     send: (*const c_void, usize),
     recv: (*const c_void, usize),

@@ -9,7 +9,7 @@
 
 use crate::api::{accord_api_t, API};
 use crate::handle::{accord_comm_t, forward, with_comm};
-use crate::memory::{overlapping_copy, place, Place};
+use crate::memory::{place, Place};
 use crate::status::{accord_status_t, guard, invalid, ACCORD_SUCCESS};
 use crate::types::{self, accord_dtype_t, accord_stream_t};
 use accord::{Communicator, Completion, Result};
@@ -378,14 +378,14 @@ pub unsafe extern "C" fn accord_sendrecv(
         let dest = types::rank(dest, "dest", c.size())?;
         let source = types::rank(source, "source", c.size())?;
         let at = place(c, &[("sendbuf", sendbuf), ("recvbuf", recvbuf)], stream)?;
-        let copy = overlapping_copy(at, (sendbuf, sendcount), (recvbuf, recvcount), dt)?;
-        let send = match &copy {
-            Some(c) => at.send(c.as_ptr().cast(), sendcount, dt, "sendbuf")?,
-            None => at.send(sendbuf, sendcount, dt, "sendbuf")?,
-        };
-        let recv = at.recv(recvbuf, recvcount, dt, "recvbuf")?;
-        c.sendrecv(send, dest, recv, source, types::tag(tag)?)
-            .map(drop)
+        let tag = types::tag(tag)?;
+        at.pair(
+            (sendbuf, sendcount),
+            (recvbuf, recvcount),
+            dt,
+            |send, recv| c.sendrecv(send, dest, recv, source, tag),
+        )
+        .map(drop)
     })
 }
 

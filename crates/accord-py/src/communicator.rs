@@ -6,11 +6,13 @@
 //! first such call attach the device to the communicator, a collective step (see
 //! [`crate::run`]).
 
+use crate::args::{rank_arg, reduce_op};
 use crate::buffers::{buf, kept, no_gpu_tag, obj, pair, same_dtype, Buf, Call};
+use crate::elementwise::Elementwise;
 use crate::errors::to_py as err;
 use crate::scalar::Arg;
-use accord::{Communicator as CoreComm, Parts, ReduceOp};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use accord::{Communicator as CoreComm, Parts};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -57,104 +59,6 @@ impl Communicator {
             c_handle: OnceLock::new(),
         }
     }
-}
-
-/// A rank argument (`root`, `dst`, `src`): Python ints may be negative, which no rank is.
-pub(crate) fn rank_arg(v: i64, what: &str) -> PyResult<usize> {
-    usize::try_from(v).map_err(|_| {
-        PyValueError::new_err(format!(
-            "{what} must be a rank of the communicator (0 or more), not {v}"
-        ))
-    })
-}
-
-/// The reductions of one array per rank into one array per rank, in place or not.
-#[derive(Clone, Copy)]
-enum Elementwise {
-    AllReduce,
-    Scan,
-    ExScan,
-}
-
-impl Elementwise {
-    fn name(self) -> &'static str {
-        match self {
-            Elementwise::AllReduce => "allreduce",
-            Elementwise::Scan => "scan",
-            Elementwise::ExScan => "exscan",
-        }
-    }
-
-    fn call<'a>(
-        self,
-        c: &CoreComm,
-        io: (Option<accord::SendBuf<'a>>, accord::RecvBuf<'a>),
-        op: ReduceOp,
-    ) -> accord::Result<accord::Completion> {
-        match (self, io) {
-            (Elementwise::AllReduce, (None, r)) => c.all_reduce(r, op),
-            (Elementwise::AllReduce, (Some(s), r)) => c.all_reduce((s, r), op),
-            (Elementwise::Scan, (None, r)) => c.scan(r, op),
-            (Elementwise::Scan, (Some(s), r)) => c.scan((s, r), op),
-            (Elementwise::ExScan, (None, r)) => c.exscan(r, op),
-            (Elementwise::ExScan, (Some(s), r)) => c.exscan((s, r), op),
-        }
-    }
-}
-
-impl Communicator {
-    /// `allreduce`, `scan` or `exscan` of `arr` into `out` (into `arr` when `out` is None).
-    fn elementwise(
-        &self,
-        py: Python<'_>,
-        what: Elementwise,
-        arr: &Bound<'_, PyAny>,
-        op: Option<&Bound<'_, PyAny>>,
-        out: Option<&Bound<'_, PyAny>>,
-        async_op: bool,
-    ) -> PyResult<PyObject> {
-        let op = reduce_op(op)?;
-        let Some(out) = out.filter(|o| !o.is(arr)) else {
-            let arr = Arg::new(arr, "arr")?;
-            let a = buf(&arr.obj, "arr", true)?;
-            return self.run(
-                py,
-                Call::one(what.name(), async_op, a, &arr),
-                Box::new(move |c, b| unsafe { what.call(c, (None, b[0].recv()), op) }.map(Some)),
-            );
-        };
-        let (arr, out) = (Arg::new(arr, "arr")?, Arg::new(out, "out")?);
-        let bufs = pair(&arr, &out, what.name())?;
-        self.run(
-            py,
-            Call::two(what.name(), async_op, bufs, [&arr, &out]),
-            Box::new(move |c, b| {
-                unsafe { what.call(c, (Some(b[0].send()), b[1].recv()), op) }.map(Some)
-            }),
-        )
-    }
-}
-
-pub(crate) fn reduce_op(op: Option<&Bound<'_, PyAny>>) -> PyResult<ReduceOp> {
-    let Some(op) = op else {
-        return Ok(ReduceOp::Sum);
-    };
-    let name: String = match op.extract::<String>() {
-        Ok(s) => s,
-        Err(_) => op
-            .getattr("value")
-            .and_then(|v| v.extract())
-            .map_err(|_| {
-                PyTypeError::new_err(
-                    "op must be a string (sum, prod, min, max, avg, band, bor, bxor) or accord.ReduceOp",
-                )
-            })?,
-    };
-    ReduceOp::parse(&name).map_err(|_| {
-        PyValueError::new_err(format!(
-            "unknown reduce op {name:?}; use one of sum, prod, min, max, avg, band, bor, bxor"
-        ))
-    })
 }
 
 #[pymethods]
@@ -752,7 +656,7 @@ impl Communicator {
             Box::new(move |c, b| {
                 let counts = b[1].counts(&counts);
                 let displs = displs.as_deref().map(|d| b[1].counts(d));
-                let recv = parts(unsafe { b[1].recv() }, &counts, displs.as_deref());
+                let recv = Parts::placed(unsafe { b[1].recv() }, &counts, displs.as_deref());
                 c.all_gather(unsafe { b[0].send() }, recv).map(Some)
             }),
         )
@@ -923,7 +827,7 @@ impl Communicator {
             py,
             Call::two("reduce_scatterv", async_op, bufs, [&arr, &out]),
             Box::new(move |c, b| {
-                let send = parts(unsafe { b[0].send() }, &counts, displs.as_deref());
+                let send = Parts::placed(unsafe { b[0].send() }, &counts, displs.as_deref());
                 c.reduce_scatter(send, unsafe { b[1].recv() }, op).map(Some)
             }),
         )
@@ -999,8 +903,8 @@ impl Communicator {
                 let (sc, rc) = (b[0].counts(&send_counts), b[1].counts(&recv_counts));
                 let sd = send_displs.as_deref().map(|d| b[0].counts(d));
                 let rd = recv_displs.as_deref().map(|d| b[1].counts(d));
-                let send = parts(unsafe { b[0].send() }, &sc, sd.as_deref());
-                let recv = parts(unsafe { b[1].recv() }, &rc, rd.as_deref());
+                let send = Parts::placed(unsafe { b[0].send() }, &sc, sd.as_deref());
+                let recv = Parts::placed(unsafe { b[1].recv() }, &rc, rd.as_deref());
                 c.all_to_all(send, recv).map(Some)
             }),
         )
@@ -1086,17 +990,5 @@ impl Communicator {
         let c = self.inner.clone();
         let r = py.allow_threads(move || c.subgroup(&ranks)).map_err(err)?;
         Ok(r.map(Communicator::wrap))
-    }
-}
-
-/// `buf` in per-rank blocks: back to back, or at `displs` where given.
-pub(crate) fn parts<'a, B>(
-    buf: B,
-    counts: &'a [usize],
-    displs: Option<&'a [usize]>,
-) -> Parts<'a, B> {
-    match displs {
-        Some(d) => Parts::with_displs(buf, counts, d),
-        None => Parts::new(buf, counts),
     }
 }

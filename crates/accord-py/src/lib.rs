@@ -15,10 +15,12 @@
 // pyo3 0.22's #[pymethods] expansion trips this lint on every fallible method.
 #![allow(clippy::useless_conversion)]
 
+mod args;
 mod array;
 mod buffers;
 mod communicator;
 mod cuda;
+mod elementwise;
 mod errors;
 mod init;
 mod request;

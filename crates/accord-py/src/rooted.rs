@@ -3,8 +3,9 @@
 //! pass the core an empty buffer in the memory of their other array.
 
 use crate::buffers::{buf, obj, same_dtype, Call};
-use crate::communicator::{parts, Communicator};
+use crate::communicator::Communicator;
 use crate::scalar::Arg;
+use accord::Parts;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -60,7 +61,7 @@ impl Communicator {
                     None => c.gather(send, recv, root),
                     Some((n, d)) => {
                         let (n, d) = (b[0].counts(n), d.as_deref().map(|d| b[0].counts(d)));
-                        c.gather(send, parts(recv, &n, d.as_deref()), root)
+                        c.gather(send, Parts::placed(recv, &n, d.as_deref()), root)
                     }
                 }
                 .map(Some)
@@ -121,7 +122,7 @@ impl Communicator {
                     None => c.scatter(send, recv, root),
                     Some((n, d)) => {
                         let (n, d) = (b[0].counts(n), d.as_deref().map(|d| b[0].counts(d)));
-                        c.scatter(parts(send, &n, d.as_deref()), recv, root)
+                        c.scatter(Parts::placed(send, &n, d.as_deref()), recv, root)
                     }
                 }
                 .map(Some)

@@ -306,11 +306,7 @@ pub struct Parts<'a, B> {
 impl<'a, B> Parts<'a, B> {
     /// `buf` in blocks of `counts` (one entry per rank), back to back in rank order.
     pub fn new(buf: B, counts: &'a [usize]) -> Self {
-        Parts {
-            buf,
-            counts,
-            displs: None,
-        }
+        Parts::placed(buf, counts, None)
     }
 
     /// `buf` in blocks of `counts` (one entry per rank), block `i` starting at element
@@ -335,10 +331,16 @@ impl<'a, B> Parts<'a, B> {
     /// });
     /// ```
     pub fn with_displs(buf: B, counts: &'a [usize], displs: &'a [usize]) -> Self {
+        Parts::placed(buf, counts, Some(displs))
+    }
+
+    /// [`Parts::with_displs`] where `displs` is given, [`Parts::new`] where it is `None` (for
+    /// bindings whose callers may pass displacements or not).
+    pub fn placed(buf: B, counts: &'a [usize], displs: Option<&'a [usize]>) -> Self {
         Parts {
             buf,
             counts,
-            displs: Some(displs),
+            displs,
         }
     }
 }
