@@ -162,6 +162,7 @@ mod bootstrap;
 pub mod buffer;
 pub mod comm;
 pub mod config;
+pub mod distributed;
 pub mod dtype;
 mod engine;
 pub mod error;
