@@ -38,6 +38,7 @@
 //! | `ACCORD_NCCL_LIBRARY` | path | search | the NCCL library to load |
 //! | `ACCORD_CUDA_LIBRARY` | path | `libcuda.so.1` | the CUDA driver library to load |
 //! | `ACCORD_NVRTC_LIBRARY` | path | search (see [`crate::gpu::cuda::nvrtc`]) | the NVRTC library that compiles kernels at run time |
+//! | `ACCORD_CUFFT_LIBRARY` | path | search (see [`crate::gpu::cuda::cufft`]) | the cuFFT library the distributed FFT's device transforms load |
 //! | `ACCORD_KERNEL_CACHE` | `0` (trimmed) | on | keep kernels compiled with NVRTC in `$XDG_CACHE_HOME/accord` (else `~/.cache/accord`) |
 //! | `ACCORD_SYMMETRIC` | `ipc` (trimmed) | VMM where supported | share symmetric-heap memory through CUDA IPC handles instead of VMM file descriptors |
 //! | `ACCORD_SOAK` | count (≥ 1; trimmed) | 1 | repetition multiplier of randomized and fault tests |

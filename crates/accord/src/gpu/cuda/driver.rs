@@ -1,6 +1,6 @@
 //! The required table, the process's driver, and the helpers every GPU path uses.
 
-use super::{CuContext, CuDevicePtr, CuEvent, CuResult, CuStream, Launch, Resolve, Vmm};
+use super::{CuContext, CuDevicePtr, CuEvent, CuResult, CuStream, Launch, Resolve, Strided, Vmm};
 use crate::error::{Error, Result};
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -56,6 +56,8 @@ pub struct Driver {
     vmm: std::result::Result<Vmm, Vec<&'static str>>,
     /// The module and launch table, or the names of the symbols it lacks.
     launch: std::result::Result<Launch, Vec<&'static str>>,
+    /// The strided-copy table, or the names of the symbols it lacks.
+    strided: std::result::Result<Strided, Vec<&'static str>>,
     /// Keeps the symbols valid (`None` for tables resolved without a library, in tests).
     _lib: Option<Library>,
 }
@@ -68,7 +70,7 @@ impl std::ops::Deref for Driver {
 }
 
 impl Driver {
-    /// Both tables through `resolve`: a load failure only for a required symbol.
+    /// Every table through `resolve`: a load failure only for a required symbol.
     pub(crate) fn from_resolver(
         lib: Option<Library>,
         resolve: Resolve<'_>,
@@ -79,6 +81,7 @@ impl Driver {
             calls,
             vmm: Vmm::resolve(resolve),
             launch: Launch::resolve(resolve),
+            strided: Strided::resolve(resolve),
             _lib: lib,
         })
     }
@@ -124,6 +127,16 @@ impl Driver {
             )?;
         }
         Ok((major, minor))
+    }
+
+    /// The strided (3-D) copy call, or [`Error::Unsupported`] naming what this driver lacks.
+    pub fn strided(&self) -> Result<&Strided> {
+        self.strided.as_ref().map_err(|missing| {
+            Error::Unsupported(format!(
+                "this CUDA driver lacks {}, which strided device copies need",
+                missing.join(", ")
+            ))
+        })
     }
 
     /// The virtual memory management and IPC calls, or [`Error::Unsupported`] naming the ones

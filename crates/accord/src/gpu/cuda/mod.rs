@@ -6,25 +6,35 @@
 //! every CUDA machine has, and the primary context it hands out is the same one PyTorch, CuPy and
 //! JAX use, so device pointers and streams from those frameworks are valid here unchanged.
 //!
-//! The symbols come in two tables. The required one ([`Calls`], reached through [`Driver`]'s
+//! The symbols come in tables. The required one ([`Calls`], reached through [`Driver`]'s
 //! `Deref`) is what every GPU operation needs: without any of it the driver is unusable. The
-//! optional one ([`Vmm`], from [`Driver::vmm`]) is virtual memory management and IPC, which
-//! only engines that share memory between processes use; a driver without it (old, or a
-//! restricted environment) still runs everything else, and [`Driver::vmm`] names what it lacks.
+//! optional ones are each reached through an accessor that names what the driver lacks:
+//! [`Vmm`] ([`Driver::vmm`]) is virtual memory management and IPC, which only engines that
+//! share memory between processes use; [`Launch`] ([`Driver::launch`]) loads and launches
+//! compiled kernels; [`Strided`] ([`Driver::strided`]) is the 3-D pitched copy. A driver
+//! without one of them (old, or a restricted environment) still runs everything else.
+//!
+//! Libraries beside the driver are opened the same way, each on first use and only by the code
+//! that needs it: [`nvrtc`] compiles kernels, [`cufft`] computes FFTs (the distributed FFT's
+//! local transforms).
 //!
 //! - `driver`: the required table, the process's [`driver()`] and its helpers;
-//! - `vmm`: the optional table.
+//! - `vmm`, `module`, `strided`: the optional tables;
+//! - [`nvrtc`], [`cufft`]: the libraries beside the driver.
 
 mod channel_handle;
+pub mod cufft;
 mod disk_cache;
 mod driver;
 mod module;
 pub mod nvrtc;
+mod strided;
 mod vmm;
 
 pub use channel_handle::MemoryChannelHandle;
 pub use driver::{driver, Calls, Driver};
 pub use module::{Kernel, KernelArgs, Launch, Module};
+pub use strided::{CudaMemcpy3d, Strided, CU_MEMORYTYPE_DEVICE};
 pub use vmm::{CuIpcMemHandle, Vmm};
 
 use std::ffi::{c_int, c_uint, c_void, CStr};

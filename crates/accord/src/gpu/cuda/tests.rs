@@ -71,3 +71,19 @@ fn the_optional_table_lists_the_vmm_and_ipc_calls() {
     // cuPointerGetAttribute is required (array interfaces need it), so it is always there.
     assert!(Vmm::resolve(&fake(&["cuPointerGetAttribute"])).is_ok());
 }
+
+#[test]
+fn a_driver_without_the_3d_copy_loses_only_strided_copies() {
+    let d = Driver::from_resolver(None, &fake(&["cuMemcpy3DAsync_v2"]))
+        .expect("the required table is complete, so the driver loads");
+    assert!(d.vmm().is_ok() && d.launch().is_ok());
+    let Err(e) = d.strided() else {
+        panic!("strided copies available without cuMemcpy3DAsync_v2")
+    };
+    assert!(matches!(e, crate::Error::Unsupported(_)), "{e}");
+    assert!(e.to_string().contains("cuMemcpy3DAsync_v2"), "{e}");
+    assert!(Driver::from_resolver(None, &fake(&[]))
+        .unwrap()
+        .strided()
+        .is_ok());
+}
