@@ -20,6 +20,7 @@ mod array;
 mod buffers;
 mod communicator;
 mod cuda;
+mod distributed;
 mod elementwise;
 mod errors;
 mod init;
@@ -39,6 +40,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cuda::Kernel>()?;
     m.add_function(wrap_pyfunction!(cuda::compile_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_include_dir, m)?)?;
+    m.add_class::<distributed::RedistributePlan>()?;
+    m.add_class::<distributed::FftPlan>()?;
+    m.add_function(wrap_pyfunction!(distributed::grid_box, m)?)?;
     m.add_class::<init::StoreServer>()?;
     m.add_function(wrap_pyfunction!(init::init, m)?)?;
     m.add_function(wrap_pyfunction!(init::cli_main, m)?)?;

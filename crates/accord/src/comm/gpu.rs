@@ -81,6 +81,13 @@ impl Communicator {
         }
     }
 
+    /// A completion for everything enqueued on `stream` so far, through the attached device's
+    /// failure and deadline checks: how an operation that ends in stream-ordered work of its
+    /// own (after a collective) says when it is done.
+    pub(crate) fn stream_completion(&self, stream: Stream) -> Result<Completion> {
+        Ok(Completion::device(self.device_engine()?.mark(stream)?))
+    }
+
     /// The device engine, or an error saying how to attach one.
     pub(crate) fn device_engine(&self) -> Result<&GpuCommunicator> {
         self.inner.device.get().ok_or_else(|| {

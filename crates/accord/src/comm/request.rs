@@ -16,7 +16,7 @@ pub struct Completion {
 }
 
 impl Completion {
-    pub(super) fn done() -> Self {
+    pub(crate) fn done() -> Self {
         Completion { device: None }
     }
 

@@ -589,6 +589,18 @@ impl DeviceComm {
         r
     }
 
+    /// A request that completes once the work enqueued on `stream` so far has: for operations
+    /// made of a collective and stream-ordered work after it (a redistribution's unpacking),
+    /// whose callers must wait for the whole.
+    pub(crate) fn mark(self: &Arc<Self>, stream: Stream) -> Result<GpuRequest> {
+        self.cu.make_current(self.ctx as CuContext)?;
+        let s = self.stream_of(stream);
+        let event = Arc::new(self.events.take()?);
+        event.record(s);
+        let seq = self.state.lock().expect("gpu op state").seq;
+        Ok(GpuRequest::new(event, self.clone(), seq))
+    }
+
     /// Block until the work enqueued on `stream` so far (the caller's kernels included) has
     /// finished: the communicator's failure if it fails first, a timeout naming the stream's
     /// device if the work is still running after the communicator's timeout.

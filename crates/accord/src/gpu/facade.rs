@@ -158,6 +158,17 @@ impl GpuCommunicator {
         self.comm.wait_stream(stream)
     }
 
+    /// The `CUstream` behind `s` (the communicator's own for [`Stream::Comm`]).
+    pub(crate) fn raw_stream(&self, s: Stream) -> usize {
+        self.comm.stream_of(s) as usize
+    }
+
+    /// A request completing with the work enqueued on `stream` so far (see
+    /// [`DeviceComm::mark`]).
+    pub(crate) fn mark(&self, stream: Stream) -> Result<GpuRequest> {
+        self.comm.mark(stream)
+    }
+
     /// Send `buf` to `peer` (matched by the peer's receive, in call order; no tags).
     pub(crate) fn send(&self, buf: DeviceSlice, peer: usize, stream: Stream) -> Result<GpuRequest> {
         let fp = Fingerprint::new(OpKind::P2p, buf.dtype(), buf.count());
