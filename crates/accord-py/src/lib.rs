@@ -22,6 +22,7 @@ mod communicator;
 mod cuda;
 mod elementwise;
 mod errors;
+mod group;
 mod init;
 mod request;
 mod rooted;
@@ -39,6 +40,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cuda::Kernel>()?;
     m.add_function(wrap_pyfunction!(cuda::compile_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_include_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(group::group_start, m)?)?;
+    m.add_function(wrap_pyfunction!(group::group_end, m)?)?;
     m.add_class::<init::StoreServer>()?;
     m.add_function(wrap_pyfunction!(init::init, m)?)?;
     m.add_function(wrap_pyfunction!(init::cli_main, m)?)?;
