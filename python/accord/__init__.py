@@ -31,11 +31,12 @@ Bootstrapping: :func:`init` (env://, tcp://host:port, file:///path, or ``mpi_com
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import secrets
 import socket
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from . import _native
 from ._errors import (
@@ -245,6 +246,21 @@ recv_object = _forward("recv_object")
 split = _forward("split")
 subgroup = _forward("subgroup")
 
+
+@contextlib.contextmanager
+def group() -> Iterator[None]:
+    """Launch the device operations (CUDA arrays) this thread issues inside the block together
+    when it ends, as NCCL's ``ncclGroupStart``/``ncclGroupEnd``: a batch of messages may post
+    its receives before its sends on every rank without deadlock. Groups nest; the outermost
+    launches. Host operations are not deferred (pass ``async_op=True`` to host messages that
+    must not wait for each other). Attach the device first (``Communicator.attach_device``, or
+    any earlier call with CUDA arrays): attaching inside a group is refused."""
+    _native.group_start()
+    try:
+        yield
+    finally:
+        _native.group_end()
+
 __all__ = [
     "AbortedError",
     "AccordError",
@@ -279,6 +295,7 @@ __all__ = [
     "gather",
     "gather_object",
     "gatherv",
+    "group",
     "get_rank",
     "get_world_size",
     "init",

@@ -7,16 +7,37 @@ The backend registers itself through the ``torch.distributed.backends`` entry po
 ``import accord.torch``). It bootstraps from torch's own store: rank 0 of each group starts
 Accord's store in its process and posts its address and a fresh token in torch's store, where
 the other ranks read it, so there is nothing else to start. Every group (``new_group``) is an
-Accord communicator of its own; ``split_group`` is refused by torch (this backend does not
-offer torch's backend-level splitting).
+Accord communicator of its own.
 
-Deadlines: the ``timeout`` given to ``init_process_group`` / ``new_group``; where none is given,
-``ACCORD_TIMEOUT`` if set, else torch's default (30 minutes). A lost rank or a desync fails the
-calls at once whatever the deadline.
+``split_group(split_ranks=[[...], ...])`` splits the parent's communicator (Accord's ``split``,
+collective over the parent: no new connections); ranks in no list get torch's non-member
+object. torch asks the group for its device types before splitting, and a group that a Python
+creator returns has none of its own (torch registers no C++ backend on it), so each group
+registers a placeholder C++ ``Backend`` for ``cpu`` and ``cuda`` (its own collectives are never
+called: the group's Python methods run them). A torch whose ``Backend`` cannot be subclassed
+from Python gets no placeholder; there torch itself refuses ``split_group`` ("its backend does
+not support splitting"), and ``new_group`` still works.
+
+Deadlines: the ``timeout`` given to ``init_process_group`` / ``new_group`` / ``split_group``;
+where none is given, ``ACCORD_TIMEOUT`` if set, else torch's default (30 minutes). A lost rank
+or a desync fails the calls at once whatever the deadline.
 
 Every collective and message returns a ``Work`` (``wait(timeout)``, ``is_completed()``,
-``get_future()``); the operation runs in the background from the call on (host tensors on a
-thread of Accord's, CUDA tensors on the current stream), in the order the calls were made.
+``get_future()``). Host tensors: the operation runs on a thread of Accord's from the call on,
+in call order, and ``wait()`` blocks until it is done. CUDA tensors: the operation (and the
+copies a list-based call makes into its outputs) is enqueued on the stream current at the call,
+and ``wait()`` makes the stream current at the wait wait for it, without blocking the host, as
+NCCL's ``Work.wait()`` does; it raises at once if the communicator has already failed. Use
+``get_future()`` (or synchronize the stream) to block the host.
+
+Messages of CUDA tensors run on the device (NCCL, matched in call order as NCCL's are) once the
+group has attached its GPU and when the tag is 0; else they go through host memory, where tags
+are honoured and nothing needs the GPU attached (attaching is a step every rank of the group
+takes together, which a message between two ranks cannot be). ``batch_isend_irecv`` of CUDA
+tensors attaches the GPU (every rank of the group takes part in the first batch, as torch
+documents for NCCL) and posts its device messages in one launch group (``accord.group()``), so
+receives may come before sends on every rank; it returns one ``Work`` for the batch.
+
 Failures raise :class:`AccordDistError`, a ``torch.distributed.DistBackendError`` carrying
 Accord's message (which rank is missing, which calls disagree) and the original error as
 ``__cause__`` and ``accord_error``.
@@ -34,7 +55,7 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future
 
-from . import AccordError, StoreServer, _arrays, _multi, advertised_host, init_from_store
+from . import AccordError, StoreServer, _arrays, _multi, _native, advertised_host, init_from_store
 
 BACKEND = "accord"
 
@@ -79,17 +100,37 @@ def _seconds(timeout: Any) -> Optional[float]:
 
 
 class Work(dist._Work):
-    """One operation: done once Accord's request finished and ``finish`` (the copies a
-    list-based call makes into its outputs) ran, on ``stream`` for CUDA tensors (the stream
-    that was current at the call)."""
+    """One operation, or a batch of them.
 
-    def __init__(self, request: Any = None, result: Any = None, finish: Optional[Callable[[], None]] = None, stream: Any = None):
+    Host tensors: done once Accord's requests finished and ``finish`` (the copies a list-based
+    call makes into its outputs) ran; ``wait`` blocks the host. CUDA tensors: the operation and
+    its copies are enqueued on the caller's stream, ``event`` is recorded behind them, and
+    ``wait`` makes the current stream wait for that event (the requests only say whether the
+    communicator failed). A Work made inside a launch group gets its event when the group
+    ends (``_arm``)."""
+
+    def __init__(
+        self,
+        requests: Any = (),
+        result: Any = None,
+        finish: Optional[Callable[[], None]] = None,
+        event: Any = None,
+        device: Any = None,
+        parts: Any = (),
+    ):
         super().__init__()
-        self._request, self._result, self._finish, self._stream = request, result, finish, stream
-        self._done = request is None and finish is None
+        self._requests = [r for r in requests if r is not None]
+        self._result, self._finish, self._event, self._device = result, finish, event, device
+        # A batch of host Works (coalesced host messages): each waited for in turn.
+        self._parts = list(parts)
+        self._cuda = device is not None
+        self._done = not self._requests and finish is None and not self._parts and not self._cuda
         self._error: Optional[BaseException] = None
         self._lock = threading.Lock()
         self._future: Optional[Future] = None
+
+    def _arm(self, event: Any) -> None:
+        self._event = event
 
     def _fail(self, e: AccordError, keep: bool) -> BaseException:
         err = _torch_error(e)
@@ -98,15 +139,27 @@ class Work(dist._Work):
             self._error = err
         return err
 
-    def _complete(self, timeout: Optional[float] = None) -> None:
-        # Wait outside the lock, so a caller's timeout holds while another thread waits too.
-        request = self._request
-        if request is not None and self._error is None:
+    def _check_requests(self, timeout: Optional[float] = None, block: bool = True) -> None:
+        """Raise the requests' failure; with ``block``, wait (at most ``timeout``) for them."""
+        for request in self._requests:
+            if self._error is not None:
+                break
+            if not block and not request.test():
+                continue
             try:
                 request.wait(timeout)
             except AccordError as e:
                 # A wait that ran out of its own timeout may be retried; anything else is final.
                 raise self._fail(e, not (timeout is not None and isinstance(e, TimeoutError))) from e
+        if self._error is not None:
+            raise self._error
+
+    def _complete(self, timeout: Optional[float] = None) -> None:
+        """Host work: block until done (at most ``timeout`` for Accord's requests)."""
+        for part in self._parts:
+            part._complete(timeout)
+        # Wait outside the lock, so a caller's timeout holds while another thread waits too.
+        self._check_requests(timeout)
         with self._lock:
             if self._error is not None:
                 raise self._error
@@ -114,31 +167,65 @@ class Work(dist._Work):
                 return
             if self._finish is not None:
                 try:
-                    if self._stream is not None:
-                        with torch.cuda.stream(self._stream):
-                            self._finish()
-                    else:
-                        self._finish()
+                    self._finish()
                 except AccordError as e:
                     raise self._fail(e, True) from e
-            self._request = None
+            self._requests = []
             self._done = True
 
+    def _host_wait_cuda(self) -> None:
+        """CUDA work: block the host until it finished on the GPU (the communicator's watchdog
+        bounds the requests' wait)."""
+        for part in self._parts:
+            part._complete()
+        self._check_requests()
+        if self._event is None:
+            raise RuntimeError("this Work belongs to a launch group that has not ended yet")
+        self._event.synchronize()
+        self._done = True
+
     def wait(self, timeout: Any = None) -> bool:
-        self._complete(_seconds(timeout))
+        if not self._cuda:
+            self._complete(_seconds(timeout))
+            return True
+        for part in self._parts:  # host-staged messages of a batch
+            part.wait(timeout)
+        # Stream semantics: the caller's current stream waits on the GPU; a failure the
+        # communicator already knows of is raised now.
+        self._check_requests(block=False)
+        if self._event is None:
+            raise RuntimeError("this Work belongs to a launch group that has not ended yet")
+        torch.cuda.current_stream(self._device).wait_event(self._event)
         return True
 
     def is_completed(self) -> bool:
         if self._done or self._error is not None:
             return True
-        request = self._request
-        if request is not None and not request.test():
+        if self._cuda:
+            if self._failed():
+                return True
+            if any(not p.is_completed() for p in self._parts):
+                return False
+            if self._event is None or not self._event.query():
+                return False
+            self._done = True
+            return True
+        if any(not p.is_completed() for p in self._parts):
+            return False
+        if any(not r.test() for r in self._requests):
             return False
         try:
             self._complete()
         except Exception:
             pass
         return True
+
+    def _failed(self) -> bool:
+        try:
+            self._check_requests(block=False)
+        except Exception:
+            return True
+        return False
 
     def is_success(self) -> bool:
         return self.is_completed() and self._error is None
@@ -147,7 +234,10 @@ class Work(dist._Work):
         return self._error
 
     def result(self) -> Any:
-        self._complete()
+        if self._cuda:
+            self.wait()
+        else:
+            self._complete()
         return self._result
 
     def get_future(self) -> Future:
@@ -157,11 +247,12 @@ class Work(dist._Work):
 
             def settle() -> None:
                 try:
-                    self._complete()
-                    if self._stream is not None:
-                        # The copies into the outputs ran on the caller's stream: the future's
-                        # readers may be on any other.
-                        self._stream.synchronize()
+                    if self._cuda:
+                        # The future's readers may be on any stream: it completes once the
+                        # work (and its copies) finished on the GPU.
+                        self._host_wait_cuda()
+                    else:
+                        self._complete()
                     fut.set_result(self._result)
                 except BaseException as e:  # noqa: BLE001 - handed to the future
                     fut.set_exception(e)
@@ -200,16 +291,61 @@ def _chain(*fs: Optional[Callable[[], None]]) -> Optional[Callable[[], None]]:
     return run
 
 
+def _placeholder_class() -> Any:
+    """A C++ ``Backend`` subclass registered on each group for ``cpu`` and ``cuda``, so that torch
+    sees the group's device types, name and default backend (``split_group``, its hooks).
+    None where torch's ``Backend`` cannot be subclassed from Python."""
+    try:
+        from torch._C._distributed_c10d import Backend as _C10dBackend
+
+        class _Placeholder(_C10dBackend):
+            # Plain attributes: torch reads these through the Python object, and a property
+            # inherited from the C++ class would call back into itself.
+            supports_splitting = False
+            supports_coalescing = False
+            _supports_time_estimate = False
+            supports_shrinking = False
+            supports_reconfigure = False
+            supports_window = False
+
+            def getBackendName(self) -> str:  # noqa: N802 - torch's name
+                return BACKEND
+
+        return _Placeholder
+    except Exception:  # noqa: BLE001 - an older torch: no splitting
+        return None
+
+
+_PLACEHOLDER = _placeholder_class()
+
+
 class ProcessGroup(dist.ProcessGroup):
     """A torch process group over one Accord communicator."""
 
-    # What torch asks of a backend before splitting a group or coalescing a batch of messages.
-    supports_splitting = False
-    supports_coalescing = False
+    # What torch asks before coalescing a batch (batch_isend_irecv): one Work per batch, its
+    # device messages in one launch group.
+    supports_coalescing = True
 
     def __init__(self, comm: Any, rank: int, size: int):
         super().__init__(rank, size)
         self._comm = comm
+        self._splittable = False
+        # (device, Works) of the batch being coalesced, else None.
+        self._coalescing: Optional[tuple] = None
+        if _PLACEHOLDER is not None:
+            try:
+                self._placeholder = _PLACEHOLDER(rank, size)
+                for device in ("cpu", "cuda"):
+                    self._register_backend(torch.device(device), dist.ProcessGroup.BackendType.CUSTOM, self._placeholder)
+                self._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
+                self._splittable = True
+            except Exception:  # noqa: BLE001 - torch refused it: the group works, unsplittable
+                pass
+
+    @property
+    def supports_splitting(self) -> bool:
+        """What torch asks before ``split_group`` (see the module's documentation)."""
+        return self._splittable
 
     @property
     def communicator(self) -> Any:
@@ -219,27 +355,174 @@ class ProcessGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND
 
-    def _get_backend(self, device: Any) -> Any:  # batch_isend_irecv asks; no coalescing
+    def _get_backend(self, device: Any) -> Any:  # torch asks it what it supports
         return self
 
+    # ----- splitting
+
+    def split_group(
+        self,
+        new_ranks: List[int],
+        timeout: Any = None,
+        opts: Any = None,
+        group_name: Optional[str] = None,
+        group_desc: Optional[str] = None,
+        device_types: Any = None,
+    ) -> Optional["ProcessGroup"]:
+        """The group of ``new_ranks`` (ranks of this group, in the new group's order), split
+        from this one; None where this rank is not listed. Collective over this group: torch's
+        ``split_group`` calls it on every rank, each with the list holding it (a rank in none
+        gets the first list). The lists are disjoint, so the lowest rank of each names it."""
+        ranks = [int(r) for r in new_ranks]
+        me = self._comm.rank
+        member = me in ranks
+        try:
+            child = self._comm.split(min(ranks) if member else None, ranks.index(me) if member else 0)
+        except AccordError as e:
+            raise _torch_error(e) from e
+        if child is None:
+            return None
+        seconds = _deadline(timeout)
+        if seconds is not None:
+            child.timeout = seconds
+        pg = ProcessGroup(child, ranks.index(me), len(ranks))
+        if group_name is not None:
+            pg._set_group_name(group_name)
+        if group_desc is not None:
+            pg._set_group_desc(group_desc)
+        return pg
+
+    def perform_nocolor_split(self, device: Any) -> None:
+        """torch's hint, on ranks left out of a ``new_group`` whose parent is bound to a device,
+        that the members split the parent: ours never do (each ``new_group`` makes its own
+        communicator through torch's store), so nothing is to be done."""
+
+    def eager_connect_single_device(self, device: Any) -> None:
+        """Attach the GPU now (``init_process_group(device_id=...)``), as NCCL connects eagerly;
+        every rank of the group takes this step together."""
+        if device is not None and torch.device(device).type == "cuda":
+            self._attach(torch.device(device))
+
+    def _attach(self, device: Any) -> None:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        try:
+            self._comm.attach_device(index)
+        except AccordError as e:
+            raise _torch_error(e) from e
+
+    def _device_messages(self, t: torch.Tensor, tag: int) -> bool:
+        """Whether a message of ``t`` runs on the device (see the module's documentation): a
+        CUDA tensor with tag 0 on the attached GPU, where the engine (NCCL) has messages."""
+        if not t.is_cuda or tag != 0 or self._comm.gpu_devices != [t.device.index]:
+            return False
+        try:
+            self._comm.nccl_comm()
+        except RuntimeError:  # Accord's own kernels: collectives only
+            return False
+        return True
+
+    # ----- coalescing (batch_isend_irecv)
+
+    def _start_coalescing(self, device: Any) -> None:
+        if self._coalescing is not None:
+            raise ValueError("backend 'accord': a coalesced batch is already open on this group")
+        device = torch.device(device)
+        if device.type == "cuda":
+            # Attaching is refused inside a launch group: the first batch attaches first.
+            self._attach(device)
+            try:
+                _native.group_start()
+            except AccordError as e:
+                raise _torch_error(e) from e
+        self._coalescing = (device, [])
+
+    def _end_coalescing(self, device: Any) -> Work:
+        if self._coalescing is None:
+            raise ValueError("backend 'accord': no coalesced batch is open on this group")
+        opened, works = self._coalescing
+        self._coalescing = None
+        if opened.type != "cuda":
+            return Work(parts=works)
+        try:
+            _native.group_end()
+        except AccordError as e:
+            raise _torch_error(e) from e
+        # The group launched on the current stream: one event behind it (and the copies into
+        # the outputs) arms every device Work of the batch; host-staged messages are waited for
+        # by the batch's Work.
+        stream = torch.cuda.current_stream(opened)
+        device_works = [w for w in works if w._cuda]
+        for w in device_works:
+            if w._finish is not None:
+                # Copies into the outputs, behind the launch (see _start).
+                with torch.cuda.stream(stream):
+                    w._finish()
+                w._finish = None
+        event = torch.cuda.Event()
+        event.record(stream)
+        for w in device_works:
+            w._arm(event)
+        requests = [r for w in device_works for r in w._requests]
+        return Work(requests, event=event, device=stream.device, parts=[w for w in works if not w._cuda])
+
+    def _abandon_batch(self) -> None:
+        if self._coalescing is None:
+            return
+        opened, _ = self._coalescing
+        self._coalescing = None
+        if opened.type == "cuda":
+            try:
+                _native.group_end()
+            except AccordError:
+                pass  # the call's own error is the one to report
+
     def _run(self, opts: Any, call: Callable[..., Any], *args: Any, result: Any = None, finish: Optional[Callable[[], None]] = None, **kw: Any) -> Work:
-        """Start ``call``. torch says whether the caller waits at once (``opts.asyncOp``
-        False): then the call runs here, without a thread of its own, and its Work is done.
-        Messages (no options) always start in the background, so a batch may post its
-        receives before its sends."""
-        blocking = opts is not None and getattr(opts, "asyncOp", True) is False
+        """Start ``call``. CUDA tensors: enqueued on the current stream (with ``finish``
+        behind it), never blocking the host. Host tensors: torch says whether the caller waits
+        at once (``opts.asyncOp`` False): then the call runs here, without a thread of its
+        own, and its Work is done; messages (no options) always start in the background, so
+        a batch may post its receives before its sends."""
+        try:
+            work = self._start(opts, call, args, kw, result, finish)
+        except BaseException:
+            # torch's coalescing manager does not end a batch whose call raised: close it here,
+            # so that this thread's launch group and the next batch are not left blocked.
+            self._abandon_batch()
+            raise
+        if self._coalescing is not None:
+            self._coalescing[1].append(work)
+        return work
+
+    def _start(self, opts: Any, call: Callable[..., Any], args: tuple, kw: dict, result: Any, finish: Optional[Callable[[], None]]) -> Work:
         cuda = next((a for a in args if isinstance(a, torch.Tensor) and a.is_cuda), None)
-        stream = torch.cuda.current_stream(cuda.device) if cuda is not None and finish is not None else None
+        if cuda is not None:
+            stream = torch.cuda.current_stream(cuda.device)
+            try:
+                request = call(*args, async_op=True, **kw)
+            except AccordError as e:
+                raise _torch_error(e) from e
+            if self._coalescing is not None and self._coalescing[0].type == "cuda":
+                # Launched when the group ends: _end_coalescing runs ``finish`` behind the
+                # launch and arms the Work.
+                return Work([request], result, finish, device=cuda.device)
+            if finish is not None:
+                # Stream-ordered behind the operation: no host wait.
+                with torch.cuda.stream(stream):
+                    finish()
+            event = torch.cuda.Event()
+            event.record(stream)
+            return Work([request], result, event=event, device=cuda.device)
+        blocking = opts is not None and getattr(opts, "asyncOp", True) is False
         try:
             if blocking:
                 call(*args, **kw)
                 if finish is not None:
                     finish()
-                return Work(None, result)
+                return Work(result=result)
             request = call(*args, async_op=True, **kw)
         except AccordError as e:
             raise _torch_error(e) from e
-        return Work(request, result, finish, stream)
+        return Work([request], result, finish)
 
     # ----- collectives
 
@@ -370,18 +653,16 @@ class ProcessGroup(dist.ProcessGroup):
 
     # ----- messages
 
-    # Messages of CUDA tensors go through host memory: torch's batches (batch_isend_irecv) may
-    # post a receive before a send on every rank, which device messages, matched in stream
-    # order, cannot take outside one launch group.
-
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int = 0) -> Work:
         t = _one(tensors, "send")
+        if self._device_messages(t, tag):
+            return self._run(None, self._comm.send, t.contiguous(), dst, result=tensors)
         data = t.detach().to("cpu", copy=True) if t.is_cuda else t.contiguous()
         return self._run(None, self._comm.send, data, dst, tag=tag, result=tensors)
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> Work:
         t = _one(tensors, "recv")
-        if not t.is_cuda:
+        if not t.is_cuda or self._device_messages(t, tag):
             out, back = _contiguous_out(t)
             return self._run(None, self._comm.recv, out, src, tag=tag, result=tensors, finish=back)
         host = torch.empty(t.shape, dtype=t.dtype)

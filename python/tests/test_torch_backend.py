@@ -58,3 +58,13 @@ def test_a_killed_rank_fails_the_others_within_seconds(run_ranks):
     assert len(lost) == 2, r.stdout[-3000:] + r.stderr[-3000:]
     assert all("rank 2" in line for line in lost), lost
     assert took < 40, f"took {took:.1f} s (the timeout is 60 s: the loss was not noticed)"
+
+
+@pytest.mark.parametrize("n", [2, 4, 5])
+def test_split_group(run_ranks, n):
+    """dist.split_group: disjoint groups, a rank order other than the parent's, ranks in no
+    group, a split of a split, messages and objects in the groups."""
+    r = run_ranks(n, "worker_torch_backend.py", timeout=300, args=["split"])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.stdout.count("TORCH-BACKEND-OK split") == n, r.stdout
+    assert r.stdout.count("in no split group") == (1 if n == 4 else 0), r.stdout

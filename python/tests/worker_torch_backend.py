@@ -1,7 +1,7 @@
 """One rank of test_torch_backend.py: torch.distributed with backend "accord" (registered by
 the package's entry point: this file never imports accord.torch), under `accord run`'s
 torchrun-style environment (a torch too old for entry points gets it by import).
-argv[1]: ops | ddp | cuda | desync | kill; argv[2] (optional): init_method | store."""
+argv[1]: ops | ddp | split | cuda | desync | kill; argv[2] (optional): init_method | store."""
 
 import os
 import sys
@@ -113,7 +113,9 @@ def ops():
         nxt, prv = (rank + 1) % n, (rank - 1) % n
         got = torch.zeros(4)
         ops_ = [dist.P2POp(dist.irecv, got, prv, tag=3), dist.P2POp(dist.isend, torch.full((4,), float(rank)), nxt, tag=3)]
-        for w in dist.batch_isend_irecv(ops_):
+        works = dist.batch_isend_irecv(ops_)
+        assert len(works) == 1, works  # coalesced: one Work for the batch, as NCCL's
+        for w in works:
             w.wait()
         assert torch.equal(got, torch.full((4,), float(prv)))
         if rank == 0:
@@ -138,6 +140,71 @@ def ops():
     objs = [None] * n
     dist.all_gather_object(objs, {"rank": rank})
     assert objs == [{"rank": q} for q in range(n)]
+
+
+def split():
+    """split_group: two disjoint groups (one in reverse order) and ranks left out."""
+    import accord
+
+    # Launch groups without a GPU only count their depth; an end without a start is an error.
+    with accord.group():
+        with accord.group():
+            pass
+    try:
+        accord._native.group_end()
+    except accord.InvalidArgumentError as e:
+        assert "group_start" in str(e), e
+    else:
+        raise AssertionError("group_end without group_start was not an error")
+    first = list(range(0, n, 2))[::-1]        # the even ranks, highest first
+    second = list(range(1, n, 2))[: max(1, (n - 1) // 2)]  # some odd ranks; the last odd one is out when n >= 4
+    g = dist.split_group(split_ranks=[first, second], timeout=__import__("datetime").timedelta(seconds=60))
+    mine = first if rank in first else second if rank in second else None
+    if mine is None:
+        assert g is None or g == dist.GroupMember.NON_GROUP_MEMBER, g
+        print(f"rank {rank}: in no split group", flush=True)
+    else:
+        assert g is not None and g != dist.GroupMember.NON_GROUP_MEMBER, g
+        assert dist.get_rank(g) == mine.index(rank), (dist.get_rank(g), mine)
+        assert dist.get_world_size(g) == len(mine)
+        assert dist.get_process_group_ranks(g) == mine, dist.get_process_group_ranks(g)
+        assert dist.get_backend(g) == "accord"
+        assert g.communicator.timeout == 60.0, g.communicator.timeout
+        t = torch.full((3,), float(rank))
+        dist.all_reduce(t, group=g)
+        assert t.tolist() == [float(sum(mine))] * 3, (t, mine)
+        b = torch.full((2,), float(rank))
+        dist.broadcast(b, group_src=len(mine) - 1, group=g)
+        assert b.tolist() == [float(mine[-1])] * 2, b
+        out = [torch.zeros(1) for _ in mine]
+        dist.all_gather(out, torch.tensor([float(rank)]), group=g)
+        assert [o.item() for o in out] == [float(q) for q in mine], out
+        objs = [None] * len(mine)
+        dist.all_gather_object(objs, rank, group=g)
+        assert objs == mine, objs
+        if len(mine) > 1:
+            me = mine.index(rank)
+            nxt, prv = (me + 1) % len(mine), (me - 1) % len(mine)
+            got = torch.zeros(2)
+            for w in dist.batch_isend_irecv([dist.P2POp(dist.irecv, got, group=g, group_peer=prv),
+                                             dist.P2POp(dist.isend, torch.full((2,), float(rank)), group=g, group_peer=nxt)]):
+                w.wait()
+            assert got.tolist() == [float(mine[prv])] * 2, got
+        # A split of the split.
+        h = dist.split_group(g, split_ranks=[[0]])
+        if mine.index(rank) == 0:
+            t = torch.ones(1)
+            dist.all_reduce(t, group=h)
+            assert t.item() == 1.0
+        else:
+            assert h is None or h == dist.GroupMember.NON_GROUP_MEMBER, h
+    # The parent still works after the split, and a destroyed split group leaves it alone.
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert t.tolist() == [float(n)] * 2
+    if mine is not None:
+        dist.destroy_process_group(g)
+    dist.barrier()
 
 
 def ddp():
@@ -193,6 +260,46 @@ def cuda():
             w.wait()
         torch.cuda.synchronize()
         assert got.cpu().tolist() == [float(prv)] * 4
+        comm = dist.group.WORLD.communicator
+        assert comm.gpu_devices == [dev.index], comm.gpu_devices  # the batch attached the GPU
+        step("batch_isend_irecv, every pair, receives first")
+        big = 1 << 20  # 4 MiB each: beyond what NCCL buffers, so only one launch group can't deadlock
+        gots = {q: torch.zeros(big, device=dev) for q in range(n) if q != rank}
+        ops_ = [dist.P2POp(dist.irecv, gots[q], q) for q in gots]
+        ops_ += [dist.P2POp(dist.isend, torch.full((big,), float(10 * rank + q), device=dev), q) for q in gots]
+        works = dist.batch_isend_irecv(ops_)
+        assert len(works) == 1, works
+        works[0].wait()
+        for q, g in gots.items():
+            assert torch.equal(g, torch.full((big,), float(10 * q + rank), device=dev)), (q, g[:4])
+        try:
+            comm.nccl_comm()
+            nccl = True
+        except RuntimeError:
+            nccl = False
+        if nccl:
+            # The messages ran on the device (not through host memory).
+            records = comm.flight_record()["records"]
+            p2p = [r for r in records if r["op"] in ("send", "recv")]
+            assert p2p and all("GPU" in r["engine"] for r in p2p[-2 * (n - 1):]), p2p[-4:]
+    step("Work.wait: the current stream waits, the host does not")
+    x = torch.ones(1 << 20, device=dev)
+    torch.cuda._sleep(1_000_000_000)  # about half a second of GPU time ahead of the all_reduce
+    w = dist.all_reduce(x, async_op=True)
+    t0 = time.monotonic()
+    w.wait()
+    waited = time.monotonic() - t0
+    assert not w.is_completed(), "wait() blocked the host until the GPU finished"
+    assert waited < 0.2, f"wait() took {waited:.3f} s"
+    side = torch.cuda.Stream(dev)
+    with torch.cuda.stream(side):
+        w.wait()  # the side stream waits for the all_reduce too
+        y = x * 2
+    side.synchronize()
+    assert torch.equal(y, torch.full((1 << 20,), 2.0 * n, device=dev)), y[:4]
+    assert w.is_completed() and w.is_success()
+    f = dist.all_reduce(torch.ones(3, device=dev), async_op=True).get_future()
+    assert f.wait()[0].cpu().tolist() == [float(n)] * 3  # the future completes on the host
     step("ddp")
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 2).to(dev)
@@ -232,7 +339,7 @@ def kill():
     raise AssertionError("a killed rank went unnoticed")
 
 
-{"ops": ops, "ddp": ddp, "cuda": cuda, "desync": desync, "kill": kill}[mode]()
+{"ops": ops, "ddp": ddp, "split": split, "cuda": cuda, "desync": desync, "kill": kill}[mode]()
 dist.destroy_process_group()
 if mode == "ops" and sys.argv[2:] == ["store"]:
     # Again on the same store: torch reuses its key prefixes after a destroy.

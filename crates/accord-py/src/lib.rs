@@ -23,6 +23,7 @@ mod cuda;
 mod distributed;
 mod elementwise;
 mod errors;
+mod group;
 mod init;
 mod request;
 mod rooted;
@@ -43,6 +44,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<distributed::RedistributePlan>()?;
     m.add_class::<distributed::FftPlan>()?;
     m.add_function(wrap_pyfunction!(distributed::grid_box, m)?)?;
+    m.add_function(wrap_pyfunction!(group::group_start, m)?)?;
+    m.add_function(wrap_pyfunction!(group::group_end, m)?)?;
     m.add_class::<init::StoreServer>()?;
     m.add_function(wrap_pyfunction!(init::init, m)?)?;
     m.add_function(wrap_pyfunction!(init::cli_main, m)?)?;
