@@ -7,7 +7,7 @@
 #   ./test_gpu.sh [N]     N ranks (default: one per GPU, at least 2; ranks may share a GPU,
 #                         where only Accord's own kernels run)
 #   ACCORD_BIN, TESTS: a prebuilt accord binary and a directory of prebuilt test binaries
-#   (gpu_own_kernels, gpu_collectives, gpu_fft_lines, ...), e.g. carried to a machine without
+#   (gpu_own_kernels, gpu_collectives, gpu_fft_lines, gpu_distributed, ...), e.g. carried to a machine without
 #   Rust; without them the script builds both. LOGS: where each job's output goes (default /tmp/accord-gpu-logs).
 #   JOBS="own_kernels symmetric ...": run only the jobs named (the names this script prints).
 set -uo pipefail
@@ -20,7 +20,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 if [ -z "${TESTS:-}" ]; then
   cargo build --release -p accord-cli -p accord --tests >/dev/null || exit 1
   TESTS=$(mktemp -d)
-  for t in gpu_own_kernels gpu_collectives gpu_unified gpu_symmetric gpu_kernels gpu_fft_lines; do
+  for t in gpu_own_kernels gpu_collectives gpu_unified gpu_symmetric gpu_kernels gpu_fft_lines gpu_distributed; do
     ln -s "$(pwd)/$(ls -t target/release/deps/$t-* | grep -v '\.d$' | head -1)" "$TESTS/$t"
   done
   ACCORD_BIN=${ACCORD_BIN:-target/release/accord}
@@ -55,6 +55,7 @@ own own_killed_rank processes_rank_killed ACCORD_GPU_KILL_TEST=1
 job symmetric 600 "$A" run -n "$n" "$TESTS/gpu_symmetric" --test-threads 1 --nocapture processes_
 job kernels 300 "$TESTS/gpu_kernels" --test-threads 1 --nocapture
 job fft_lines 300 "$TESTS/gpu_fft_lines" --nocapture
+job distributed_1 300 "$A" run -n 1 "$TESTS/gpu_distributed" --test-threads 1 --nocapture processes_
 if [ "$gpus" -ge "$n" ]; then  # one GPU per rank: NCCL, and both engines
   # Lowered types on Accord's kernels: the calls they lack (reduce) fall back to NCCL.
   job lowered_types 300 env ACCORD_GPU_ENGINE=accord "$A" run -n "$n" "$TESTS/gpu_unified" \
@@ -69,6 +70,7 @@ if [ "$gpus" -ge "$n" ]; then  # one GPU per rank: NCCL, and both engines
   export ACCORD_GPU_ENGINE=auto
   own own_auto processes_ ACCORD_GPU_ENGINE=auto
   own heap_desync processes_desync_when ACCORD_GPU_ENGINE=auto ACCORD_GPU_DESYNC_TEST=1
+  job distributed 600 "$A" run -n "$n" "$TESTS/gpu_distributed" --test-threads 1 --nocapture processes_
   job sigkill 300 "$TESTS/gpu_collectives" --test-threads 1 --nocapture sigkill_
   job threads 600 "$TESTS/gpu_collectives" --test-threads 1 --nocapture threads_
 else

@@ -269,13 +269,14 @@ fn unsupported_dtype(what: &str, desc: &str) -> PyErr {
     ))
 }
 
-/// Whether (shape, strides in elements) describe a C-contiguous layout.
+/// Whether (shape, strides in elements) describe a C-contiguous layout. An empty array is, whatever
+/// its strides (CuPy gives an empty array zero strides).
 fn c_contiguous(shape: &[i64], strides: &[i64]) -> bool {
+    if shape.contains(&0) {
+        return true;
+    }
     let mut expect = 1i64;
     for (&n, &s) in shape.iter().zip(strides).rev() {
-        if n == 0 {
-            return true;
-        }
         if n != 1 && s != expect {
             return false;
         }
@@ -921,4 +922,18 @@ fn describe(
         .filter(|d| d.size() as isize == view.itemsize)
         .ok_or_else(|| unsupported_dtype(what, &format!("(buffer format {format:?})")))?;
     Ok((view.buf as usize, view.len.max(0) as usize, dtype))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::c_contiguous;
+
+    #[test]
+    fn contiguity_ignores_unit_axes_and_empty_arrays() {
+        assert!(c_contiguous(&[2, 3], &[3, 1]));
+        assert!(!c_contiguous(&[2, 3], &[1, 2]));
+        assert!(c_contiguous(&[3, 1, 2], &[2, 99, 1]));
+        // CuPy's empty arrays have zero strides.
+        assert!(c_contiguous(&[0, 8, 2], &[0, 0, 0]));
+    }
 }
