@@ -18,7 +18,8 @@
 # FFT_VENV (~/.cache/accord-baselines/fftvenv: the venv of bench/install_fft_reference.sh,
 # which this script runs first when mpi4py-fft is not there), ACCORD (the accord binary;
 # default: `accord` on PATH, else built with cargo), ACCORD_PY (the Python that has the accord
-# package; default python/.venv/bin/python, else python3), OUT (results folder).
+# package; default python/.venv/bin/python, else python3), OUT (results folder), IDLE_WAIT
+# (0: before each round, wait up to this many seconds for the CPUs to be under 10 % busy).
 # Every side is launched its own default way: mpirun binds each rank to a core up to 2 ranks
 # and not at all when oversubscribed; `accord run` binds each rank to a CPU when the ranks fill
 # or outnumber the CPUs. OMP_NUM_THREADS=1: one thread per rank everywhere.
@@ -34,6 +35,7 @@ SKIP=${SKIP:-}
 REPS=${REPS:-20}
 WARMUP=${WARMUP:-3}
 GRID=${GRID:--1}
+IDLE_WAIT=${IDLE_WAIT:-0}
 export FFT_VENV=${FFT_VENV:-$HOME/.cache/accord-baselines/fftvenv}
 PY=$FFT_VENV/bin/python
 OUT=${OUT:-$HOME/.cache/accord-baselines/fft-$(echo "$SHAPE" | tr ',' x)-$DTYPE-$(date +%Y%m%d-%H%M%S)}
@@ -63,7 +65,7 @@ ARGS=(--shape "$SHAPE" --dtype "$DTYPE" --reps "$REPS" --warmup "$WARMUP")
 {
   echo "# host: $(uname -srm) | nproc=$(nproc --all) | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//') | mem=$(free -g | awk '/Mem:/{print $2}')GiB"
   echo "# $(mpirun --version 2>&1 | head -1) | $("$PY" -c 'import mpi4py_fft, mpi4py, numpy; print("mpi4py-fft", mpi4py_fft.__version__, "| mpi4py", mpi4py.__version__, "| numpy", numpy.__version__)' 2>/dev/null || echo 'no mpi4py-fft')"
-  echo "# command: SKIP=\"$SKIP\" REPS=$REPS WARMUP=$WARMUP GRID=$GRID bench/fft.sh $SHAPE $2 $ROUNDS $DTYPE"
+  echo "# command: SKIP=\"$SKIP\" IDLE_WAIT=$IDLE_WAIT REPS=$REPS WARMUP=$WARMUP GRID=$GRID bench/fft.sh $SHAPE $2 $ROUNDS $DTYPE"
 } > "$OUT/machine.txt"
 
 # One run: its stdout (the JSON line) to OUT/<side>-P<p>.r<round>.json, stderr beside it.
@@ -78,23 +80,38 @@ run_side() {
   esac > "$f.json" 2> "$f.err" || echo "$side P=$p round $r failed: $(grep -v '^\s*$' "$f.err" | head -1)" >&2
 }
 # Other work on the machine shows in every number (a rank that shares its core with something
-# else holds up the exchanges of all the others), so before each round, with nothing of this
-# script running, the share of the CPUs busy over one second goes into the table.
+# else holds up the exchanges of all the others). So the table gets, for each round, the share
+# of the CPUs busy over one second before it, with nothing of this script running, and the share
+# busy during it with anything but this script's runs: the CPU time /proc/stat counts busy
+# (steal included: the hypervisor running something else) less what the runs used themselves.
+cpu_jiffies() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat; }
 busy() {
   local a b
-  a=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat); sleep 1
-  b=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
+  a=$(cpu_jiffies); sleep 1; b=$(cpu_jiffies)
   echo "$a $b" | awk '{u=$3-$1; i=$4-$2; printf "%.2f\n", ((u+i) > 0 ? u/(u+i) : 0)}'
 }
+children_cpu_s() {  # CHILD_S = user + system seconds of this shell's finished children
+  times > "$OUT/times.txt"  # (in this shell: in a $(...) subshell `times` sees the subshell's)
+  CHILD_S=$(tail -1 "$OUT/times.txt" | awk '{s=0; for (i=1;i<=2;i++) {split($i,a,/[ms]/); s+=a[1]*60+a[2]}; print s}')
+}
+HZ=$(getconf CLK_TCK)
 : > "$OUT/busy.txt"
 for r in $(seq 1 "$ROUNDS"); do
-  echo "$r $(busy)" >> "$OUT/busy.txt"
+  b=$(busy) waited=0
+  while [ "$waited" -lt "$IDLE_WAIT" ] && awk -v b="$b" 'BEGIN{exit !(b > 0.1)}'; do
+    sleep 4; waited=$((waited + 5)); b=$(busy)
+  done
+  children_cpu_s; j0=$(cpu_jiffies) c0=$CHILD_S
   if [ $((r % 2)) -eq 1 ]; then run_side numpy 1 "$r"; fi
   for p in $PS; do
     if [ $((r % 2)) -eq 1 ]; then run_side accord "$p" "$r"; run_side mpi4py "$p" "$r"
     else run_side mpi4py "$p" "$r"; run_side accord "$p" "$r"; fi
   done
   if [ $((r % 2)) -eq 0 ]; then run_side numpy 1 "$r"; fi
+  j1=$(cpu_jiffies); children_cpu_s
+  echo "$r $b $j0 $j1 $c0 $CHILD_S $HZ" | awk '{busy=($5-$3)/$9; all=busy+($6-$4)/$9;
+    other=busy-($8-$7); printf "%d %s %.2f\n", $1, $2, (all > 0 ? (other > 0 ? other : 0)/all : 0)}' \
+    >> "$OUT/busy.txt"
 done
 cat "$OUT/machine.txt"
 python3 "$HERE/fft_table.py" "$OUT" | tee "$OUT/table.md"

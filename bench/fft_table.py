@@ -84,11 +84,14 @@ if any(p > ncpu for p in ps):
     print(f"This machine has {ncpu} CPUs: P > {ncpu} is oversubscribed (ranks share cores).")
 busy_path = os.path.join(out, "busy.txt")
 if os.path.exists(busy_path):
-    busy = [float(line.split()[1]) for line in open(busy_path) if len(line.split()) == 2]
-    if busy:
-        print(f"Share of the {ncpu} CPUs busy with other work over 1 s before each round: "
-              f"{', '.join(f'{x:.0%}' for x in busy)}"
-              + (" (the numbers carry it)." if max(busy) > 0.1 else "."))
+    rows = [line.split() for line in open(busy_path) if len(line.split()) >= 2]
+    before = [float(r[1]) for r in rows]
+    during = [float(r[2]) for r in rows if len(r) >= 3]
+    if rows:
+        print(f"Share of the {ncpu} CPUs busy with other work, before each round (1 s): "
+              f"{', '.join(f'{x:.0%}' for x in before)}"
+              + (f"; during each round: {', '.join(f'{x:.0%}' for x in during)}" if during else "")
+              + (" (the numbers carry it)." if max(before + during) > 0.05 else "."))
 print()
 print("| P | direction | accord ms | mpi4py-fft ms | numpy ms | accord / mpi4py-fft | per round "
       "| numpy / mpi4py-fft |")
