@@ -21,6 +21,8 @@ pub const OPS: &[&str] = &[
     "barrier",
     "copy",
     "put",
+    "fft",
+    "redistribute",
 ];
 
 /// Options shared by the launcher side and the ranks.
@@ -50,6 +52,8 @@ pub struct BenchOpts {
     pub symmetric: bool,
     /// Draw the rows to this SVG file (rank 0).
     pub plot: Option<String>,
+    /// `fft` and `redistribute`: the global array's shape.
+    pub shape: Vec<usize>,
     /// Earlier runs' `--json` files drawn with this one.
     pub overlay: Vec<String>,
 }

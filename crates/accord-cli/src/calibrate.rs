@@ -191,6 +191,7 @@ pub fn rank_main(phase: &str, out: &str) -> i32 {
                     device: "cpu".into(),
                     engine: None,
                     symmetric: false,
+                    shape: vec![],
                 };
                 let rows = bench::bench_typed::<f32>(&comm, &o)?;
                 let table: Vec<Value> = rows.iter().map(|r| json!([r.bytes, r.time_us])).collect();

@@ -9,6 +9,7 @@ mod calibrate;
 mod doctor;
 /// The operations `accord bench` knows.
 pub use bench::OPS;
+mod bench_fft;
 mod bench_gpu;
 mod bench_put;
 mod launch;
@@ -38,7 +39,9 @@ struct BenchArgs {
     /// alltoall, sendrecv, barrier; or copy (no communication: every rank copies its buffer
     /// at once, as large collective outputs are filled; busbw is the bytes all ranks read and
     /// wrote per second, the memory bandwidth that bounds large collectives); or put (with
-    /// --device cuda, 2 ranks: memory channels between two GPUs, put and LL-packet tables).
+    /// --device cuda, 2 ranks: memory channels between two GPUs, put and LL-packet tables);
+    /// or fft / redistribute (--shape: a distributed 3-D FFT in slabs, forward and backward;
+    /// X slabs to Y slabs beside an alltoallv of the same bytes).
     #[arg(default_value = "allreduce")]
     op: String,
     /// Size range in bytes, MIN:MAX (suffixes K, M, G).
@@ -47,9 +50,13 @@ struct BenchArgs {
     /// Multiply the size by this between rows.
     #[arg(long, default_value_t = 2)]
     factor: usize,
-    /// Element type (f32, f64, i32, i64).
+    /// Element type (f32, f64, i32, i64; fft and redistribute: f32/c64 single precision,
+    /// f64/c128 double, complex either way).
     #[arg(long, default_value = "f32")]
     dtype: String,
+    /// fft and redistribute: the global array's shape, comma-separated.
+    #[arg(long, default_value = "128,128,128")]
+    shape: String,
     /// Print the tuner's cost table for each size.
     #[arg(long)]
     explain: bool,
@@ -261,8 +268,24 @@ fn bench_opts(a: &BenchArgs) -> Result<bench::BenchOpts, String> {
     for f in &a.overlay {
         plot::load(f)?; // before the run, not after it
     }
+    let shape = a
+        .shape
+        .split(',')
+        .map(|d| {
+            d.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("--shape {:?}: expected sizes like 256,256,256", a.shape))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if matches!(a.op.as_str(), "fft" | "redistribute") && a.device != "cpu" {
+        return Err(format!(
+            "{} measures host memory here; the GPU path is checked by test_gpu.sh",
+            a.op
+        ));
+    }
     Ok(bench::BenchOpts {
         op: a.op.clone(),
+        shape,
         min_bytes,
         max_bytes,
         factor: a.factor,
@@ -375,6 +398,7 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
             }
         },
         Cmd::BenchRank { args: bargs } => match bench_opts(&bargs) {
+            Ok(o) if o.op == "fft" || o.op == "redistribute" => bench_fft::rank_main(&o),
             Ok(o) if o.device == "cuda" && o.op == "put" => bench_put::rank_main(&o),
             Ok(o) if o.device == "cuda" => bench_gpu::rank_main(&o),
             Ok(o) => bench::rank_main(&o),
