@@ -126,6 +126,10 @@
 //! [`gpu::cuda::nvrtc`] compiles such kernels at run time and [`gpu::cuda::Kernel`] launches
 //! them. The guide is `docs/gpu_channels.md`.
 //!
+//! ## Distributed arrays
+//! [`distributed`] moves arrays split into boxes between layouts ([`distributed::Redistribute`])
+//! and runs a distributed FFT on them ([`distributed::DistributedFft`]), on host and device
+//! memory, over any communicator.
 //! ## Seeing what the ranks do
 //!
 //! Every communicator keeps a flight record of its last calls, written on failures, abort

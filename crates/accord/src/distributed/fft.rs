@@ -1,7 +1,7 @@
 //! The distributed FFT: local transforms along the axes a rank holds whole, and
 //! redistributions that make the remaining axes whole in turn.
 //!
-//! A plan is a list of [`Stage`]s every rank computes alike from the global layouts. For a 3-D
+//! A plan is a list of stages every rank computes alike from the global layouts. For a 3-D
 //! array in X slabs, a complex transform is: 1-D FFTs along Z and Y (both local), a
 //! redistribution to Y slabs, FFTs along X, and (unless the caller takes the Y slabs as they
 //! are, nvmath's `redistribute=False`) a redistribution back to X slabs. Pencils take one
