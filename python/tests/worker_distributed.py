@@ -255,7 +255,28 @@ def check_errors():
     expect("1-d fft", lambda: dfft.fft(to_dev(np.zeros(4, np.complex64)), Slab.X, comm=comm), ValueError, "2 or more axes")
 
 
+def check_torch_cpu():
+    """torch CPU tensors through the same calls (results are torch tensors)."""
+    try:
+        import torch
+    except ImportError:
+        print(f"rank {me}: torch CPU tensors skipped: torch is not installed", flush=True)
+        return
+    shape = (5, 7, 3)
+    g = np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
+    t = torch.from_numpy(np.ascontiguousarray(part(g, Slab.X.box(me, n, shape))))
+    b = redistribute(t, Slab.X, Slab.Z, comm=comm)
+    if not isinstance(b, torch.Tensor) or not np.array_equal(b.numpy(), part(g, Slab.Z.box(me, n, shape))):
+        fail("torch redistribute")
+    c = torch.from_numpy(np.ascontiguousarray(part(g, Slab.Y.box(me, n, shape)))).to(torch.complex128)
+    f = dfft.fft(c, Slab.Y, comm=comm)
+    if rel_err(f.numpy(), part(np.fft.fftn(g), Slab.Y.box(me, n, shape))) > 1e-12:
+        fail("torch fft")
+
+
 check_redistribute()
+if not CUDA:
+    check_torch_cpu()
 check_fft()
 check_real()
 check_errors()
