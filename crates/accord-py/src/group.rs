@@ -27,3 +27,10 @@ pub fn group_end(py: Python<'_>) -> PyResult<()> {
     // libraries launch: a nonblocking library may wait for its enqueue to finish.
     py.allow_threads(accord::gpu::group_end).map_err(to_py)
 }
+
+/// How many launch groups are open on this thread (0 outside any): a device operation issued
+/// while one is open is launched only when the outermost ends.
+#[pyfunction]
+pub fn group_depth() -> usize {
+    accord::gpu::group_depth()
+}

@@ -46,6 +46,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(distributed::grid_box, m)?)?;
     m.add_function(wrap_pyfunction!(group::group_start, m)?)?;
     m.add_function(wrap_pyfunction!(group::group_end, m)?)?;
+    m.add_function(wrap_pyfunction!(group::group_depth, m)?)?;
     m.add_class::<init::StoreServer>()?;
     m.add_function(wrap_pyfunction!(init::init, m)?)?;
     m.add_function(wrap_pyfunction!(init::cli_main, m)?)?;

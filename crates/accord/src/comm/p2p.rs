@@ -91,6 +91,10 @@ impl Communicator {
         let bytes = buf.count() * buf.dtype().size();
         let rec = self.record_p2p(kind, buf.dtype(), bytes, peer_tag_recv);
         let r = enqueue(g);
+        if r.is_ok() {
+            // The record names the engine, as a device collective's does.
+            self.record_route(rec, Route::Device);
+        }
         self.record_end(rec, &r);
         Ok(Completion::device(r?))
     }

@@ -36,8 +36,38 @@ pub(crate) struct Outstanding {
     /// For collectives: how many collectives this rank has entered, this one included.
     pub cseq: Option<u64>,
     pub fp: Fingerprint,
+    /// For point-to-point operations: the ranks they send to and receive from.
+    pub peers: Peers,
     pub event: Arc<Event>,
     pub since: Instant,
+}
+
+/// The peers of a point-to-point operation (its first send and first receive), so that a
+/// timeout can name the rank whose matching operation never came.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub(crate) struct Peers {
+    pub send_to: Option<usize>,
+    pub recv_from: Option<usize>,
+}
+
+impl Peers {
+    fn of(ops: &[P2p]) -> Peers {
+        let mut p = Peers::default();
+        for o in ops {
+            match *o {
+                P2p::Send { peer, .. } => p.send_to = p.send_to.or(Some(peer)),
+                P2p::Recv { peer, .. } => p.recv_from = p.recv_from.or(Some(peer)),
+            }
+        }
+        p
+    }
+
+    /// The ranks, without repeats.
+    pub fn ranks(&self) -> Vec<usize> {
+        let mut r: Vec<usize> = self.send_to.into_iter().chain(self.recv_from).collect();
+        r.dedup();
+        r
+    }
 }
 
 /// The oldest unfinished operation.
@@ -47,7 +77,23 @@ pub(crate) struct Head {
     /// Its collective count (None for point-to-point).
     pub cseq: Option<u64>,
     pub fp: Fingerprint,
+    pub peers: Peers,
     pub since: Instant,
+}
+
+impl Head {
+    /// The operation in words: a point-to-point one says whether it sends or receives (their
+    /// fingerprint is the same) and with which rank.
+    pub fn what(&self) -> String {
+        let call = self.fp.to_string();
+        let args = call.find('(').map_or("", |i| &call[i..]);
+        match (self.peers.send_to, self.peers.recv_from) {
+            (Some(to), Some(from)) => format!("sendrecv{args} to rank {to}, from rank {from}"),
+            (Some(to), None) => format!("send{args} to rank {to}"),
+            (None, Some(from)) => format!("recv{args} from rank {from}"),
+            (None, None) => call,
+        }
+    }
 }
 
 /// Bookkeeping updated on every operation (under one uncontended lock).
@@ -77,6 +123,7 @@ impl OpState {
                     seq: front.seq,
                     cseq: front.cseq,
                     fp: front.fp,
+                    peers: front.peers,
                     since: front.since,
                 });
             }
@@ -315,12 +362,18 @@ impl DeviceComm {
         // Staged or not, where the caller's arrays lie: ranks of one call must choose alike.
         let heap = self.engines.heap_arrays(op, send, recv);
         let (at, engine) = self.engines.pick(op, heap, self.rank)?;
-        self.launch(op.fp, Some((at, heap)), stream, |s| match staging.any() {
-            false => engine.enqueue(op, send, recv, s),
-            true => self.staged(op, esz, (send, recv), staging, s, |send, recv| {
-                engine.enqueue(op, send, recv, s)
-            }),
-        })
+        self.launch(
+            op.fp,
+            Some((at, heap)),
+            Peers::default(),
+            stream,
+            |s| match staging.any() {
+                false => engine.enqueue(op, send, recv, s),
+                true => self.staged(op, esz, (send, recv), staging, s, |send, recv| {
+                    engine.enqueue(op, send, recv, s)
+                }),
+            },
+        )
     }
 
     /// Run `enqueue` on packed temporaries for the sides `staging` names, all on stream `s`:
@@ -468,7 +521,8 @@ impl DeviceComm {
             })
             .collect();
         let engine = self.engines.fallback();
-        self.launch(fp, None, stream, |s| engine.enqueue_p2p(&ops, s))
+        let peers = Peers::of(&ops);
+        self.launch(fp, None, peers, stream, |s| engine.enqueue_p2p(&ops, s))
     }
 
     /// Give the operation its place and event, and enqueue it with `f`. `route`: for a
@@ -477,6 +531,7 @@ impl DeviceComm {
         self: &Arc<Self>,
         fp: Fingerprint,
         route: Option<(usize, bool)>,
+        peers: Peers,
         stream: Stream,
         f: impl FnOnce(CuStream) -> EngineResult<()>,
     ) -> Result<GpuRequest> {
@@ -529,6 +584,7 @@ impl DeviceComm {
             seq,
             cseq: route.map(|_| cseq),
             fp,
+            peers,
             event: event.clone(),
             since: Instant::now(),
         });
@@ -904,6 +960,43 @@ mod tests {
         let ag = op(OpKind::AllGather, None, 3, 6, 0);
         assert!(fits(&ag, 0, Some(f32s(3)), f32s(6)).is_ok());
         assert!(fits(&ag, 0, Some(f32s(3)), f32s(5)).is_err());
+    }
+
+    #[test]
+    fn a_stuck_message_names_its_direction_and_peer() {
+        let head = |ops: &[P2p]| Head {
+            seq: 6,
+            cseq: None,
+            fp: Fingerprint::new(OpKind::P2p, DataType::F32, 4),
+            peers: Peers::of(ops),
+            since: Instant::now(),
+        };
+        let (buf, other) = (slice(4, DataType::F32), slice(4, DataType::F32));
+        let recv = head(&[P2p::Recv { buf, peer: 0 }]);
+        assert_eq!(recv.what(), "recv(f32 x 4) from rank 0");
+        assert_eq!(recv.peers.ranks(), vec![0]);
+        let send = head(&[P2p::Send { buf, peer: 1 }]);
+        assert_eq!(send.what(), "send(f32 x 4) to rank 1");
+        let both = head(&[
+            P2p::Send { buf, peer: 1 },
+            P2p::Recv {
+                buf: other,
+                peer: 1,
+            },
+        ]);
+        assert_eq!(both.what(), "sendrecv(f32 x 4) to rank 1, from rank 1");
+        assert_eq!(both.peers.ranks(), vec![1], "one peer named once");
+        let ring = head(&[
+            P2p::Send { buf, peer: 2 },
+            P2p::Recv {
+                buf: other,
+                peer: 0,
+            },
+        ]);
+        assert_eq!(ring.peers.ranks(), vec![2, 0]);
+        let mut coll = head(&[]);
+        coll.fp = Fingerprint::new(OpKind::AllReduce, DataType::F32, 4);
+        assert_eq!(coll.what(), coll.fp.to_string());
     }
 
     #[test]

@@ -55,6 +55,12 @@ pub fn group_end() -> Result<()> {
     end(&groups)
 }
 
+/// How many launch groups are open on this thread ([`group`] and [`group_start`] alike): a
+/// device operation issued while any is open is launched only when the outermost ends.
+pub fn group_depth() -> usize {
+    GROUP.with(|g| g.borrow().0)
+}
+
 thread_local! {
     /// The library groups each open [`group_start`] of this thread started.
     static OPENED: RefCell<Vec<Vec<&'static dyn LaunchGroup>>> = const { RefCell::new(Vec::new()) };

@@ -191,7 +191,7 @@ pub use device::{DeviceBuffer, DeviceSlice, Stream};
 pub use facade::DeviceInfo;
 pub(crate) use facade::GpuCommunicator;
 pub(crate) use group::not_in_group;
-pub use group::{group, group_end, group_start};
+pub use group::{group, group_depth, group_end, group_start};
 pub(crate) use link::HostLink;
 pub use nccl::unique_id;
 pub use request::GpuRequest;

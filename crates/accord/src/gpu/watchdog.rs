@@ -91,7 +91,7 @@ fn tick(comm: &DeviceComm, published: &mut Published, memory: &mut Memory) -> Op
         v => v,
     };
     let during = |h: Option<Head>| {
-        h.map(|h| format!(" during {} (op #{})", h.fp, h.seq))
+        h.map(|h| format!(" during {} (op #{})", h.what(), h.seq))
             .unwrap_or_else(|| " while idle".into())
     };
     let name = comm.fallback().name();
@@ -125,7 +125,7 @@ fn tick(comm: &DeviceComm, published: &mut Published, memory: &mut Memory) -> Op
             reason: format!(
                 "{name} reported an error on rank {}{}: {}; a peer probably failed or exited",
                 comm.rank,
-                head.map(|h| format!(" during {} (op #{})", h.fp, h.seq))
+                head.map(|h| format!(" during {} (op #{})", h.what(), h.seq))
                     .unwrap_or_default(),
                 words(&e)
             ),
@@ -151,7 +151,14 @@ fn words(e: &Error) -> String {
 fn overdue(comm: &DeviceComm, h: Head, age: Duration, name: &str) -> Error {
     let missing = h.cseq.map(|c| never_entered(comm, c)).unwrap_or_default();
     let peers = if h.cseq.is_none() {
-        "a point-to-point operation whose peer never matched it".to_string()
+        match h.peers.ranks().as_slice() {
+            [] => "a point-to-point operation whose peer never matched it".to_string(),
+            [one] => format!("a point-to-point operation that rank {one} never matched"),
+            many => format!(
+                "a point-to-point operation that rank {} or {} never matched",
+                many[0], many[1]
+            ),
+        }
     } else if missing.is_empty() {
         "every rank entered it; the GPU work itself did not finish".to_string()
     } else {
@@ -165,10 +172,13 @@ fn overdue(comm: &DeviceComm, h: Head, age: Duration, name: &str) -> Error {
         )
     };
     Error::Timeout {
-        op: h.fp.to_string(),
+        op: h.what(),
         seq: h.seq,
         comm: format!("gpu/{}", comm.id),
-        waiting_for: missing.iter().map(|(r, _)| *r).collect(),
+        waiting_for: match h.cseq {
+            Some(_) => missing.iter().map(|(r, _)| *r).collect(),
+            None => h.peers.ranks(),
+        },
         after: age,
         hint: format!("; {peers}; {name} communicator aborted"),
     }
