@@ -34,9 +34,16 @@ Messages of CUDA tensors run on the device (NCCL, matched in call order as NCCL'
 group has attached its GPU and when the tag is 0; else they go through host memory, where tags
 are honoured and nothing needs the GPU attached (attaching is a step every rank of the group
 takes together, which a message between two ranks cannot be). ``batch_isend_irecv`` of CUDA
-tensors attaches the GPU (every rank of the group takes part in the first batch, as torch
-documents for NCCL) and posts its device messages in one launch group (``accord.group()``), so
-receives may come before sends on every rank; it returns one ``Work`` for the batch.
+tensors, where torch coalesces the batch (it calls the group's ``_start_coalescing`` /
+``_end_coalescing``), attaches the GPU (every rank of the group takes part in the first batch,
+as torch documents for NCCL) and issues its device messages at the batch's end in one launch
+group, which that call opens and closes, so receives may come before sends on every rank; it
+returns one ``Work`` for the batch. A torch that calls the messages of a batch one by one
+instead (2.11 coalesces only groups whose type is exactly ``ProcessGroup``) gets them through
+host memory, where posting receives first cannot deadlock; then a message between two ranks
+must be a batch message on both sides or a plain one on both. A CUDA operation called while a
+launch group (``accord.group()``) is open on the thread is refused: its ``Work`` could not wait
+for work the group launches only at its end.
 
 Failures raise :class:`AccordDistError`, a ``torch.distributed.DistBackendError`` carrying
 Accord's message (which rank is missing, which calls disagree) and the original error as
@@ -48,6 +55,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import sys
 import threading
 from typing import Any, Callable, List, Optional
 
@@ -106,8 +114,8 @@ class Work(dist._Work):
     call makes into its outputs) ran; ``wait`` blocks the host. CUDA tensors: the operation and
     its copies are enqueued on the caller's stream, ``event`` is recorded behind them, and
     ``wait`` makes the current stream wait for that event (the requests only say whether the
-    communicator failed). A Work made inside a launch group gets its event when the group
-    ends (``_arm``)."""
+    communicator failed). A Work of a coalesced batch gets its event when the batch ends
+    (``_arm``)."""
 
     def __init__(
         self,
@@ -123,6 +131,8 @@ class Work(dist._Work):
         self._result, self._finish, self._event, self._device = result, finish, event, device
         # A batch of host Works (coalesced host messages): each waited for in turn.
         self._parts = list(parts)
+        # A device operation of a coalesced batch: how to issue it when the batch ends.
+        self._issue: Optional[Callable[[], Any]] = None
         self._cuda = device is not None
         self._done = not self._requests and finish is None and not self._parts and not self._cuda
         self._error: Optional[BaseException] = None
@@ -180,7 +190,7 @@ class Work(dist._Work):
             part._complete()
         self._check_requests()
         if self._event is None:
-            raise RuntimeError("this Work belongs to a launch group that has not ended yet")
+            raise RuntimeError("this Work belongs to a coalesced batch that has not ended (or whose body raised: it never runs)")
         self._event.synchronize()
         self._done = True
 
@@ -194,7 +204,7 @@ class Work(dist._Work):
         # communicator already knows of is raised now.
         self._check_requests(block=False)
         if self._event is None:
-            raise RuntimeError("this Work belongs to a launch group that has not ended yet")
+            raise RuntimeError("this Work belongs to a coalesced batch that has not ended (or whose body raised: it never runs)")
         torch.cuda.current_stream(self._device).wait_event(self._event)
         return True
 
@@ -262,6 +272,34 @@ class Work(dist._Work):
             else:
                 threading.Thread(target=settle, name="accord-torch-future", daemon=True).start()
         return self._future
+
+
+def _batch_codes() -> frozenset:
+    """The code objects of torch's ``batch_isend_irecv`` (through its decorators' wrappers)."""
+    codes = set()
+    fn: Any = getattr(dist, "batch_isend_irecv", None)
+    while fn is not None and len(codes) < 8:
+        code = getattr(fn, "__code__", None)
+        if code is not None:
+            codes.add(code)
+        fn = getattr(fn, "__wrapped__", None)
+    return frozenset(codes)
+
+
+_BATCH_CODES = _batch_codes()
+
+
+def _in_torch_batch() -> bool:
+    """Whether this call comes from torch's ``batch_isend_irecv`` (a few frames up: it calls
+    ``isend``/``irecv``, which call the group's ``send``/``recv``)."""
+    frame = sys._getframe(1)
+    for _ in range(16):
+        if frame is None:
+            return False
+        if frame.f_code in _BATCH_CODES:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _one(tensors: List[torch.Tensor], what: str) -> torch.Tensor:
@@ -425,15 +463,14 @@ class ProcessGroup(dist.ProcessGroup):
 
     def _start_coalescing(self, device: Any) -> None:
         if self._coalescing is not None:
-            raise ValueError("backend 'accord': a coalesced batch is already open on this group")
+            # Left by a batch whose body raised before torch ended it (torch's coalescing
+            # manager does not end a batch on an error). None of its device messages was
+            # issued (they are issued only at the end), so dropping it leaves nothing open.
+            self._coalescing = None
         device = torch.device(device)
         if device.type == "cuda":
-            # Attaching is refused inside a launch group: the first batch attaches first.
+            # Collective over the group: the first batch attaches (NCCL's first use does too).
             self._attach(device)
-            try:
-                _native.group_start()
-            except AccordError as e:
-                raise _torch_error(e) from e
         self._coalescing = (device, [])
 
     def _end_coalescing(self, device: Any) -> Work:
@@ -443,15 +480,33 @@ class ProcessGroup(dist.ProcessGroup):
         self._coalescing = None
         if opened.type != "cuda":
             return Work(parts=works)
+        device_works = [w for w in works if w._cuda]
+        # The batch's device operations are issued now, in one launch group that this call
+        # opens and always closes: a batch can never leave a group open on this thread, and
+        # receives may come before sends on every rank.
+        failure: Optional[BaseException] = None
+        try:
+            _native.group_start()
+        except AccordError as e:
+            raise _torch_error(e) from e
+        try:
+            for w in device_works:
+                w._requests = [w._issue()]
+                w._issue = None
+        except BaseException as e:  # noqa: BLE001 - raised below, after the group ended
+            failure = e
         try:
             _native.group_end()
         except AccordError as e:
-            raise _torch_error(e) from e
+            failure = failure or e
+        if isinstance(failure, AccordError):
+            raise _torch_error(failure) from failure
+        if failure is not None:
+            raise failure
         # The group launched on the current stream: one event behind it (and the copies into
         # the outputs) arms every device Work of the batch; host-staged messages are waited for
         # by the batch's Work.
         stream = torch.cuda.current_stream(opened)
-        device_works = [w for w in works if w._cuda]
         for w in device_works:
             if w._finish is not None:
                 # Copies into the outputs, behind the launch (see _start).
@@ -466,15 +521,8 @@ class ProcessGroup(dist.ProcessGroup):
         return Work(requests, event=event, device=stream.device, parts=[w for w in works if not w._cuda])
 
     def _abandon_batch(self) -> None:
-        if self._coalescing is None:
-            return
-        opened, _ = self._coalescing
+        # Nothing of a batch's device part was issued yet: forgetting it is enough.
         self._coalescing = None
-        if opened.type == "cuda":
-            try:
-                _native.group_end()
-            except AccordError:
-                pass  # the call's own error is the one to report
 
     def _run(self, opts: Any, call: Callable[..., Any], *args: Any, result: Any = None, finish: Optional[Callable[[], None]] = None, **kw: Any) -> Work:
         """Start ``call``. CUDA tensors: enqueued on the current stream (with ``finish``
@@ -485,8 +533,8 @@ class ProcessGroup(dist.ProcessGroup):
         try:
             work = self._start(opts, call, args, kw, result, finish)
         except BaseException:
-            # torch's coalescing manager does not end a batch whose call raised: close it here,
-            # so that this thread's launch group and the next batch are not left blocked.
+            # torch's coalescing manager does not end a batch whose call raised: drop it, so
+            # that the next batch starts clean.
             self._abandon_batch()
             raise
         if self._coalescing is not None:
@@ -496,15 +544,25 @@ class ProcessGroup(dist.ProcessGroup):
     def _start(self, opts: Any, call: Callable[..., Any], args: tuple, kw: dict, result: Any, finish: Optional[Callable[[], None]]) -> Work:
         cuda = next((a for a in args if isinstance(a, torch.Tensor) and a.is_cuda), None)
         if cuda is not None:
+            if self._coalescing is not None and self._coalescing[0].type == "cuda":
+                # Issued when the batch ends (_end_coalescing), inside one launch group that
+                # it opens and closes; it runs ``finish`` behind the launch and arms the Work.
+                work = Work((), result, finish, device=cuda.device)
+                work._issue = lambda: call(*args, async_op=True, **kw)
+                return work
+            if _native.group_depth() > 0:
+                # The library would defer the launch to the group's end, after the event below:
+                # waiting on it would not wait for the operation.
+                raise ValueError(
+                    "backend 'accord': a CUDA operation was called while a launch group "
+                    "(accord.group() / group_start) is open on this thread; end the group first "
+                    "(batch_isend_irecv batches messages by itself)"
+                )
             stream = torch.cuda.current_stream(cuda.device)
             try:
                 request = call(*args, async_op=True, **kw)
             except AccordError as e:
                 raise _torch_error(e) from e
-            if self._coalescing is not None and self._coalescing[0].type == "cuda":
-                # Launched when the group ends: _end_coalescing runs ``finish`` behind the
-                # launch and arms the Work.
-                return Work([request], result, finish, device=cuda.device)
             if finish is not None:
                 # Stream-ordered behind the operation: no host wait.
                 with torch.cuda.stream(stream):
@@ -653,16 +711,24 @@ class ProcessGroup(dist.ProcessGroup):
 
     # ----- messages
 
+    def _batch_on_device(self) -> bool:
+        """Whether a CUDA message may run on the device as far as batches go: not when torch's
+        ``batch_isend_irecv`` calls it without coalescing (torch 2.11 coalesces only groups
+        whose type is exactly ``ProcessGroup``, not this subclass). Such a batch posts each
+        message at once, and device messages, matched in call order, would then deadlock a
+        batch that posts its receives first on every rank; through host memory they cannot."""
+        return self._coalescing is not None or not _in_torch_batch()
+
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int = 0) -> Work:
         t = _one(tensors, "send")
-        if self._device_messages(t, tag):
+        if self._device_messages(t, tag) and self._batch_on_device():
             return self._run(None, self._comm.send, t.contiguous(), dst, result=tensors)
         data = t.detach().to("cpu", copy=True) if t.is_cuda else t.contiguous()
         return self._run(None, self._comm.send, data, dst, tag=tag, result=tensors)
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> Work:
         t = _one(tensors, "recv")
-        if not t.is_cuda or self._device_messages(t, tag):
+        if not t.is_cuda or (self._device_messages(t, tag) and self._batch_on_device()):
             out, back = _contiguous_out(t)
             return self._run(None, self._comm.recv, out, src, tag=tag, result=tensors, finish=back)
         host = torch.empty(t.shape, dtype=t.dtype)

@@ -32,6 +32,26 @@ if os.environ.get("ACCORD_TIMEOUT"):
     assert dist.group.WORLD.communicator.timeout == float(os.environ["ACCORD_TIMEOUT"])
 
 
+class spy_coalescing:
+    """Records the devices torch starts coalescing batches on, on the default group, while
+    open: whether this torch's batch_isend_irecv coalesces this backend's batches (2.11 calls
+    the messages one by one instead)."""
+
+    def __enter__(self):
+        pg = dist.group.WORLD
+        self.starts, original = [], pg._start_coalescing
+
+        def start(device):
+            self.starts.append(device)
+            return original(device)
+
+        pg._start_coalescing = start
+        return self.starts
+
+    def __exit__(self, *exc):
+        del dist.group.WORLD._start_coalescing
+
+
 def val(r, shape=(3,), dtype=torch.float32):
     return torch.full(shape, float(r + 1), dtype=dtype)
 
@@ -113,11 +133,52 @@ def ops():
         nxt, prv = (rank + 1) % n, (rank - 1) % n
         got = torch.zeros(4)
         ops_ = [dist.P2POp(dist.irecv, got, prv, tag=3), dist.P2POp(dist.isend, torch.full((4,), float(rank)), nxt, tag=3)]
-        works = dist.batch_isend_irecv(ops_)
-        assert len(works) == 1, works  # coalesced: one Work for the batch, as NCCL's
+        with spy_coalescing() as starts:
+            works = dist.batch_isend_irecv(ops_)
+        # Coalesced (one Work for the batch, as NCCL's) where torch coalesces this group.
+        assert len(works) == (1 if starts else 2), (works, starts)
         for w in works:
             w.wait()
         assert torch.equal(got, torch.full((4,), float(prv)))
+        # A batch whose body raised (torch's coalescing manager then never ends it) leaves
+        # nothing open: the next batch and collective run.
+        from torch.distributed.distributed_c10d import _coalescing_manager
+
+        try:
+            with _coalescing_manager(dist.group.WORLD, torch.device("cpu"), async_ops=True):
+                raise KeyError("inside the batch")
+        except KeyError:
+            pass
+        got = torch.zeros(4)
+        with _coalescing_manager(dist.group.WORLD, torch.device("cpu"), async_ops=True) as cm:
+            dist.irecv(got, prv, tag=4)
+            dist.isend(torch.full((4,), float(rank)), nxt, tag=4)
+        assert len(cm.works) == 1, cm.works
+        cm.works[0].wait()
+        assert torch.equal(got, torch.full((4,), float(prv))), got
+        # Where torch posts a batch's messages one by one (a backend without coalescing), the
+        # backend sees that they come from batch_isend_irecv (CUDA ones then go through host
+        # memory), and that a plain isend does not.
+        import accord.torch as at
+
+        pg, seen = dist.group.WORLD, []
+        send = pg.send
+        pg.send = lambda *a: (seen.append(at._in_torch_batch()), send(*a))[1]
+        pg.supports_coalescing = False
+        try:
+            got = torch.zeros(4)
+            works = dist.batch_isend_irecv([dist.P2POp(dist.irecv, got, prv), dist.P2POp(dist.isend, torch.full((4,), float(rank)), nxt)])
+            assert len(works) == 2, works
+            for w in works:
+                w.wait()
+            assert torch.equal(got, torch.full((4,), float(prv))), got
+            w = dist.irecv(got, prv)
+            dist.isend(torch.full((4,), float(rank + 1)), nxt).wait()
+            w.wait()
+            assert torch.equal(got, torch.full((4,), float(prv + 1))), got
+        finally:
+            del pg.send, pg.supports_coalescing
+        assert seen == [True, False], seen
         if rank == 0:
             dist.send(torch.arange(5.0), 1)
             req = dist.isend(torch.arange(5.0) * 2, 1, tag=7)
@@ -252,36 +313,92 @@ def cuda():
     dist.all_to_all_single(a2a, torch.arange(n, dtype=torch.float32, device=dev) + 10 * rank)
     assert a2a.cpu().tolist() == [float(10 * q + rank) for q in range(n)]
     if n > 1:
+        import accord
+        from torch.distributed.distributed_c10d import _coalescing_manager
+
         step("batch_isend_irecv")
         got = torch.zeros(4, device=dev)
         nxt, prv = (rank + 1) % n, (rank - 1) % n
-        ops_ = [dist.P2POp(dist.irecv, got, prv), dist.P2POp(dist.isend, torch.full((4,), float(rank), device=dev), nxt)]
-        for w in dist.batch_isend_irecv(ops_):
+        # Values that are never zero, so that a receive that never landed cannot pass.
+        ops_ = [dist.P2POp(dist.irecv, got, prv), dist.P2POp(dist.isend, torch.full((4,), float(rank + 1), device=dev), nxt)]
+        with spy_coalescing() as starts:
+            works = dist.batch_isend_irecv(ops_)
+        for w in works:
             w.wait()
         torch.cuda.synchronize()
-        assert got.cpu().tolist() == [float(prv)] * 4
+        assert got.cpu().tolist() == [float(prv + 1)] * 4, got
         comm = dist.group.WORLD.communicator
-        assert comm.gpu_devices == [dev.index], comm.gpu_devices  # the batch attached the GPU
-        step("batch_isend_irecv, every pair, receives first")
-        big = 1 << 20  # 4 MiB each: beyond what NCCL buffers, so only one launch group can't deadlock
-        gots = {q: torch.zeros(big, device=dev) for q in range(n) if q != rank}
-        ops_ = [dist.P2POp(dist.irecv, gots[q], q) for q in gots]
-        ops_ += [dist.P2POp(dist.isend, torch.full((big,), float(10 * rank + q), device=dev), q) for q in gots]
-        works = dist.batch_isend_irecv(ops_)
-        assert len(works) == 1, works
-        works[0].wait()
-        for q, g in gots.items():
-            assert torch.equal(g, torch.full((big,), float(10 * q + rank), device=dev)), (q, g[:4])
+        assert comm.gpu_devices == [dev.index], comm.gpu_devices
         try:
             comm.nccl_comm()
             nccl = True
         except RuntimeError:
             nccl = False
-        if nccl:
-            # The messages ran on the device (not through host memory).
+        big = 1 << 20  # 4 MiB each: beyond what NCCL buffers, so only one launch group can't deadlock
+
+        def every_pair(batch):
+            """Every pair exchanges 4 MiB, receives first on every rank; ``batch`` posts the
+            ops and returns the Works."""
+            gots = {q: torch.zeros(big, device=dev) for q in range(n) if q != rank}
+            ops_ = [dist.P2POp(dist.irecv, gots[q], q) for q in gots]
+            ops_ += [dist.P2POp(dist.isend, torch.full((big,), float(10 * rank + q + 1), device=dev), q) for q in gots]
+            works = batch(ops_)
+            for w in works:
+                w.wait()
+            for q, g in gots.items():
+                assert torch.equal(g, torch.full((big,), float(10 * q + rank + 1), device=dev)), (q, g[:4])
+            return works
+
+        def engines():
             records = comm.flight_record()["records"]
-            p2p = [r for r in records if r["op"] in ("send", "recv")]
-            assert p2p and all("GPU" in r["engine"] for r in p2p[-2 * (n - 1):]), p2p[-4:]
+            return [r["engine"] for r in records if r["op"] in ("send", "recv")][-2 * (n - 1):]
+
+        step(f"batch_isend_irecv, every pair, receives first (torch coalesces: {bool(starts)})")
+        with spy_coalescing() as starts:
+            works = every_pair(dist.batch_isend_irecv)
+        # One Work for a coalesced batch (as NCCL's), its messages on the device; torch 2.11
+        # posts them one by one, and the backend then takes them through host memory.
+        assert len(works) == (1 if starts else 2 * (n - 1)), (works, starts)
+        if nccl:
+            assert all(("GPU" in e) == bool(starts) for e in engines()), engines()
+
+        def coalesced(ops_):
+            # What a torch that coalesces this group does in batch_isend_irecv.
+            with _coalescing_manager(dist.group.WORLD, dev, async_ops=True) as cm:
+                for op in ops_:
+                    op.op(op.tensor, op.peer)
+            return cm.works
+
+        step("a coalesced batch, every pair, receives first")
+        works = every_pair(coalesced)
+        assert len(works) == 1, works
+        if nccl:
+            assert all("GPU" in e for e in engines()), engines()
+        step("a coalesced batch whose body raised leaves no launch group open")
+        try:
+            with _coalescing_manager(dist.group.WORLD, dev, async_ops=True):
+                dist.irecv(torch.zeros(4, device=dev), prv)
+                raise KeyError("inside the batch")
+        except KeyError:
+            pass
+        assert accord._native.group_depth() == 0
+        # The next batch starts clean (it also ends torch's own record of the raised one, under
+        # which torch would keep all_reduce calls of this group to itself).
+        works = every_pair(coalesced)
+        assert len(works) == 1, works
+        t = torch.full((3,), float(rank + 1), device=dev)
+        dist.all_reduce(t)
+        assert t.cpu().tolist() == [total] * 3, t
+        step("a CUDA operation inside a launch group is refused")
+        with accord.group():
+            try:
+                dist.all_reduce(t)
+            except ValueError as e:
+                assert "launch group" in str(e), e
+            else:
+                raise AssertionError("an all_reduce inside accord.group() was not refused")
+        dist.all_reduce(t)
+        assert t.cpu().tolist() == [total * n] * 3, t
     step("Work.wait: the current stream waits, the host does not")
     x = torch.ones(1 << 20, device=dev)
     torch.cuda._sleep(1_000_000_000)  # about half a second of GPU time ahead of the all_reduce
