@@ -401,6 +401,10 @@ def cuda():
         assert t.cpu().tolist() == [total * n] * 3, t
     step("Work.wait: the current stream waits, the host does not")
     x = torch.ones(1 << 20, device=dev)
+    # The first call of a size may set its engine up (Accord's kernels allocate their scratch
+    # and synchronise the device once): warm up outside the timed part.
+    dist.all_reduce(torch.ones(1 << 20, device=dev))
+    torch.cuda.synchronize()
     torch.cuda._sleep(1_000_000_000)  # about half a second of GPU time ahead of the all_reduce
     w = dist.all_reduce(x, async_op=True)
     t0 = time.monotonic()
