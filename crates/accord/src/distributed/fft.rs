@@ -351,41 +351,74 @@ impl DistributedFft {
     ) -> Result<Completion> {
         let mut work = self.work.lock().unwrap_or_else(|e| e.into_inner());
         let (a, b) = &mut *work;
+        // The last stage that writes a new array writes it into `dst` when only in-place
+        // transforms follow (they need `dst` aligned; a move does not): one pass over the array
+        // fewer than finishing in a work buffer and copying. With no such stage at all, the
+        // transforms run in `dst` from the start.
+        let n = self.stages.len();
+        let last_fresh = self.stages.iter().rposition(Stage::writes_new_array);
+        let aligned = (dst.as_ptr() as usize).is_multiple_of(8);
+        let mut in_dst = aligned && last_fresh.is_none();
         let mut len = src.len();
-        bytes_mut(a, len).copy_from_slice(src);
+        match in_dst {
+            true => dst.copy_from_slice(src),
+            false => bytes_mut(a, len).copy_from_slice(src),
+        }
         for (i, stage) in self.stages.iter().enumerate() {
+            let to_dst = Some(i) == last_fresh && (aligned || i + 1 == n);
             match stage {
                 Stage::Lines(t) => {
                     let out_len = t.output_shape().iter().product::<usize>() * t.output_element();
                     if out_len > 0 {
                         let lines = self.host_lines(i, t, direction)?;
-                        if t.input_element() == t.output_element() && len == out_len {
-                            lines.run(bytes_mut(a, len), &mut [])?;
+                        if !stage.writes_new_array() {
+                            let data = if in_dst { &mut *dst } else { bytes_mut(a, len) };
+                            lines.run(data, &mut [])?;
+                        } else if to_dst {
+                            lines.run(bytes_mut(a, len), dst)?;
                         } else {
                             lines.run(bytes_mut(a, len), bytes_mut(b, out_len))?;
                             std::mem::swap(a, b);
                         }
                     }
+                    in_dst |= to_dst;
                     len = out_len;
                     if Some(i) == self.last_lines && factor != 1.0 {
-                        host_lines::scale(bytes_mut(a, len), self.precision, factor)?;
+                        let data = if in_dst { &mut *dst } else { bytes_mut(a, len) };
+                        host_lines::scale(data, self.precision, factor)?;
                     }
                 }
                 Stage::Move(m) => {
                     let out_len = m.output_shape().iter().product::<usize>() * m.dtype.size();
+                    // A move's input is never in `dst`: only in-place stages follow the one
+                    // that fills it.
                     let send = SendBuf::bytes(bytes(a, len), m.dtype);
-                    if i + 1 == self.stages.len() {
+                    if to_dst {
                         m.execute(comm, send, RecvBuf::bytes(dst, m.dtype))?;
-                        return Ok(Completion::done());
+                        in_dst = true;
+                    } else {
+                        m.execute(comm, send, RecvBuf::bytes(bytes_mut(b, out_len), m.dtype))?;
+                        std::mem::swap(a, b);
                     }
-                    m.execute(comm, send, RecvBuf::bytes(bytes_mut(b, out_len), m.dtype))?;
-                    std::mem::swap(a, b);
                     len = out_len;
                 }
             }
         }
-        dst.copy_from_slice(bytes(a, len));
+        if !in_dst {
+            dst.copy_from_slice(bytes(a, len));
+        }
         Ok(Completion::done())
+    }
+}
+
+impl Stage {
+    /// Whether the stage writes a new array rather than transforming one in place: a move, or
+    /// a real transform (its input and output differ in type).
+    fn writes_new_array(&self) -> bool {
+        match self {
+            Stage::Move(_) => true,
+            Stage::Lines(t) => t.input_element() != t.output_element(),
+        }
     }
 }
 
