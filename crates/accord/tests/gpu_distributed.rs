@@ -59,7 +59,7 @@ fn own_stream(comm: &Communicator) -> usize {
 
 /// A stream of the caller's own for every other case, the communicator's for the rest.
 fn stream_for(case: usize, own: usize) -> Stream {
-    if case % 2 == 0 {
+    if case.is_multiple_of(2) {
         Stream::Raw(own)
     } else {
         Stream::Comm
@@ -73,7 +73,7 @@ fn processes_redistribute_on_device() {
     };
     let own = own_stream(comm);
     let (rank, size) = (comm.rank(), comm.size());
-    let mut rng = Rng(0x5eed_0f_d15c);
+    let mut rng = Rng(0x005e_ed0f_d15c);
     for case in 0..40 {
         let ndim = 1 + rng.below(3);
         let pick = [1usize, 2, 3, 5, 7, 8, 11, 64];
@@ -151,7 +151,7 @@ fn layouts_for(shape: &[usize], size: usize) -> Vec<Vec<Region>> {
     let mut out: Vec<Vec<Region>> = (0..shape.len())
         .map(|a| Distribution::Slab(a).regions(shape, size).unwrap())
         .collect();
-    if shape.len() == 3 && size % 2 == 0 {
+    if shape.len() == 3 && size.is_multiple_of(2) {
         out.push(
             Distribution::Grid(vec![2, size / 2, 1])
                 .regions(shape, size)
