@@ -187,9 +187,9 @@ fn processes_fft_on_device() {
             for keep in [true, false] {
                 let out = keep.then_some(mine);
                 let f64p =
-                    DistributedFft::new(&comm, mine, out, FftKind::C2C, Precision::F64).unwrap();
+                    DistributedFft::new(comm, mine, out, FftKind::C2C, Precision::F64).unwrap();
                 for d in [Direction::Forward, Direction::Inverse] {
-                    let e = host_vs_device(&comm, &f64p, &c, d, Norm::Backward, s, wide64);
+                    let e = host_vs_device(comm, &f64p, &c, d, Norm::Backward, s, wide64);
                     assert!(
                         e < 1e-12,
                         "rank {rank}: C2C f64 {shape:?} layout {li} {d:?}: {e:e}"
@@ -201,9 +201,9 @@ fn processes_fft_on_device() {
                     .map(|v| Complex::new(v.re as f32, v.im as f32))
                     .collect();
                 let f32p =
-                    DistributedFft::new(&comm, mine, out, FftKind::C2C, Precision::F32).unwrap();
+                    DistributedFft::new(comm, mine, out, FftKind::C2C, Precision::F32).unwrap();
                 let e = host_vs_device(
-                    &comm,
+                    comm,
                     &f32p,
                     &c32,
                     Direction::Forward,
@@ -219,9 +219,9 @@ fn processes_fft_on_device() {
             }
             // Real to complex and back, each direction's device result against the host's.
             let r: Vec<f64> = (0..mine.volume()).map(|i| value(5 * i + rank)).collect();
-            let r2c = DistributedFft::new(&comm, mine, None, FftKind::R2C, Precision::F64).unwrap();
+            let r2c = DistributedFft::new(comm, mine, None, FftKind::R2C, Precision::F64).unwrap();
             let e = host_vs_device(
-                &comm,
+                comm,
                 &r2c,
                 &r,
                 Direction::Forward,
@@ -232,11 +232,11 @@ fn processes_fft_on_device() {
             assert!(e < 1e-12, "rank {rank}: R2C {shape:?} layout {li}: {e:e}");
             let spec_box = r2c.output().region(rank).clone();
             let mut spec = vec![Complex::<f64>::default(); spec_box.volume()];
-            r2c.execute(&comm, &r, &mut spec, Direction::Forward, Norm::Backward)
+            r2c.execute(comm, &r, &mut spec, Direction::Forward, Norm::Backward)
                 .unwrap();
             let odd = shape[shape.len() - 1] % 2 == 1;
             let c2r = DistributedFft::new(
-                &comm,
+                comm,
                 &spec_box,
                 Some(mine),
                 FftKind::C2R { odd },
@@ -244,7 +244,7 @@ fn processes_fft_on_device() {
             )
             .unwrap();
             let e = host_vs_device(
-                &comm,
+                comm,
                 &c2r,
                 &spec,
                 Direction::Inverse,
