@@ -251,6 +251,10 @@ def check_errors():
                "rank 0's operand has shape (3, 3)")
     expect("box shape", lambda: redistribute(mine, Box((0, 0), (1, 1)), Slab.Y, comm=comm), ValueError,
            f"rank {me}'s operand has shape")
+    with Redistribute(mine, Slab.X, Slab.Y, comm=comm) as r:
+        r.plan()
+        expect("reset_operand", lambda: r.reset_operand(to_dev(np.zeros((5, 5), np.float32))), ValueError,
+               "reset_operand: the new operand", "make a new plan")
     expect("fft dtype", lambda: dfft.fft(mine, Slab.X, comm=comm), TypeError, "complex64 or complex128")
     expect("1-d fft", lambda: dfft.fft(to_dev(np.zeros(4, np.complex64)), Slab.X, comm=comm), ValueError, "2 or more axes")
 

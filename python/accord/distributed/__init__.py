@@ -295,20 +295,7 @@ class Redistribute:
 
     def reset_operand(self, operand: Any) -> None:
         """Execute on `operand` from now on: same local shape, dtype, memory order and device."""
-        same = (
-            tuple(operand.shape) == tuple(self.operand.shape)
-            and _operands.dtype_name(operand) == _operands.dtype_name(self.operand)
-            and self._order in _operands.orders(operand)
-            and _operands.framework(operand) == _operands.framework(self.operand)
-            and _operands.is_cuda(operand) == _operands.is_cuda(self.operand)
-        )
-        if not same:
-            raise ValueError(
-                f"reset_operand: the new operand ({_operands.framework(operand)}, shape "
-                f"{tuple(operand.shape)}, {_operands.dtype_name(operand)}) differs from the planned "
-                f"one ({_operands.framework(self.operand)}, shape {tuple(self.operand.shape)}, "
-                f"{_operands.dtype_name(self.operand)}); make a new plan"
-            )
+        _operands.check_like(operand, self.operand, self._order, "make a new plan")
         self.operand = operand
 
     def execute(self) -> Any:

@@ -109,3 +109,24 @@ def dtype_like(a: Any, name: str) -> Any:
 def is_cuda(a: Any) -> bool:
     fw = framework(a)
     return fw == "cupy" or (fw == "torch" and a.is_cuda)
+
+
+def check_like(new: Any, old: Any, order: str, hint: str) -> None:
+    """A ValueError unless `new` can take `old`'s place in a plan: same local shape, dtype,
+    framework and device, readable in `order`. `hint` says what to do instead."""
+
+    def describe(a: Any) -> str:
+        return f"{framework(a)} on {getattr(a, 'device', 'cpu')}, shape {tuple(a.shape)}, {dtype_name(a)}"
+
+    same = (
+        tuple(new.shape) == tuple(old.shape)
+        and dtype_name(new) == dtype_name(old)
+        and framework(new) == framework(old)
+        and str(getattr(new, "device", "cpu")) == str(getattr(old, "device", "cpu"))
+        and order in orders(new)
+    )
+    if not same:
+        raise ValueError(
+            f"reset_operand: the new operand ({describe(new)}, order {orders(new)}) differs from "
+            f"the planned one ({describe(old)}, order {order}); {hint}"
+        )

@@ -173,20 +173,7 @@ class FFT:
             self.__init__(operand, distribution=distribution, options=self.options, comm=self.comm)  # type: ignore[misc]
             self.plan()
             return
-        same = (
-            tuple(operand.shape) == tuple(self.operand.shape)
-            and _operands.dtype_name(operand) == _operands.dtype_name(self.operand)
-            and self._order in _operands.orders(operand)
-            and _operands.framework(operand) == _operands.framework(self.operand)
-            and _operands.is_cuda(operand) == _operands.is_cuda(self.operand)
-        )
-        if not same:
-            raise ValueError(
-                f"reset_operand: the new operand (shape {tuple(operand.shape)}, "
-                f"{_operands.dtype_name(operand)}) differs from the planned one (shape "
-                f"{tuple(self.operand.shape)}, {_operands.dtype_name(self.operand)}); pass "
-                "distribution= to plan anew"
-            )
+        _operands.check_like(operand, self.operand, self._order, "pass distribution= to plan anew")
         self.operand = operand
 
     def execute(self, *, direction: Optional[Literal["forward", "inverse"]] = None) -> Any:
