@@ -209,9 +209,39 @@ fn different_calls_are_a_desync_on_every_rank() {
 }
 
 #[test]
+fn bench_distributed_arrays_checks_before_timing() {
+    for (op, want) in [("fft", "round trip error"), ("redistribute", "fraction")] {
+        let out = accord()
+            .args([
+                "bench", op, "-n", "3", "--shape", "7,6,5", "--dtype", "c64", "--iters", "2",
+            ])
+            .output()
+            .unwrap();
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{op}: {stdout}\n{}",
+            text(&out.stderr)
+        );
+        assert!(stdout.contains(want), "{op}: {stdout}");
+    }
+    let out = accord()
+        .args(["bench", "fft", "-n", "2", "--shape", "4,x", "--iters", "1"])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success() && text(&out.stderr).contains("--shape"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
 fn bench_checks_every_operation() {
-    // put measures GPU channels only (see bench_put_has_only_a_gpu_form).
-    for &op in accord_cli::OPS.iter().filter(|&&op| op != "put") {
+    // put measures GPU channels only (see bench_put_has_only_a_gpu_form); fft and redistribute
+    // take a shape, not sizes (bench_distributed_arrays_checks_before_timing).
+    let sized = |op: &&&str| !matches!(**op, "put" | "fft" | "redistribute");
+    for &op in accord_cli::OPS.iter().filter(sized) {
         let out = accord()
             .args([
                 "bench", op, "-n", "3", "--sizes", "4:64K", "--factor", "16", "--iters", "5",

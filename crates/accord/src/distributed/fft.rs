@@ -414,7 +414,7 @@ impl DistributedFft {
 impl Stage {
     /// Whether the stage writes a new array rather than transforming one in place: a move, or
     /// a real transform (its input and output differ in type).
-    fn writes_new_array(&self) -> bool {
+    pub(super) fn writes_new_array(&self) -> bool {
         match self {
             Stage::Move(_) => true,
             Stage::Lines(t) => t.input_element() != t.output_element(),

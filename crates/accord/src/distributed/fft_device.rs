@@ -30,48 +30,75 @@ impl DistributedFft {
         let cu = driver()?;
         let most = self.largest_stage_bytes();
         let (mut a, mut b) = (Scratch::new(cu, most, raw)?, Scratch::new(cu, most, raw)?);
+        // As on the host: the last stage that writes a new array writes it into `dst` when only
+        // in-place transforms follow (cuFFT wants them aligned to the complex size), saving a
+        // copy of the array; with no such stage the transforms run in `dst` from the start.
+        let n = self.stages.len();
+        let last_fresh = self.stages.iter().rposition(Stage::writes_new_array);
+        let aligned = dst.ptr().is_multiple_of(16);
+        let mut in_dst = aligned && last_fresh.is_none();
         let mut len = src.bytes();
-        copy(cu, a.ptr, src.ptr(), len, raw)?;
+        copy(
+            cu,
+            if in_dst { dst.ptr() } else { a.ptr },
+            src.ptr(),
+            len,
+            raw,
+        )?;
         for (i, stage) in self.stages.iter().enumerate() {
+            let to_dst = Some(i) == last_fresh && (aligned || i + 1 == n);
             match stage {
                 Stage::Lines(t) => {
                     let out_len = t.output_shape().iter().product::<usize>() * t.output_element();
                     if out_len > 0 {
                         let lines = self.device_lines(i, t, direction, ordinal)?;
-                        if t.input_element() == t.output_element() && len == out_len {
-                            // SAFETY: `a` holds the stage's input, in place.
-                            unsafe { lines.run(a.ptr, a.ptr, raw)? };
+                        let here = if in_dst { dst.ptr() } else { a.ptr };
+                        if !stage.writes_new_array() {
+                            // SAFETY: `here` holds the stage's input, transformed in place.
+                            unsafe { lines.run(here, here, raw)? };
+                        } else if to_dst {
+                            // SAFETY: `a` holds the input, `dst` is the output of its size.
+                            unsafe { lines.run(a.ptr, dst.ptr(), raw)? };
                         } else {
                             // SAFETY: `a` holds the input, `b` has room for the output.
                             unsafe { lines.run(a.ptr, b.ptr, raw)? };
                             std::mem::swap(&mut a, &mut b);
                         }
                     }
+                    in_dst |= to_dst;
                     len = out_len;
                     if Some(i) == self.last_lines && factor != 1.0 && len > 0 {
                         let reals = len / self.precision.real_size();
-                        // SAFETY: `a` holds `len` bytes of the transform's numbers.
-                        unsafe { scale(ordinal, a.ptr, reals, self.precision, factor, raw)? };
+                        let here = if in_dst { dst.ptr() } else { a.ptr };
+                        // SAFETY: `here` holds `len` bytes of the transform's numbers.
+                        unsafe { scale(ordinal, here, reals, self.precision, factor, raw)? };
                     }
                 }
                 Stage::Move(m) => {
                     let unit = m.dtype.size();
-                    // SAFETY: `a` holds `len` bytes, the stage's input.
+                    // SAFETY: `a` holds `len` bytes, the stage's input (a move never reads
+                    // `dst`: only in-place stages follow the one that fills it).
                     let from = unsafe { DeviceSlice::from_raw(a.ptr, len / unit, m.dtype) };
                     let send = SendBuf::device(from, stream);
-                    if i + 1 == self.stages.len() {
+                    if to_dst && i + 1 == n {
                         return m.execute(comm, send, RecvBuf::device(dst, stream));
                     }
                     let out_len = m.output_shape().iter().product::<usize>() * unit;
-                    // SAFETY: `b` has room for the stage's output.
-                    let to = unsafe { DeviceSlice::from_raw(b.ptr, out_len / unit, m.dtype) };
+                    let target = if to_dst { dst.ptr() } else { b.ptr };
+                    // SAFETY: `target` has room for the stage's output.
+                    let to = unsafe { DeviceSlice::from_raw(target, out_len / unit, m.dtype) };
                     m.execute(comm, send, RecvBuf::device(to, stream))?;
-                    std::mem::swap(&mut a, &mut b);
+                    match to_dst {
+                        true => in_dst = true,
+                        false => std::mem::swap(&mut a, &mut b),
+                    }
                     len = out_len;
                 }
             }
         }
-        copy(cu, dst.ptr(), a.ptr, len, raw)?;
+        if !in_dst {
+            copy(cu, dst.ptr(), a.ptr, len, raw)?;
+        }
         comm.stream_completion(stream)
     }
 
