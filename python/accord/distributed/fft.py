@@ -132,13 +132,13 @@ class FFT:
 
     def plan(self) -> None:
         """Plan the stages (collective; checks that the boxes tile the global arrays)."""
-        boxes = [self.input_box, self._wanted]
+        inp, out = self.input_box, self._wanted
         if self._order == "F":
-            boxes = [None if b is None else b.reversed() for b in boxes]
+            inp, out = inp.reversed(), None if out is None else out.reversed()
         self._plan = _native.FftPlan(
             self.comm,
-            tuple(boxes[0]),
-            None if boxes[1] is None else tuple(boxes[1]),
+            tuple(inp),
+            None if out is None else tuple(out),
             self.fft_type,
             self.precision,
             odd=self.options.last_axis_parity == "odd",
@@ -206,7 +206,14 @@ class FFT:
         self.free()
 
 
-def _run(operand: Any, distribution: Any, options: Any, comm: Any, fft_type: str, direction: str) -> Any:
+def _run(
+    operand: Any,
+    distribution: Any,
+    options: Any,
+    comm: Any,
+    fft_type: Literal["C2C", "R2C", "C2R"],
+    direction: str,
+) -> Any:
     opts = _options(options)
     if opts.fft_type not in (None, fft_type):
         raise ValueError(f"options.fft_type is {opts.fft_type!r} but this function computes {fft_type}")
