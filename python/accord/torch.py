@@ -57,7 +57,7 @@ import json
 import os
 import sys
 import threading
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -601,6 +601,49 @@ class ProcessGroup(dist.ProcessGroup):
                 at += n
 
         return self._run(opts, self._comm.allreduce, flat, op=op, result=tensors, finish=unpack)
+
+    def _coalesced_pairs(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], factor: Tuple[int, int], what: str) -> None:
+        """Check the (output, input) pairs of a coalesced call: one dtype and device, and each
+        output `factor[0]`/`factor[1]` the size of its input."""
+        if len(outputs) != len(inputs) or not inputs:
+            raise ValueError(f"{what}: {len(outputs)} outputs for {len(inputs)} inputs")
+        for k, (o, i) in enumerate(zip(outputs, inputs)):
+            if o.dtype != inputs[0].dtype or i.dtype != inputs[0].dtype or o.device != i.device:
+                raise ValueError(f"{what}: pair {k} mixes dtypes or devices ({i.dtype} on {i.device} -> {o.dtype} on {o.device}); a coalesced call moves one dtype on one device")
+            if o.numel() * factor[1] != i.numel() * factor[0]:
+                raise ValueError(f"{what}: pair {k}: output of {o.numel()} elements for an input of {i.numel()} over {self._comm.size} ranks")
+
+    def all_gather_single_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any = None) -> Work:
+        """torch's coalescing manager's all_gather_into_tensor calls, as one allgather."""
+        size = self._comm.size
+        self._coalesced_pairs(outputs, inputs, (size, 1), "all_gather_into_tensor (coalesced)")
+        flat = _arrays.concat(inputs)
+        stack = torch.empty((size, flat.numel()), dtype=flat.dtype, device=flat.device)
+
+        def unpack() -> None:
+            at = 0
+            for o, i in zip(outputs, inputs):
+                o.copy_(stack[:, at : at + i.numel()].reshape(o.shape))
+                at += i.numel()
+
+        return self._run(opts, self._comm.allgather, flat, stack, result=outputs, finish=unpack)
+
+    def reduce_scatter_single_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any = None) -> Work:
+        """torch's coalescing manager's reduce_scatter_tensor calls, as one reduce_scatter."""
+        size = self._comm.size
+        self._coalesced_pairs(outputs, inputs, (1, size), "reduce_scatter_tensor (coalesced)")
+        op = _op(opts.reduceOp) if opts is not None else "sum"
+        # Rank-major: rank r's block of every input, one after the other.
+        flat = torch.cat([i.contiguous().view(size, -1) for i in inputs], dim=1).reshape(-1)
+        out = torch.empty(flat.numel() // size, dtype=flat.dtype, device=flat.device)
+
+        def unpack() -> None:
+            at = 0
+            for o in outputs:
+                o.copy_(out[at : at + o.numel()].view(o.shape))
+                at += o.numel()
+
+        return self._run(opts, self._comm.reduce_scatter, flat, out, op=op, result=outputs, finish=unpack)
 
     def broadcast(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
         t = _one(tensors, "broadcast")

@@ -113,6 +113,25 @@ def ops():
     rst = torch.zeros(2)
     dist.reduce_scatter_tensor(rst, torch.cat([torch.full((2,), float(q)) for q in range(n)]))
     assert torch.equal(rst, torch.full((2,), float(rank * n)))
+    # torch's coalescing manager batches all_gather_into_tensor and reduce_scatter_tensor
+    # calls into one call of the backend each (its fast path).
+    from torch.distributed.distributed_c10d import _coalescing_manager as coalescing
+
+    outs_ = [torch.zeros(n * 3), torch.zeros(n, 2, dtype=torch.float32)]
+    with coalescing(async_ops=True) as cm:
+        dist.all_gather_into_tensor(outs_[0], val(rank))
+        dist.all_gather_into_tensor(outs_[1], torch.full((1, 2), float(rank)))
+    cm.wait()
+    assert torch.equal(outs_[0], torch.cat([val(q) for q in range(n)])), outs_[0]
+    assert torch.equal(outs_[1], torch.stack([torch.full((2,), float(q)) for q in range(n)])), outs_[1]
+    rss = [torch.zeros(2), torch.zeros(3)]
+    with coalescing(async_ops=True) as cm:
+        dist.reduce_scatter_tensor(rss[0], torch.cat([torch.full((2,), float(q)) for q in range(n)]))
+        dist.reduce_scatter_tensor(rss[1], torch.arange(3 * n, dtype=torch.float32) + rank)
+    cm.wait()
+    assert torch.equal(rss[0], torch.full((2,), float(rank * n))), rss[0]
+    want = torch.arange(3 * rank, 3 * rank + 3, dtype=torch.float32) * n + sum(range(n))
+    assert torch.equal(rss[1], want), (rss[1], want)
     # all_to_all with per-rank sizes: rank r sends q + 1 values r to rank q.
     ins = [torch.full((q + 1,), float(rank)) for q in range(n)]
     outs = [torch.zeros(rank + 1) for _ in range(n)]
