@@ -24,7 +24,7 @@
 use crate::error::{Error, Result};
 use libloading::Library;
 use std::ffi::{c_int, c_void, CStr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 /// `cufftResult`; 0 is success.
@@ -148,26 +148,7 @@ pub fn candidates(env: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
     }
     const VERSIONED: [&str; 2] = ["libcufft.so.12", "libcufft.so.11"];
     let mut out: Vec<String> = VERSIONED.map(String::from).to_vec();
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Some(h) = env("CUDA_HOME").filter(|h| !h.is_empty()) {
-        dirs.push(Path::new(&h).join("lib64"));
-    }
-    dirs.push("/usr/local/cuda/lib64".into());
-    let mut site: Vec<PathBuf> = Vec::new();
-    if let Some(v) = env("VIRTUAL_ENV").filter(|v| !v.is_empty()) {
-        site.extend(python_dirs(&Path::new(&v).join("lib"), "site-packages"));
-    }
-    if let Ok(opt) = std::fs::read_dir("/opt") {
-        for e in opt.flatten() {
-            site.extend(python_dirs(&e.path().join(".venv/lib"), "site-packages"));
-        }
-    }
-    site.extend(python_dirs(Path::new("/usr/local/lib"), "dist-packages"));
-    site.extend(python_dirs(Path::new("/usr/lib"), "dist-packages"));
-    for s in site {
-        dirs.push(s.join("nvidia/cufft/lib"));
-        dirs.push(s.join("nvidia/cu13/lib"));
-    }
+    let dirs = super::search::library_dirs(env, "cufft");
     for d in dirs {
         for name in VERSIONED {
             let p = d.join(name).to_string_lossy().into_owned();
@@ -178,18 +159,6 @@ pub fn candidates(env: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
     }
     out.push("libcufft.so".into());
     out
-}
-
-/// `{dir}/python3.*/{leaf}` directories.
-fn python_dirs(dir: &Path, leaf: &str) -> Vec<PathBuf> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    rd.flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
-        .map(|e| e.path().join(leaf))
-        .filter(|p| p.is_dir())
-        .collect()
 }
 
 /// Try `candidates` in order; the error lists every attempt and how to point at a copy.

@@ -28,6 +28,7 @@ mod disk_cache;
 mod driver;
 mod module;
 pub mod nvrtc;
+mod search;
 mod strided;
 mod vmm;
 

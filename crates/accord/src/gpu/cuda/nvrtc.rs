@@ -85,26 +85,7 @@ fn candidates() -> Vec<String> {
             return vec![p];
         }
     }
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Ok(h) = std::env::var("CUDA_HOME") {
-        dirs.push(Path::new(&h).join("lib64"));
-    }
-    dirs.push("/usr/local/cuda/lib64".into());
-    let mut site: Vec<PathBuf> = Vec::new();
-    if let Ok(v) = std::env::var("VIRTUAL_ENV") {
-        site.extend(glob_python(&Path::new(&v).join("lib"), "site-packages"));
-    }
-    if let Ok(opt) = std::fs::read_dir("/opt") {
-        for e in opt.flatten() {
-            site.extend(glob_python(&e.path().join(".venv/lib"), "site-packages"));
-        }
-    }
-    site.extend(glob_python(Path::new("/usr/local/lib"), "dist-packages"));
-    site.extend(glob_python(Path::new("/usr/lib"), "dist-packages"));
-    for s in site {
-        dirs.push(s.join("nvidia/cuda_nvrtc/lib"));
-        dirs.push(s.join("nvidia/cu13/lib"));
-    }
+    let dirs = super::search::library_dirs(&|k| std::env::var(k).ok(), "cuda_nvrtc");
     for d in dirs {
         for name in ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"] {
             let p = d.join(name);
@@ -115,18 +96,6 @@ fn candidates() -> Vec<String> {
     }
     out.extend(["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"].map(String::from));
     out
-}
-
-/// `{dir}/python3.*/{leaf}` directories.
-fn glob_python(dir: &Path, leaf: &str) -> Vec<PathBuf> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    rd.flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
-        .map(|e| e.path().join(leaf))
-        .filter(|p| p.is_dir())
-        .collect()
 }
 
 fn load() -> std::result::Result<Loaded, String> {
