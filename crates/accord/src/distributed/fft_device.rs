@@ -3,11 +3,10 @@
 
 use super::device::{scale, DeviceLines};
 use super::fft::{Direction, DistributedFft, Stage};
-use super::redistribute_device::Scratch;
+use super::redistribute_device::{attached, Scratch};
 use crate::buffer::{RecvBuf, SendBuf};
 use crate::comm::{Communicator, Completion};
 use crate::error::Result;
-use crate::gpu::cuda::driver;
 use crate::gpu::{DeviceSlice, Stream};
 use std::sync::Arc;
 
@@ -23,11 +22,7 @@ impl DistributedFft {
         direction: Direction,
         factor: f64,
     ) -> Result<Completion> {
-        let engine = comm.device_engine()?;
-        let (ordinal, raw) = (engine.device(), engine.raw_stream(stream));
-        let (cu, ctx) = engine.context();
-        cu.make_current(ctx as _)?;
-        let cu = driver()?;
+        let (ordinal, raw, cu) = attached(comm, stream)?;
         let most = self.largest_stage_bytes();
         let (mut a, mut b) = (Scratch::new(cu, most, raw)?, Scratch::new(cu, most, raw)?);
         // As on the host: the last stage that writes a new array writes it into `dst` when only

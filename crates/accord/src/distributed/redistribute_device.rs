@@ -7,7 +7,7 @@ use super::subarray::{walk, BlockCopy};
 use crate::buffer::{Parts, RecvBuf, SendBuf};
 use crate::comm::{Communicator, Completion};
 use crate::error::Result;
-use crate::gpu::cuda::driver;
+use crate::gpu::cuda::Driver;
 use crate::gpu::{DeviceSlice, Stream};
 
 impl Redistribute {
@@ -19,12 +19,8 @@ impl Redistribute {
         dst: DeviceSlice,
         stream: Stream,
     ) -> Result<Completion> {
-        let engine = comm.device_engine()?;
-        let (ordinal, raw) = (engine.device(), engine.raw_stream(stream));
+        let (ordinal, raw, cu) = attached(comm, stream)?;
         let (send, recv) = (&self.send, &self.recv);
-        let cu = driver()?;
-        let (ctx_cu, ctx) = engine.context();
-        ctx_cu.make_current(ctx as _)?;
         let scratch = Scratch::new(cu, send.packed * !send.direct as usize, raw)?;
         let scratch_recv = Scratch::new(cu, recv.packed * !recv.direct as usize, raw)?;
         let dtype = self.dtype;
@@ -63,20 +59,28 @@ impl Redistribute {
     }
 }
 
+/// The attached device's ordinal, `stream` as a raw `CUstream`, and the driver, with the
+/// device's context made current on this thread: what every device step of a plan needs.
+pub(super) fn attached(
+    comm: &Communicator,
+    stream: Stream,
+) -> Result<(usize, usize, &'static Driver)> {
+    let engine = comm.device_engine()?;
+    let (cu, ctx) = engine.context();
+    cu.make_current(ctx as _)?;
+    Ok((engine.device(), engine.raw_stream(stream), cu))
+}
+
 /// A packing buffer allocated and freed in stream order (`cuMemAllocAsync`), so that freeing it
 /// right after enqueueing the work that uses it is safe.
 pub(super) struct Scratch {
-    cu: &'static crate::gpu::cuda::Driver,
+    cu: &'static Driver,
     pub(super) ptr: u64,
     stream: usize,
 }
 
 impl Scratch {
-    pub(super) fn new(
-        cu: &'static crate::gpu::cuda::Driver,
-        bytes: usize,
-        stream: usize,
-    ) -> Result<Scratch> {
+    pub(super) fn new(cu: &'static Driver, bytes: usize, stream: usize) -> Result<Scratch> {
         let mut ptr = 0;
         if bytes > 0 {
             // SAFETY: an out-pointer to a local; the stream is live.
