@@ -178,6 +178,7 @@ mod health;
 pub mod inventory;
 mod link;
 mod lower;
+mod outstanding;
 pub use lower::reduces_on_device;
 pub(crate) mod own;
 mod request;

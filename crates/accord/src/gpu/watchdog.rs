@@ -3,8 +3,9 @@
 //! timeout, publishes progress and compares fingerprint hashes. What to do about what it sees is
 //! decided in [`super::health`]; the engines are reached only through their trait.
 
-use super::comm::{DeviceComm, Head};
+use super::comm::DeviceComm;
 use super::health::{self, Look, Memory, Verdict};
+use super::outstanding::Head;
 use crate::error::Error;
 use crate::rendezvous::StoreClient;
 use std::sync::atomic::Ordering;
