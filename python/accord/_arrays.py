@@ -119,20 +119,28 @@ def _is_cupy(x: Any) -> bool:
     return type(x).__module__.startswith("cupy")
 
 
-def empty_stack(like: Any, n: int) -> Any:
-    """A new contiguous array of shape (n, *like.shape), like's dtype and device."""
+def empty(like: Any, shape: Sequence[int], dtype: Any = None) -> Any:
+    """A new contiguous array of `shape` in like's framework, on like's device, of like's dtype
+    unless `dtype` (of that framework) is given."""
+    shape = tuple(int(n) for n in shape)
+    dtype = like.dtype if dtype is None else dtype
     if _is_torch(like):
         import torch
 
-        return torch.empty((n, *like.shape), dtype=like.dtype, device=like.device)
+        return torch.empty(shape, dtype=dtype, device=like.device)
     if _is_cupy(like):
         import cupy
 
         with like.device:
-            return cupy.empty((n, *like.shape), dtype=like.dtype)
+            return cupy.empty(shape, dtype=dtype)
     import numpy as np
 
-    return np.empty((n, *like.shape), dtype=like.dtype)
+    return np.empty(shape, dtype=dtype)
+
+
+def empty_stack(like: Any, n: int) -> Any:
+    """A new contiguous array of shape (n, *like.shape), like's dtype and device."""
+    return empty(like, (n, *like.shape))
 
 
 def like(x: Any, model: Any) -> Any:

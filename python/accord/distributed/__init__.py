@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
 
-from .. import _native, _objects
+from .. import _arrays, _native, _objects
 from . import _operands
 
 __all__ = [
@@ -303,7 +303,7 @@ class Redistribute:
         self._check_planned()
         c, transposed = _operands.c_view(self.operand, self._order)
         shape = self.output_box.shape[::-1] if transposed else self.output_box.shape
-        out = _operands.empty_like(c, shape)
+        out = _arrays.empty(c, shape)
         self._plan.execute(self.comm, c, out)
         return _operands.transpose(out) if transposed else out
 

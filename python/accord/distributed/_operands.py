@@ -66,24 +66,6 @@ def c_view(a: Any, order: str) -> Tuple[Any, bool]:
     return transpose(a), True
 
 
-def empty_like(a: Any, shape: Sequence[int], dtype: Any = None) -> Any:
-    """An uninitialised C-order array of `shape` in `a`'s framework, on `a`'s device."""
-    shape = tuple(int(n) for n in shape)
-    fw = framework(a)
-    if fw == "numpy":
-        import numpy
-
-        return numpy.empty(shape, dtype=a.dtype if dtype is None else dtype)
-    if fw == "cupy":
-        import cupy
-
-        with cupy.cuda.Device(a.device.id):
-            return cupy.empty(shape, dtype=a.dtype if dtype is None else dtype)
-    import torch
-
-    return torch.empty(shape, dtype=a.dtype if dtype is None else dtype, device=a.device)
-
-
 def dtype_name(a: Any) -> str:
     """numpy's name of the operand's dtype ('complex64', 'float32'...)."""
     if framework(a) == "torch":
@@ -104,11 +86,6 @@ def dtype_like(a: Any, name: str) -> Any:
     import numpy
 
     return numpy.dtype(name)
-
-
-def is_cuda(a: Any) -> bool:
-    fw = framework(a)
-    return fw == "cupy" or (fw == "torch" and a.is_cuda)
 
 
 def check_like(new: Any, old: Any, order: str, hint: str) -> None:

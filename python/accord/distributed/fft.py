@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, Sequence, Union
 
-from .. import _native
+from .. import _arrays, _native
 from . import Box, Distribution, Slab, _operands, bind, communicator, output_box
 
 __all__ = ["FFT", "FFTOptions", "Slab", "fft", "ifft", "irfft", "rfft"]
@@ -191,7 +191,7 @@ class FFT:
             "R2C": {"single": "complex64", "double": "complex128"}[self.precision],
             "C2R": {"single": "float32", "double": "float64"}[self.precision],
         }[self.fft_type]
-        out = _operands.empty_like(c, shape, _operands.dtype_like(c, out_name))
+        out = _arrays.empty(c, shape, _operands.dtype_like(c, out_name))
         self._plan.execute(self.comm, c, out, direction, self.options.norm)
         return _operands.transpose(out) if transposed else out
 
