@@ -13,7 +13,7 @@ use accord::{Communicator, DataType, RecvBuf, SendBuf};
 
 #[path = "common/layouts.rs"]
 mod layouts;
-use layouts::{fill, random_layout, Rng, DTYPES};
+use layouts::{fill, random_layout, Rng};
 
 /// The world communicator with a GPU attached, made once per process (both tests share it).
 fn launched(test: &str) -> Option<&'static Communicator> {
@@ -82,7 +82,7 @@ fn processes_redistribute_on_device() {
             random_layout(&mut rng, &shape, size),
             random_layout(&mut rng, &shape, size),
         );
-        let dtype = DTYPES[case % DTYPES.len()];
+        let dtype = DataType::ALL[case % DataType::ALL.len()];
         let seed = rng.next();
         let w = dtype.size();
         let plan = Redistribute::new(comm, &from[rank], &to[rank], dtype).unwrap();

@@ -7,7 +7,7 @@ use accord::{DataType, RecvBuf, SendBuf};
 
 #[path = "common/layouts.rs"]
 mod layouts;
-use layouts::{fill, random_layout, Rng, DTYPES};
+use layouts::{fill, random_layout, Rng};
 
 #[test]
 fn random_layouts_land_every_element_and_round_trip() {
@@ -21,7 +21,7 @@ fn random_layouts_land_every_element_and_round_trip() {
             let shape: Vec<usize> = (0..ndim).map(|_| pick[rng.below(pick.len())]).collect();
             let from = random_layout(&mut rng, &shape, size);
             let to = random_layout(&mut rng, &shape, size);
-            let dtype = DTYPES[(size * 6 + case) % DTYPES.len()];
+            let dtype = DataType::ALL[(size * 6 + case) % DataType::ALL.len()];
             let seed = rng.next();
             run_world(size, |comm| {
                 let r = comm.rank();

@@ -2,7 +2,6 @@
 #![allow(dead_code)]
 
 use accord::distributed::{Distribution, Region};
-use accord::DataType;
 
 /// A small deterministic generator (xorshift64*), one stream per case.
 pub struct Rng(pub u64);
@@ -86,21 +85,3 @@ pub fn fill(seed: u64, shape: &[usize], b: &Region, width: usize) -> Vec<u8> {
     }
     out
 }
-
-pub const DTYPES: [DataType; 15] = [
-    DataType::F16,
-    DataType::BF16,
-    DataType::F32,
-    DataType::F64,
-    DataType::I8,
-    DataType::I32,
-    DataType::I64,
-    DataType::U8,
-    DataType::U32,
-    DataType::U64,
-    DataType::Bool,
-    DataType::I16,
-    DataType::U16,
-    DataType::C64,
-    DataType::C128,
-];
