@@ -8,8 +8,10 @@
 #   NS= LAYOUTS="2x2 4x2" bench/sim_check.sh    # hosts x ranks as network namespaces (root)
 #
 # Knobs: OPS, NS, LAYOUTS (none), SIZES (4K:64M), FACTOR (4), PROFILE (calibrated here if
-# unset), ACCORD.
-# The simulator knows no CPU contention: world sizes beyond the CPUs are not worth checking.
+# unset; CROWD=N also times up to N / 2 pairs exchanging at once, which the simulator prices
+# crowded rounds with), ACCORD.
+# Every rank runs on this machine, so the simulator is told so (`--one-machine`): all network
+# messages of a round compete. World sizes beyond the CPUs are not worth checking.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
@@ -25,7 +27,7 @@ if [ -z "${ACCORD:-}" ]; then
 fi
 if [ -z "${PROFILE:-}" ]; then
   PROFILE=$OUT/profile.json
-  "$ACCORD" bench --calibrate "$PROFILE" -n 2
+  "$ACCORD" bench --calibrate "$PROFILE" -n 2 ${CROWD:+--crowd "$CROWD"}
 fi
 # compare SIM_JSON MEASURED OP PLACEMENT: MEASURED is accord bench's JSON or, for namespace
 # layouts, bench/multihost.sh's summary.
@@ -49,13 +51,13 @@ echo "| op | placement | bytes | predicted us | measured us | error |"
 echo "|---|---|---|---|---|---|"
 for op in $OPS; do
   for n in $NS; do
-    "$ACCORD" sim "$op" -n "$n" --profile "$PROFILE" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/sim.json" >/dev/null
+    "$ACCORD" sim "$op" -n "$n" --one-machine --profile "$PROFILE" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/sim.json" >/dev/null
     ACCORD_TRANSPORT=tcp ACCORD_BENCH_SYNC=1 "$ACCORD" bench "$op" -n "$n" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/bench.json" >/dev/null
     compare "$OUT/sim.json" "$OUT/bench.json" "$op" "$n ranks, TCP"
   done
   for l in $LAYOUTS; do
     h=${l%x*} r=${l#*x}
-    "$ACCORD" sim "$op" -n $((h * r)) --per-host "$r" --profile "$PROFILE" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/sim.json" >/dev/null
+    "$ACCORD" sim "$op" -n $((h * r)) --per-host "$r" --one-machine --profile "$PROFILE" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/sim.json" >/dev/null
     OUT=$OUT/ns ACCORD=$ACCORD HOSTS=$h RANKS=$r OPS=$op SIZES=$SIZES FACTOR=$FACTOR ROUNDS=1 SKIP="mpi gloo" \
       "$HERE/multihost.sh" bench >/dev/null
     compare "$OUT/sim.json" "$OUT/ns/bench-$op-1.0" "$op" "$h hosts x $r"

@@ -13,14 +13,19 @@
 //!   as `accord bench` times them with `ACCORD_BENCH_SYNC=1`. The engine's times are kept as a
 //!   table (`accord sim` interpolates), since its cost is no per-message formula.
 //!
+//! With `--crowd M` (M >= 4) a third job of M ranks times the TCP exchange made by 2, 4, ...
+//! up to M / 2 pairs of ranks at once (`crowd`): how much messages slow down when they compete
+//! for the machine's CPUs, memory and loopback, which `accord sim` prices crowded rounds with.
+//!
 //! The profile is JSON: `{"accord_profile": 1, "cpus", "ranks", "gamma_us_per_byte",
-//! "tcp": {"alpha_us", "beta_us_per_byte", "pingpong": [[bytes, us], ...], "exchange": [...]},
+//! "tcp": {"alpha_us", "beta_us_per_byte", "pingpong": [[bytes, us], ...], "exchange": [...],
+//! "crowd": [{"pairs": 2, "exchange": [...]}, ...]},
 //! "shm": {...},
 //! "shm_engine": {"allreduce": [[bytes, us], ...], ...}}`.
 
 use crate::bench::{self, BenchOpts};
 use crate::launch;
-use accord::{Communicator, DataType};
+use accord::{Communicator, DataType, ReduceOp};
 use serde_json::{json, Value};
 use std::time::Instant;
 
@@ -49,13 +54,25 @@ const MESSAGE_BYTES: [usize; 11] = [
 ];
 
 /// Launcher side: run both phases on `n` local ranks and write the profile to `path`.
-pub fn launch(n: usize, bind: launch::Binding, path: &str, self_cmd: &[String]) -> i32 {
+pub fn launch(
+    n: usize,
+    crowd: Option<usize>,
+    bind: launch::Binding,
+    path: &str,
+    self_cmd: &[String],
+) -> i32 {
     if n < 2 {
         eprintln!("accord bench --calibrate: needs at least 2 ranks");
         return 2;
     }
+    if crowd.is_some_and(|c| c < 4) {
+        eprintln!("accord bench --calibrate: --crowd needs at least 4 ranks (2 pairs)");
+        return 2;
+    }
+    let mut jobs = vec![("tcp", n), ("shm", n)];
+    jobs.extend(crowd.map(|c| ("crowd", c)));
     let mut parts = Vec::new();
-    for (phase, tcp) in [("tcp", true), ("shm", false)] {
+    for (phase, ranks) in jobs {
         let part = format!("{path}.{phase}.part");
         let mut program = self_cmd.to_vec();
         program.extend(
@@ -69,12 +86,12 @@ pub fn launch(n: usize, bind: launch::Binding, path: &str, self_cmd: &[String]) 
             .map(String::from),
         );
         let mut env = vec![("ACCORD_BENCH_SYNC".to_string(), "1".to_string())];
-        if tcp {
+        if phase != "shm" {
             env.push(("ACCORD_TRANSPORT".into(), "tcp".into()));
         }
-        eprintln!("accord bench --calibrate: {phase} on {n} ranks");
+        eprintln!("accord bench --calibrate: {phase} on {ranks} ranks");
         let code = launch::run(launch::Launch {
-            n,
+            n: ranks,
             program,
             env,
             prefix: false,
@@ -102,12 +119,16 @@ pub fn launch(n: usize, bind: launch::Binding, path: &str, self_cmd: &[String]) 
         json!({"alpha_us": alpha, "beta_us_per_byte": beta, "pingpong": v["pingpong"],
                "exchange": v["exchange"]})
     };
+    let mut tcp_link = link(tcp);
+    if let Some(c) = parts.get(2) {
+        tcp_link["crowd"] = c["crowd"].clone();
+    }
     let profile = json!({
         "accord_profile": 1,
         "cpus": std::thread::available_parallelism().map_or(1, |n| n.get()),
         "ranks": n,
         "gamma_us_per_byte": tcp["gamma_us_per_byte"],
-        "tcp": link(tcp),
+        "tcp": tcp_link,
         "shm": link(shm),
         "shm_engine": shm["engine"],
     });
@@ -168,6 +189,13 @@ pub fn rank_main(phase: &str, out: &str) -> i32 {
         }
     };
     let measured = (|| -> accord::Result<Value> {
+        if phase == "crowd" {
+            let mut crowd = Vec::new();
+            for pairs in crowd_sizes(comm.size()) {
+                crowd.push(json!({"pairs": pairs, "exchange": crowded(&comm, pairs)?}));
+            }
+            return Ok(json!({ "crowd": crowd }));
+        }
         let mut v = json!({
             "pingpong": messages(&comm, false)?,
             "exchange": messages(&comm, true)?,
@@ -259,6 +287,45 @@ fn messages(comm: &Communicator, exchange: bool) -> accord::Result<Vec<Value>> {
     Ok(rows)
 }
 
+/// The numbers of pairs exchanging at once that the calibration times on `n` ranks: 2, 4, ...
+/// up to `n / 2`, which is always among them.
+fn crowd_sizes(n: usize) -> Vec<usize> {
+    let top = n / 2;
+    let mut v: Vec<usize> = (1..).map(|i| 1 << i).take_while(|&p| p < top).collect();
+    if top >= 2 {
+        v.push(top);
+    }
+    v
+}
+
+/// `pairs` pairs of ranks (0 and 1, 2 and 3, ...) exchange messages at once, as the ranks of a
+/// schedule's round do: per size, the slowest pair's median time of one exchange.
+fn crowded(comm: &Communicator, pairs: usize) -> accord::Result<Vec<Value>> {
+    let me = comm.rank();
+    let mut rows = Vec::new();
+    for (tag, &b) in MESSAGE_BYTES.iter().enumerate() {
+        let tag = 200 + tag as u32;
+        let (mut buf, out) = (vec![1u8; b], vec![2u8; b]);
+        let iters = ((64usize << 20) / b.max(4096)).clamp(10, 1000);
+        let mut times = Vec::with_capacity(iters);
+        comm.barrier()?;
+        if me < 2 * pairs {
+            for i in 0..iters + iters / 10 + 2 {
+                let start = Instant::now();
+                comm.sendrecv(&out[..], me ^ 1, &mut buf[..], me ^ 1, tag)?;
+                if i > iters / 10 + 1 {
+                    times.push(start.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+            times.sort_by(f64::total_cmp);
+        }
+        let mut worst = [times.get(times.len() / 2).copied().unwrap_or(0.0)];
+        comm.all_reduce(&mut worst, ReduceOp::Max)?;
+        rows.push(json!([b, worst[0]]));
+    }
+    Ok(rows)
+}
+
 /// Microseconds per byte one core takes to add one f32 array into another (best of 20).
 fn gamma() -> f64 {
     let n = 1 << 20;
@@ -273,4 +340,18 @@ fn gamma() -> f64 {
         best = best.min(start.elapsed().as_secs_f64() * 1e6);
     }
     best / (n * 4) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::crowd_sizes;
+
+    #[test]
+    fn crowds_double_up_to_half_the_ranks() {
+        assert!(crowd_sizes(2).is_empty() && crowd_sizes(3).is_empty());
+        assert_eq!(crowd_sizes(4), [2]);
+        assert_eq!(crowd_sizes(6), [2, 3]);
+        assert_eq!(crowd_sizes(8), [2, 4]);
+        assert_eq!(crowd_sizes(16), [2, 4, 8]);
+    }
 }

@@ -92,6 +92,10 @@ struct BenchArgs {
     /// JSON, for `accord sim --profile`.
     #[arg(long, value_name = "PROFILE")]
     calibrate: Option<String>,
+    /// With --calibrate: also time 2, 4, ... up to N / 2 pairs of ranks exchanging over TCP at
+    /// once (a job of N ranks; at least 4): how much crowded rounds slow messages down.
+    #[arg(long, value_name = "N", requires = "calibrate")]
+    crowd: Option<usize>,
     /// The calibration phase a rank runs (set by `--calibrate`).
     #[arg(long, hide = true)]
     calibrate_phase: Option<String>,
@@ -123,6 +127,11 @@ enum Cmd {
         /// With --profile: ranks per host (-n must be a multiple); hosts are -n / this.
         #[arg(long, default_value_t = 1)]
         per_host: usize,
+        /// With --profile: the hosts are parts of one machine (network namespaces, or ranks
+        /// over loopback, as the calibration ran), so every network message competes with the
+        /// others of its round, not only those of its host.
+        #[arg(long)]
+        one_machine: bool,
         /// With --profile: also write the rows as JSON here.
         #[arg(long)]
         json: Option<String>,
@@ -359,7 +368,8 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
             bind_to,
             args: bargs,
         } if bargs.calibrate.is_some() => {
-            calibrate::launch(n, bind_to, bargs.calibrate.as_deref().unwrap(), &self_cmd)
+            let path = bargs.calibrate.as_deref().unwrap();
+            calibrate::launch(n, bargs.crowd, bind_to, path, &self_cmd)
         }
         Cmd::BenchRank { args: bargs } if bargs.calibrate_phase.is_some() => calibrate::rank_main(
             bargs.calibrate_phase.as_deref().unwrap(),
@@ -426,11 +436,13 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
             model,
             profile,
             per_host,
+            one_machine,
             json,
         } => {
             let run = match profile {
                 Some(profile) => bench::parse_range(&sizes).and_then(|range| {
-                    sim_profile::run(&op, n, per_host, range, factor, &profile, json.as_deref())
+                    let place = sim_profile::Placement::new(n, per_host, one_machine)?;
+                    sim_profile::run(&op, &place, range, factor, &profile, json.as_deref())
                 }),
                 None => sim::run(&op, n, &sizes, factor, &model),
             };

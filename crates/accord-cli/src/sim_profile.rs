@@ -10,8 +10,13 @@
 //!   local rank), everything else as one schedule over all ranks whose messages cost the
 //!   shared-memory rings' price inside a host and TCP's between hosts (ranks placed host by host).
 //!
-//! The model knows nothing of CPU contention: placements with more ranks than CPUs are
-//! predicted as if each rank had its own.
+//! Messages of one round that compete for the same resource cost more, by the slowdown the
+//! calibration measured with several pairs of ranks exchanging at once (the profile's `crowd`:
+//! a round of `m` such messages is priced as `m / 2` pairs): with `--one-machine` (the hosts
+//! are network namespaces or ranks of the machine that was calibrated, as `bench/multihost.sh`
+//! and `bench/sim_check.sh` run them) every network message of a round competes with every
+//! other; otherwise only those leaving the same host do (its link and CPUs). The shared-memory
+//! engine's times are taken as measured, whatever else runs beside it.
 
 use crate::calibrate::{fit, points};
 use accord::comm::STRIPE_MIN_BYTES;
@@ -28,6 +33,9 @@ pub struct Profile {
     /// round trip) and in an exchange (both ranks sending at once).
     tcp_msg: [Vec<(f64, f64)>; 2],
     shm_msg: [Vec<(f64, f64)>; 2],
+    /// An exchange's time with several pairs of ranks exchanging at once: (pairs, table),
+    /// ascending; empty when calibrated on fewer than 4 ranks.
+    crowd: Vec<(f64, Vec<(f64, f64)>)>,
     /// The shared-memory engine's times per operation: (bytes, us), ascending.
     engine: HashMap<String, Vec<(f64, f64)>>,
     /// Ranks the engine was timed on.
@@ -67,6 +75,7 @@ impl Profile {
             shm: link("shm")?,
             tcp_msg: [points(&v["tcp"]["pingpong"]), points(&v["tcp"]["exchange"])],
             shm_msg: [points(&v["shm"]["pingpong"]), points(&v["shm"]["exchange"])],
+            crowd: crowd_tables(&v["tcp"]["crowd"]),
             engine,
             ranks: v["ranks"].as_u64().unwrap_or(2) as usize,
         })
@@ -92,14 +101,52 @@ impl Profile {
         }
     }
 
+    /// How much slower a network message of `bytes` is when `pairs` pairs of ranks exchange at
+    /// once than when one pair does (1 for one pair or less; linear between the pair counts the
+    /// calibration timed, continued beyond the largest; never below 1).
+    fn slowdown(&self, pairs: f64, bytes: usize) -> f64 {
+        let one = &self.tcp_msg[1];
+        if pairs <= 1.0 || self.crowd.is_empty() || one.is_empty() {
+            return 1.0;
+        }
+        let base = interpolate(one, bytes.max(1));
+        let mut points = vec![(1.0, 1.0)];
+        points.extend((self.crowd.iter()).map(|(p, t)| (*p, interpolate(t, bytes.max(1)) / base)));
+        let i = points
+            .partition_point(|q| q.0 < pairs)
+            .clamp(1, points.len() - 1);
+        let ((p0, f0), (p1, f1)) = (points[i - 1], points[i]);
+        (f0 + (pairs - p0) * (f1 - f0) / (p1 - p0)).max(1.0)
+    }
+
     /// The TCP schedule Accord's tuner picks for `coll` on `world` ranks, simulated with the
-    /// calibrated costs, where ranks `r / per_host` share a host.
-    fn schedule(&self, coll: &Collective, world: usize, per_host: usize) -> Result<f64, String> {
+    /// calibrated costs, where ranks `r / per_host` share a host; `streams` copies of it run at
+    /// once (the stripes of a striped allreduce), competing as the placement says.
+    fn schedule(
+        &self,
+        coll: &Collective,
+        world: usize,
+        per_host: usize,
+        place: &Placement,
+        streams: usize,
+    ) -> Result<f64, String> {
         let algo = tuner::select(coll, world, 4, &CostModel::tcp());
-        let message = |s: usize, d: usize, b: usize, x: bool| {
-            self.message(s / per_host == d / per_host, b, x)
+        let host = |r: usize| r / per_host;
+        let message = |m: &sim::Message| {
+            let local = host(m.src) == host(m.dst);
+            let t = self.message(local, m.bytes, m.exchange);
+            match local {
+                true => t,
+                false => t * self.slowdown((m.crowd * streams) as f64 / 2.0, m.bytes),
+            }
         };
-        sim::simulate_on(coll, world, 4, algo, &message, self.tcp.gamma_us_per_byte)
+        let domain = |s: usize, d: usize| match (host(s) == host(d), place.one_machine) {
+            (true, _) => None,
+            (false, true) => Some(0),
+            (false, false) => Some(host(s)),
+        };
+        let gamma = self.tcp.gamma_us_per_byte;
+        sim::simulate_on(coll, world, 4, algo, &message, &domain, gamma)
             .map(|s| s.time_us)
             .map_err(|e| e.to_string())
     }
@@ -109,10 +156,10 @@ impl Profile {
     pub fn predict(
         &self,
         op: &str,
-        hosts: usize,
-        per_host: usize,
+        place: &Placement,
         bytes: usize,
     ) -> Result<(f64, &'static str), String> {
+        let (hosts, per_host) = (place.hosts, place.per_host);
         let n = hosts * per_host;
         let count = bytes / 4;
         let coll = crate::bench::collective_of(op, n, count)
@@ -125,7 +172,7 @@ impl Profile {
                 return Ok((t, "shared-memory engine"));
             }
             return Ok((
-                self.schedule(&coll, n, per_host)?,
+                self.schedule(&coll, n, per_host, place, 1)?,
                 "schedule over shared-memory rings",
             ));
         }
@@ -134,7 +181,8 @@ impl Profile {
             match op {
                 "allreduce" if bytes >= STRIPE_MIN_BYTES && count >= per_host => {
                     let slice = count / per_host;
-                    let net = self.schedule(&Collective::AllReduce { count: slice }, hosts, 1)?;
+                    let slice_coll = Collective::AllReduce { count: slice };
+                    let net = self.schedule(&slice_coll, hosts, 1, place, per_host)?;
                     let spread = per_host as f64 * eng("broadcast", slice * 4);
                     return Ok((
                         eng("allreduce", bytes) + net + spread,
@@ -142,14 +190,14 @@ impl Profile {
                     ));
                 }
                 "allreduce" => {
-                    let net = self.schedule(&coll, hosts, 1)?;
+                    let net = self.schedule(&coll, hosts, 1, place, 1)?;
                     return Ok((
                         eng("allreduce", bytes) + net + eng("broadcast", bytes),
                         "hosts' engines, leaders between hosts",
                     ));
                 }
                 "broadcast" => {
-                    let net = self.schedule(&coll, hosts, 1)?;
+                    let net = self.schedule(&coll, hosts, 1, place, 1)?;
                     return Ok((
                         2.0 * eng("broadcast", bytes) + net,
                         "hosts' engines, leaders between hosts",
@@ -162,8 +210,44 @@ impl Profile {
             1 => "schedule over TCP",
             _ => "schedule over TCP and shared-memory rings",
         };
-        Ok((self.schedule(&coll, n, per_host)?, path))
+        Ok((self.schedule(&coll, n, per_host, place, 1)?, path))
     }
+}
+
+/// Where the simulated ranks run.
+pub struct Placement {
+    pub hosts: usize,
+    pub per_host: usize,
+    /// Every host is a part of one machine (network namespaces, or ranks over loopback), so
+    /// all network messages compete with each other.
+    pub one_machine: bool,
+}
+
+impl Placement {
+    /// `n` ranks, `per_host` on each host.
+    pub fn new(n: usize, per_host: usize, one_machine: bool) -> Result<Placement, String> {
+        if per_host == 0 || n == 0 || !n.is_multiple_of(per_host) {
+            return Err(format!(
+                "{n} ranks cannot be placed {per_host} per host (-n must be a multiple of \
+                 --per-host)"
+            ));
+        }
+        Ok(Placement {
+            hosts: n / per_host,
+            per_host,
+            one_machine,
+        })
+    }
+}
+
+/// The calibration's crowd tables, by number of pairs.
+fn crowd_tables(v: &Value) -> Vec<(f64, Vec<(f64, f64)>)> {
+    let mut t: Vec<(f64, Vec<(f64, f64)>)> = (v.as_array().into_iter().flatten())
+        .filter_map(|c| Some((c["pairs"].as_f64()?, points(&c["exchange"]))))
+        .filter(|(p, t)| *p > 1.0 && !t.is_empty())
+        .collect();
+    t.sort_by(|a, b| a.0.total_cmp(&b.0));
+    t
 }
 
 /// Time at `bytes` from (bytes, us) points, ascending: log-log between points, the first
@@ -191,24 +275,21 @@ fn interpolate(t: &[(f64, f64)], bytes: usize) -> f64 {
 /// `accord sim OP --profile P`: one row per size.
 pub fn run(
     op: &str,
-    n: usize,
-    per_host: usize,
+    place: &Placement,
     sizes: (usize, usize),
     factor: usize,
     profile: &str,
     json: Option<&str>,
 ) -> Result<(), String> {
-    if per_host == 0 || n == 0 || !n.is_multiple_of(per_host) {
-        return Err(format!(
-            "{n} ranks cannot be placed {per_host} per host (-n must be a multiple of --per-host)"
-        ));
-    }
+    let (hosts, per_host, one_machine) = (place.hosts, place.per_host, place.one_machine);
+    let n = hosts * per_host;
     let p = Profile::load(profile)?;
-    let hosts = n / per_host;
     println!(
-        "# accord sim {op}: {hosts} host(s) x {per_host} rank(s), f32, priced with {profile} \
-         (shared-memory engine timed on {} ranks)",
-        p.ranks
+        "# accord sim {op}: {hosts} host(s) x {per_host} rank(s){}, f32, priced with {profile} \
+         (shared-memory engine timed on {} ranks; crowds of up to {} pairs)",
+        if one_machine { " on one machine" } else { "" },
+        p.ranks,
+        p.crowd.last().map_or(1.0, |c| c.0)
     );
     println!("# {:>12} {:>14}  path", "size(B)", "predicted(us)");
     let mut rows = Vec::new();
@@ -217,7 +298,7 @@ pub fn run(
     let progress = crate::progress::Progress::stderr(total, &format!("sim {op}"));
     for step in 0.. {
         progress.at(step, bytes);
-        let (t, path) = p.predict(op, hosts, per_host, bytes)?;
+        let (t, path) = p.predict(op, place, bytes)?;
         progress.suspend(|| println!("  {bytes:>12} {t:>14.2}  {path}"));
         rows.push(serde_json::json!({"bytes": bytes, "predicted_us": t, "path": path}));
         if bytes >= sizes.1 {
@@ -234,4 +315,59 @@ pub fn run(
             .map_err(|e| format!("cannot write {path}: {e}"))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A profile whose TCP messages cost 10 us + 1 us/KiB one way and in an exchange, and whose
+    /// exchanges take 2x as long with 2 pairs at once and 3x with 4.
+    fn profile() -> Profile {
+        let table = |f: f64| -> Vec<Value> {
+            [1024.0, 1048576.0]
+                .iter()
+                .map(|&b| serde_json::json!([b, f * (10.0 + b / 1024.0)]))
+                .collect()
+        };
+        let link = serde_json::json!({"pingpong": table(1.0), "exchange": table(1.0),
+            "crowd": [{"pairs": 4, "exchange": table(3.0)}, {"pairs": 2, "exchange": table(2.0)}]});
+        let v = serde_json::json!({"accord_profile": 1, "gamma_us_per_byte": 1e-4,
+            "tcp": link, "shm": link, "ranks": 2});
+        let path = std::env::temp_dir().join(format!("accord-crowd-{}.json", std::process::id()));
+        std::fs::write(&path, v.to_string()).unwrap();
+        let p = Profile::load(path.to_str().unwrap()).unwrap();
+        let _ = std::fs::remove_file(&path);
+        p
+    }
+
+    #[test]
+    fn crowded_rounds_cost_what_the_calibration_measured() {
+        let p = profile();
+        let b = 1 << 20;
+        assert_eq!(p.slowdown(1.0, b), 1.0);
+        assert!((p.slowdown(1.5, b) - 1.5).abs() < 1e-9);
+        assert!((p.slowdown(2.0, b) - 2.0).abs() < 1e-9);
+        assert!((p.slowdown(4.0, b) - 3.0).abs() < 1e-9);
+        assert!(
+            (p.slowdown(8.0, b) - 5.0).abs() < 1e-9,
+            "continued beyond 4 pairs"
+        );
+    }
+
+    #[test]
+    fn only_one_machine_makes_every_host_compete() {
+        let p = profile();
+        let at = |one_machine| {
+            let place = Placement {
+                hosts: 8,
+                per_host: 1,
+                one_machine,
+            };
+            p.predict("allgather", &place, 8 << 20).unwrap().0
+        };
+        // A ring allgather: each host sends one message a round, 8 in all on one machine.
+        let (apart, together) = (at(false), at(true));
+        assert!(together > 2.5 * apart, "{together} vs {apart}");
+    }
 }

@@ -335,7 +335,8 @@ fn sim_predicts_a_thousand_ranks() {
 }
 
 /// `accord bench --calibrate` writes a profile that `accord sim --profile` prices placements
-/// with, taking the path Accord takes: the engines inside hosts, striped from 1 MiB.
+/// with, taking the path Accord takes: the engines inside hosts, striped from 1 MiB; with
+/// `--crowd`, crowded rounds on one machine cost what pairs exchanging at once cost.
 #[test]
 fn calibrated_profile_prices_hosts_and_ranks_per_host() {
     let dir = std::env::temp_dir().join(format!("accord-profile-{}", std::process::id()));
@@ -343,10 +344,16 @@ fn calibrated_profile_prices_hosts_and_ranks_per_host() {
     let profile = dir.join("profile.json");
     let p = profile.to_str().unwrap();
     let out = accord()
-        .args(["bench", "--calibrate", p, "-n", "2"])
+        .args(["bench", "--calibrate", p, "-n", "2", "--crowd", "4"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
+    let refused = accord()
+        .args(["bench", "--calibrate", p, "-n", "2", "--crowd", "3"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(text(&refused.stderr).contains("--crowd needs at least 4 ranks"));
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&profile).unwrap())
         .expect("the profile is JSON");
     for link in ["tcp", "shm"] {
@@ -357,6 +364,10 @@ fn calibrated_profile_prices_hosts_and_ranks_per_host() {
     }
     assert!(v["gamma_us_per_byte"].as_f64().unwrap() > 0.0);
     assert_eq!(v["shm_engine"]["allreduce"].as_array().unwrap().len(), 8);
+    let crowd = v["tcp"]["crowd"].as_array().unwrap();
+    assert_eq!(crowd.len(), 1, "{crowd:?}");
+    assert_eq!(crowd[0]["pairs"].as_u64(), Some(2));
+    assert_eq!(crowd[0]["exchange"].as_array().unwrap().len(), 11);
 
     let sim = |args: &[&str]| {
         let out = accord()
@@ -400,6 +411,10 @@ fn calibrated_profile_prices_hosts_and_ranks_per_host() {
     let (code, stdout, _) = sim(&["-n", "2", "--sizes", "4K:4K"]);
     assert_eq!(code, Some(0));
     assert!(stdout.contains("schedule over TCP"), "{stdout}");
+    let (code, stdout, stderr) = sim(&["-n", "8", "--one-machine", "--sizes", "4K:4M"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("8 host(s) x 1 rank(s) on one machine"), "{stdout}");
+    assert!(stdout.contains("crowds of up to 2 pairs"), "{stdout}");
 
     let (code, _, stderr) = sim(&["-n", "10", "--per-host", "4"]);
     assert_eq!(code, Some(2));

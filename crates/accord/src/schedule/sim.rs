@@ -13,6 +13,12 @@
 //! completes when its message has arrived and the rank is free, then reduction costs `gamma` per
 //! byte and a local copy half that. Messages between a pair are matched in order, exactly as the
 //! executor does. The result is the time the slowest rank finishes.
+//!
+//! [`simulate_on`] prices each [`Message`] with a function of the caller's (a measured table,
+//! ranks of one host talking through shared memory) and tells it how crowded the message's
+//! round is: how many messages of the same round share its *contention domain* (a host's
+//! network link, or one machine whose CPUs and loopback every rank shares), so a price can grow
+//! with the traffic that competes for the same resource.
 
 use super::tuner::CostModel;
 use super::{algorithms, Algorithm, Collective, Schedule, Step};
@@ -30,6 +36,22 @@ pub struct Simulation {
     pub bytes: usize,
 }
 
+/// One message as [`simulate_on`]'s price function sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Message {
+    /// Sending rank.
+    pub src: usize,
+    /// Receiving rank.
+    pub dst: usize,
+    /// Payload bytes.
+    pub bytes: usize,
+    /// `dst` sends to `src` in the same round, so the two directions share the link.
+    pub exchange: bool,
+    /// Messages sent in the same round (by any rank) in this message's contention domain, this
+    /// one included; 1 where it has none.
+    pub crowd: usize,
+}
+
 /// Simulate `algo` for `coll` on `world` ranks with elements of `elem_size` bytes.
 pub fn simulate(
     coll: &Collective,
@@ -38,34 +60,55 @@ pub fn simulate(
     algo: Algorithm,
     model: &CostModel,
 ) -> Result<Simulation> {
-    let message =
-        |_: usize, _: usize, b: usize, _: bool| model.alpha_us + b as f64 * model.beta_us_per_byte;
+    let message = |m: &Message| model.alpha_us + m.bytes as f64 * model.beta_us_per_byte;
     simulate_on(
         coll,
         world,
         elem_size,
         algo,
         &message,
+        &|_, _| None,
         model.gamma_us_per_byte,
     )
 }
 
-/// [`simulate`] with any price of a message: `message(src, dst, bytes, exchange)` in
-/// microseconds (ranks on one host share memory, others talk over the network; a measured table
-/// instead of a formula; `exchange`: `dst` sends to `src` in the same round, so the two
-/// directions share the link), and `gamma` microseconds per byte reduced.
+/// [`simulate`] with any price of a message, in microseconds (ranks on one host share memory,
+/// others talk over the network; a measured table instead of a formula), `domain(src, dst)`:
+/// what a message from `src` to `dst` competes for with the other messages of its round
+/// (`None`: nothing), and `gamma` microseconds per byte reduced.
 pub fn simulate_on(
     coll: &Collective,
     world: usize,
     elem_size: usize,
     algo: Algorithm,
-    message: &dyn Fn(usize, usize, usize, bool) -> f64,
+    message: &dyn Fn(&Message) -> f64,
+    domain: &dyn Fn(usize, usize) -> Option<usize>,
     gamma: f64,
 ) -> Result<Simulation> {
     let scheds = (0..world)
         .map(|r| algorithms::build(coll, world, r, algo))
         .collect::<Result<Vec<_>>>()?;
-    Ok(run(&scheds, elem_size, message, gamma))
+    Ok(run(&scheds, elem_size, message, domain, gamma))
+}
+
+/// Messages per (round, contention domain) over every rank's schedule.
+fn crowds(
+    scheds: &[Schedule],
+    domain: &dyn Fn(usize, usize) -> Option<usize>,
+) -> HashMap<(usize, usize), usize> {
+    let mut n = HashMap::new();
+    for (me, sched) in scheds.iter().enumerate() {
+        for (round, steps) in sched.rounds.iter().enumerate() {
+            for step in steps {
+                if let Step::Send { peer, .. } = *step {
+                    if let Some(d) = domain(me, peer) {
+                        *n.entry((round, d)).or_insert(0) += 1;
+                    }
+                }
+            }
+        }
+    }
+    n
 }
 
 struct Rank<'a> {
@@ -81,9 +124,11 @@ struct Rank<'a> {
 fn run(
     scheds: &[Schedule],
     esz: usize,
-    message: &dyn Fn(usize, usize, usize, bool) -> f64,
+    message: &dyn Fn(&Message) -> f64,
+    domain: &dyn Fn(usize, usize) -> Option<usize>,
     gamma: f64,
 ) -> Simulation {
+    let crowd = crowds(scheds, domain);
     let sends_to = |r: usize, round: usize, dst: usize| {
         scheds[r].rounds.get(round).is_some_and(|steps| {
             steps
@@ -119,8 +164,16 @@ fn run(
                     for step in round {
                         if let Step::Send { peer, src } = *step {
                             let b = src.len * esz;
-                            let both = sends_to(peer, r.round, me);
-                            r.link_free = r.link_free.max(r.clock) + message(me, peer, b, both);
+                            let m = Message {
+                                src: me,
+                                dst: peer,
+                                bytes: b,
+                                exchange: sends_to(peer, r.round, me),
+                                crowd: domain(me, peer)
+                                    .and_then(|d| crowd.get(&(r.round, d)).copied())
+                                    .unwrap_or(1),
+                            };
+                            r.link_free = r.link_free.max(r.clock) + message(&m);
                             wires.entry((me, peer)).or_default().push_back(r.link_free);
                             messages += 1;
                             bytes += b;
@@ -241,6 +294,25 @@ mod tests {
         let want = 2.0 * (p - 1) as f64 * (m.alpha_us + (n / p * 4) as f64 * m.beta_us_per_byte);
         assert!((s.time_us - want).abs() < 1e-6, "{} vs {want}", s.time_us);
         assert_eq!(s.messages, 2 * p * (p - 1));
+    }
+
+    #[test]
+    fn a_price_sees_how_many_messages_of_its_round_share_its_domain() {
+        // Ring allgather on 6 ranks over 2 "hosts" of 3: every round each rank sends once; the
+        // messages crossing hosts (2 per round) share the one domain, the others have none.
+        let seen = std::sync::Mutex::new(Vec::new());
+        let price = |m: &Message| {
+            seen.lock().unwrap().push((m.src / 3 != m.dst / 3, m.crowd));
+            1.0
+        };
+        let domain = |s: usize, d: usize| (s / 3 != d / 3).then_some(0);
+        let coll = Collective::AllGather { counts: vec![2; 6] };
+        simulate_on(&coll, 6, 4, Algorithm::Ring, &price, &domain, 0.0).unwrap();
+        let seen = seen.into_inner().unwrap();
+        assert_eq!(seen.len(), 6 * 5);
+        assert!(seen
+            .iter()
+            .all(|&(across, c)| c == if across { 2 } else { 1 }));
     }
 
     #[test]

@@ -93,7 +93,9 @@ impl State {
 /// Waits for messages from this size on sleep at once instead of polling: polling beside the
 /// receiver thread made a 1 MiB broadcast over TCP 4x slower while small messages gained 2x,
 /// and reading the socket in the waiting thread ([`Mailbox::set_pump`]) made 256 KiB - 16 MiB
-/// calls over loopback 1.2-3.7x slower (`recv` polled while the kernel fills the socket).
+/// calls over loopback 1.2-3.7x slower on two CPUs (`recv` polled while the kernel fills the
+/// socket). Where CPUs are plenty, waits for larger messages poll too
+/// ([`Mailbox::set_poll_large`], [`Mailbox::set_pump_below`]).
 pub const POLL_MAX_BYTES: usize = 64 << 10;
 
 /// The largest messages whose waits poll where CPUs are plenty ([`Mailbox::set_poll_large`]):
@@ -137,6 +139,9 @@ pub struct Mailbox {
     /// Run by polling waits for small messages: reads the source's connection in the waiting
     /// thread.
     pump: std::sync::OnceLock<Pump>,
+    /// Waits for messages below this size call `pump` (from [`POLL_MAX_BYTES`] only where
+    /// large messages poll too: see [`Mailbox::set_pump_below`]).
+    pump_below: std::sync::atomic::AtomicUsize,
     /// Payload buffers of large frames, returned by receivers for the next frames: a fresh
     /// allocation of that size is mapped and faulted in page by page, and zeroed.
     spare: Mutex<Vec<Vec<u8>>>,
@@ -170,6 +175,7 @@ impl Mailbox {
             poll_ns: AtomicU64::new(0),
             poll_large: std::sync::atomic::AtomicBool::new(false),
             pump: std::sync::OnceLock::new(),
+            pump_below: std::sync::atomic::AtomicUsize::new(POLL_MAX_BYTES),
             spare: Mutex::default(),
         }
     }
@@ -201,6 +207,14 @@ impl Mailbox {
     /// the hand-over from its reader thread (a wake-up that can cost more than the trip).
     pub fn set_pump(&self, p: Pump) {
         let _ = self.pump.set(p);
+    }
+
+    /// Let waits for messages below `bytes` read the source's connection themselves
+    /// ([`Mailbox::set_pump`]; [`POLL_MAX_BYTES`] unless set). From [`POLL_MAX_BYTES`] only
+    /// where [`Mailbox::set_poll_large`] allows polling, and they poll then for as long as bytes
+    /// keep coming.
+    pub fn set_pump_below(&self, bytes: usize) {
+        self.pump_below.store(bytes, Ordering::Relaxed);
     }
 
     /// What this rank's blocked calls wait for (see [`super::waits`]).
@@ -370,12 +384,14 @@ impl Mailbox {
         bytes: usize,
     ) -> Result<Frame, WaitError> {
         let small = bytes < POLL_MAX_BYTES;
+        let large_poll = self.poll_large.load(Ordering::Relaxed);
+        let pumped = bytes < self.pump_below.load(Ordering::Relaxed) && (small || large_poll);
         let key = (src, comm, seq);
         let mut flushed = false;
         let mut polling: Option<Instant> = None;
         // This wait's turn at reading the source's connection, once it polls.
         let mut turn: Option<Option<Box<dyn PollTurn>>> = None;
-        let pump = self.pump.get().filter(|_| small);
+        let pump = self.pump.get().filter(|_| pumped);
         // Recorded once the wait sleeps, for peers that ask what this rank is blocked on.
         let mut blocked = None;
         let mut st = self.state.lock().unwrap();
@@ -445,8 +461,7 @@ impl Mailbox {
                 }
             } else {
                 let mut poll = self.poll_ns.load(Ordering::Relaxed);
-                let roomy = small
-                    || (bytes <= LARGE_POLL_MAX_BYTES && self.poll_large.load(Ordering::Relaxed));
+                let roomy = small || pumped || (bytes <= LARGE_POLL_MAX_BYTES && large_poll);
                 if !small && roomy && poll > 0 {
                     poll += bytes as u64; // 1 ns a byte
                 }
