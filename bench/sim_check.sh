@@ -60,6 +60,6 @@ for op in $OPS; do
     "$ACCORD" sim "$op" -n $((h * r)) --per-host "$r" --one-machine --profile "$PROFILE" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/sim.json" >/dev/null
     OUT=$OUT/ns ACCORD=$ACCORD HOSTS=$h RANKS=$r OPS=$op SIZES=$SIZES FACTOR=$FACTOR ROUNDS=1 SKIP="mpi gloo" \
       "$HERE/multihost.sh" bench >/dev/null
-    compare "$OUT/sim.json" "$OUT/ns/bench-$op-1.0" "$op" "$h hosts x $r"
+    compare "$OUT/sim.json" "$OUT/ns/bench-accord-$op-1.0" "$op" "$h hosts x $r"
   done
 done

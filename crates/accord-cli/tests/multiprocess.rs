@@ -413,7 +413,10 @@ fn calibrated_profile_prices_hosts_and_ranks_per_host() {
     assert!(stdout.contains("schedule over TCP"), "{stdout}");
     let (code, stdout, stderr) = sim(&["-n", "8", "--one-machine", "--sizes", "4K:4M"]);
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(stdout.contains("8 host(s) x 1 rank(s) on one machine"), "{stdout}");
+    assert!(
+        stdout.contains("8 host(s) x 1 rank(s) on one machine"),
+        "{stdout}"
+    );
     assert!(stdout.contains("crowds of up to 2 pairs"), "{stdout}");
 
     let (code, _, stderr) = sim(&["-n", "10", "--per-host", "4"]);
@@ -532,4 +535,21 @@ fn store_reads_a_private_token_file_and_refuses_an_open_one() {
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(line.contains("listening on"), "{line}");
     client.expect("a client with the file's token is admitted");
+}
+
+/// Processes with several TCP connections per pair (`ACCORD_TCP_LANES`, here different on
+/// every rank: the higher rank of a pair decides) pass the whole self-test over TCP, whose
+/// 1 MiB-and-larger messages are dealt over the connections.
+#[test]
+fn selftest_passes_over_several_connections_per_pair() {
+    let out = accord()
+        .args(["run", "-n", "3", "sh", "-c"])
+        .arg(r#"ACCORD_TCP_LANES=$((ACCORD_RANK + 2)) exec "$0" selftest"#)
+        .arg(env!("CARGO_BIN_EXE_accord"))
+        .env("ACCORD_TRANSPORT", "tcp")
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert_eq!(stdout.matches("every result right").count(), 3, "{stdout}");
 }

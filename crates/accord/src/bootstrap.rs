@@ -52,6 +52,7 @@ pub fn from_rendezvous(rdv: Rendezvous, timeout: Duration) -> Result<Communicato
     let opts = TcpOptions {
         timeout,
         form_deadline: Some(rdv.join_deadline),
+        lanes: crate::transport::tcp::lanes_for(rdv.local_world_size),
         ..TcpOptions::default()
     };
     let tcp = match TcpTransport::connect(rdv.rank, rdv.world_size, &rdv.token, &book, opts) {

@@ -18,15 +18,22 @@ fn opts(timeout: Duration) -> TcpOptions {
 
 /// Form a world of `n` ranks as threads sharing one address book.
 fn world(n: usize) -> Vec<Arc<TcpTransport>> {
+    world_with(n, |_| 1)
+}
+
+/// [`world`] where rank `r` opens `lanes(r)` connections to each lower rank.
+fn world_with(n: usize, lanes: impl Fn(usize) -> usize) -> Vec<Arc<TcpTransport>> {
     let book = Arc::new(MemoryAddressBook::new());
     let token = Token::new("test-token");
     let handles: Vec<_> = (0..n)
         .map(|rank| {
             let book = book.clone();
             let token = token.clone();
-            std::thread::spawn(move || {
-                TcpTransport::connect(rank, n, &token, &*book, opts(TIMEOUT))
-            })
+            let o = TcpOptions {
+                lanes: lanes(rank),
+                ..opts(TIMEOUT)
+            };
+            std::thread::spawn(move || TcpTransport::connect(rank, n, &token, &*book, o))
         })
         .collect();
     handles
@@ -93,6 +100,98 @@ fn recv_message(t: &TcpTransport, src: usize, seq: u64) -> (Vec<u8>, usize) {
         }
     }
     (out, frames)
+}
+
+/// Messages over several connections per pair arrive whole and in the order they were sent,
+/// frame by frame (the executor needs each message's frames in order): large messages are
+/// dealt over the lanes, small ones go on the first, and pairs take the lanes their higher
+/// rank asked for (here 1, 3 and 4).
+#[test]
+fn messages_over_several_lanes_arrive_in_order() {
+    const SIZES: [usize; 7] = [5 << 20 | 7, 3, 1 << 20, 0, (2 << 20) + 1, 100_000, 3 << 20];
+    let ts = world_with(4, |r| [1, 1, 3, 4][r]);
+    let handles: Vec<_> = ts
+        .iter()
+        .cloned()
+        .map(|t| {
+            std::thread::spawn(move || {
+                let (me, n) = (t.rank(), t.size());
+                // Two rounds on one sequence number: the mailbox separates messages only by
+                // the order of their frames.
+                for _ in 0..2 {
+                    for (i, &len) in SIZES.iter().enumerate() {
+                        for peer in (0..n).filter(|&p| p != me) {
+                            t.send(peer, &env(7, len), &pattern(me, peer, i as u64, len))
+                                .unwrap();
+                        }
+                    }
+                    for (i, &len) in SIZES.iter().enumerate() {
+                        for peer in (0..n).filter(|&p| p != me) {
+                            let deadline = Instant::now() + TIMEOUT;
+                            let mut got = Vec::new();
+                            loop {
+                                let f = t.mailbox().take(peer, 1, 7, &fp(), deadline, 0).unwrap();
+                                assert_eq!(f.total_len as usize, len, "message {i} from {peer}");
+                                assert_eq!(f.offset as usize, got.len(), "frames out of order");
+                                got.extend_from_slice(&f.data);
+                                if got.len() == len {
+                                    break;
+                                }
+                            }
+                            assert!(got == pattern(peer, me, i as u64, len), "message {i}");
+                        }
+                    }
+                }
+                t
+            })
+        })
+        .collect();
+    let ts: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    // A goodbye on every lane: the peer is gone once all of them said it, after the data.
+    ts[3]
+        .send(2, &env(9, 3 << 20), &pattern(3, 2, 9, 3 << 20))
+        .unwrap();
+    ts[3].shutdown();
+    let (got, _) = recv_message(&ts[2], 3, 9);
+    assert!(got == pattern(3, 2, 9, 3 << 20));
+    let deadline = Instant::now() + TIMEOUT;
+    while !ts[2].mailbox().left(3) {
+        assert!(Instant::now() < deadline, "rank 3's goodbye never counted");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A rank that dies in the middle of a message dealt over several lanes is reported lost to
+/// its peer, which does not wait for the rest.
+#[test]
+fn a_rank_dying_during_a_striped_message_is_reported_lost() {
+    let ts = world_with(2, |_| 3);
+    let sender = ts[1].clone();
+    let big = vec![5u8; 64 << 20];
+    let t = std::thread::spawn(move || sender.send(0, &env(4, big.len()), &big));
+    // Let some frames go, then die without a goodbye.
+    let first = ts[0]
+        .mailbox()
+        .take(1, 1, 4, &fp(), Instant::now() + TIMEOUT, 1 << 20)
+        .unwrap();
+    assert_eq!(first.offset, 0);
+    ts[1].kill_for_test();
+    let start = Instant::now();
+    let err = loop {
+        match ts[0]
+            .mailbox()
+            .take(1, 1, 4, &fp(), Instant::now() + TIMEOUT, 1 << 20)
+        {
+            Ok(_) => continue,
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, WaitError::Lost { .. }), "{err:?}");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    assert!(
+        t.join().unwrap().is_err(),
+        "the sender learns its send failed"
+    );
 }
 
 #[test]
@@ -411,7 +510,7 @@ fn garbage_after_handshake_is_a_protocol_error() {
     let mut s = TcpStream::connect(&addr).unwrap();
     s.set_read_timeout(Some(TIMEOUT)).unwrap();
     auth::connect(&mut s, &token, Role::Peer, "fake rank 1").unwrap();
-    s.write_all(&[1, 0, 0, 0, 2, 0, 0, 0]).unwrap();
+    s.write_all(&[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, 0]).unwrap();
     let mut status = [9u8];
     s.read_exact(&mut status).unwrap();
     assert_eq!(status[0], 0, "introduction accepted");
@@ -450,7 +549,7 @@ fn oversized_frame_is_refused() {
     let mut s = TcpStream::connect(&addr).unwrap();
     s.set_read_timeout(Some(TIMEOUT)).unwrap();
     auth::connect(&mut s, &token, Role::Peer, "fake rank 1").unwrap();
-    s.write_all(&[1, 0, 0, 0, 2, 0, 0, 0]).unwrap();
+    s.write_all(&[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, 0]).unwrap();
     let mut status = [9u8];
     s.read_exact(&mut status).unwrap();
     let t0 = r0.join().unwrap().unwrap();
@@ -461,6 +560,7 @@ fn oversized_frame_is_refused() {
         env: env(0, 1),
         total_len: u64::MAX,
         offset: 0,
+        order: 0,
     }
     .encode();
     s.write_all(&h).unwrap();

@@ -496,6 +496,7 @@ impl Transport for HybridTransport {
                 env: *env,
                 total_len,
                 offset: off as u64,
+                order: 0,
             }
             .encode();
             self.put_frame(peer, l, &hdr, bytes)

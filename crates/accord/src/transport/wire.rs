@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! 0   magic "ACD1"        8  src rank  u32     16 comm      u64    32 total_len u64
-//! 4   kind  u8 (+3 pad)   12 chunk_len u32     24 seq       u64    40 offset    u64
+//! 4   kind  u8            12 chunk_len u32     24 seq       u64    40 offset    u64
+//! 5   order u24
 //! 48  fingerprint (24 bytes)                                        72 end
 //! ```
 //!
@@ -57,7 +58,14 @@ pub struct Header {
     pub total_len: u64,
     /// Offset of this chunk.
     pub offset: u64,
+    /// The data frame's place among every data frame the sender sent this receiver, modulo
+    /// [`ORDER_MODULUS`]: frames of one peer that travel over several connections are put back
+    /// in this order (see `tcp::lanes`). 0 in control frames and where nothing reorders.
+    pub order: u32,
 }
+
+/// [`Header::order`] counts modulo this (it takes the header's three spare bytes).
+pub const ORDER_MODULUS: u32 = 1 << 24;
 
 impl Header {
     /// Encode.
@@ -65,6 +73,7 @@ impl Header {
         let mut b = [0u8; HEADER_LEN];
         b[0..4].copy_from_slice(&MAGIC);
         b[4] = self.kind as u8;
+        b[5..8].copy_from_slice(&(self.order % ORDER_MODULUS).to_le_bytes()[..3]);
         b[8..12].copy_from_slice(&self.src.to_le_bytes());
         b[12..16].copy_from_slice(&self.chunk_len.to_le_bytes());
         b[16..24].copy_from_slice(&self.env.comm.to_le_bytes());
@@ -144,6 +153,7 @@ impl Header {
             },
             total_len,
             offset,
+            order: u32::from_le_bytes([b[5], b[6], b[7], 0]),
         })
     }
 }
@@ -178,6 +188,7 @@ mod tests {
             },
             total_len: 100,
             offset: 0,
+            order: 0x12_3456,
         }
     }
 

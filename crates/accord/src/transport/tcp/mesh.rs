@@ -68,11 +68,12 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     Ok(s.into())
 }
 
-/// Connect to `peer` (a lower rank), authenticate and introduce this rank.
+/// Open lane `lane` of `lanes` to `peer` (a lower rank): connect, authenticate and introduce
+/// this rank.
 pub(super) fn dial(
     rank: usize,
     size: usize,
-    peer: usize,
+    (peer, lane, lanes): (usize, usize, usize),
     token: &Token,
     book: &dyn AddressBook,
     deadline: Instant,
@@ -100,7 +101,10 @@ pub(super) fn dial(
             Err(e) => return Err(e),
         }
     };
-    let what = format!("connection from rank {rank} to rank {peer} at {addr}");
+    let what = match lanes {
+        1 => format!("connection from rank {rank} to rank {peer} at {addr}"),
+        _ => format!("connection {lane} of {lanes} from rank {rank} to rank {peer} at {addr}"),
+    };
     let mut backoff = Duration::from_millis(5);
     let mut last_err: Option<io::Error> = None;
     // A rank publishes its address only once its listener is bound, so a published address
@@ -173,9 +177,11 @@ pub(super) fn dial(
         std::thread::sleep(backoff.min(deadline.saturating_duration_since(now)));
         backoff = (backoff * 2).min(Duration::from_millis(200));
     };
-    let mut hello = [0u8; 8];
+    let mut hello = [0u8; HELLO_LEN];
     hello[..4].copy_from_slice(&(rank as u32).to_le_bytes());
-    hello[4..].copy_from_slice(&(size as u32).to_le_bytes());
+    hello[4..8].copy_from_slice(&(size as u32).to_le_bytes());
+    hello[8..10].copy_from_slice(&(lane as u16).to_le_bytes());
+    hello[10..].copy_from_slice(&(lanes as u16).to_le_bytes());
     stream
         .write_all(&hello)
         .map_err(|e| Error::io(format!("{what}: introducing this rank"), e))?;
@@ -230,11 +236,15 @@ fn try_connect(addr: &str, within: Duration) -> io::Result<TcpStream> {
     }))
 }
 
+/// The introduction: rank u32 | world size u32 | lane u16 | lanes u16.
+const HELLO_LEN: usize = 12;
+
 /// Everything the thread that reads an authenticated connection's introduction needs.
 pub(super) struct AcceptCtx {
     pub(super) rank: usize,
     pub(super) size: usize,
-    pub(super) claimed: Arc<Mutex<Vec<bool>>>,
+    /// Per peer, which of its lanes have connected (empty: none yet).
+    pub(super) claimed: Arc<Mutex<Vec<Vec<bool>>>>,
     pub(super) deadline: Instant,
     pub(super) tx: mpsc::Sender<Arrival>,
 }
@@ -242,13 +252,17 @@ pub(super) struct AcceptCtx {
 impl AcceptCtx {
     pub(super) fn run(self, stream: TcpStream, from: SocketAddr) {
         let arrival = match self.handshake(stream, from) {
-            Ok((peer, s)) => Arrival::Peer(peer, s),
+            Ok((peer, lane, lanes, s)) => Arrival::Peer(peer, lane, lanes, s),
             Err(e) => Arrival::Refused(format!("from {from}: {e}")),
         };
         let _ = self.tx.send(arrival);
     }
 
-    fn handshake(&self, mut s: TcpStream, from: SocketAddr) -> Result<(usize, TcpStream)> {
+    fn handshake(
+        &self,
+        mut s: TcpStream,
+        from: SocketAddr,
+    ) -> Result<(usize, usize, usize, TcpStream)> {
         let what = format!("connection to rank {} from {from}", self.rank);
         let setup = |e| Error::io(format!("{what}: setting socket options"), e);
         let hs = self
@@ -259,11 +273,13 @@ impl AcceptCtx {
         s.set_write_timeout(Some(hs)).map_err(setup)?;
         tune(&Socket::from(s.try_clone().map_err(setup)?));
         // The gate has authenticated it.
-        let mut hello = [0u8; 8];
+        let mut hello = [0u8; HELLO_LEN];
         s.read_exact(&mut hello)
             .map_err(|e| Error::io(format!("{what}: reading the peer's introduction"), e))?;
         let peer = u32::from_le_bytes(hello[..4].try_into().unwrap()) as usize;
-        let their_size = u32::from_le_bytes(hello[4..].try_into().unwrap()) as usize;
+        let their_size = u32::from_le_bytes(hello[4..8].try_into().unwrap()) as usize;
+        let lane = u16::from_le_bytes(hello[8..10].try_into().unwrap()) as usize;
+        let lanes = u16::from_le_bytes(hello[10..].try_into().unwrap()) as usize;
         let verdict = if their_size != self.size {
             Err(format!(
                 "rank {peer} was started with a world of {their_size} ranks but rank {} with {}; \
@@ -277,9 +293,24 @@ impl AcceptCtx {
                 self.rank + 1,
                 self.size
             ))
+        } else if lanes == 0 || lanes > MAX_LANES || lane >= lanes {
+            Err(format!(
+                "rank {peer} asked for connection {lane} of {lanes}; at most {MAX_LANES} are \
+                 allowed"
+            ))
         } else {
             let mut claimed = self.claimed.lock().unwrap();
-            if std::mem::replace(&mut claimed[peer], true) {
+            let got = &mut claimed[peer];
+            if got.is_empty() {
+                got.resize(lanes, false);
+            }
+            if got.len() != lanes {
+                Err(format!(
+                    "rank {peer} asked for {lanes} connections after asking for {}; were two \
+                     processes started with rank {peer}?",
+                    got.len()
+                ))
+            } else if std::mem::replace(&mut got[lane], true) {
                 Err(format!(
                     "rank {peer} is already connected to rank {}; were two processes started \
                      with rank {peer}?",
@@ -293,7 +324,7 @@ impl AcceptCtx {
             Ok(()) => {
                 s.write_all(&[0])
                     .map_err(|e| Error::io(format!("{what}: answering the introduction"), e))?;
-                Ok((peer, s))
+                Ok((peer, lane, lanes, s))
             }
             Err(why) => {
                 let bytes = &why.as_bytes()[..why.len().min(u16::MAX as usize)];
@@ -313,10 +344,10 @@ impl AcceptCtx {
 /// large messages poll too: where this host has two CPUs per rank and this rank may use two,
 /// one for the waiting thread and one for its reader. Ranks on this host are those whose
 /// connection's two ends share an address.
-pub(super) fn poll_for(streams: &[Option<std::net::TcpStream>]) -> (std::time::Duration, bool) {
+pub(super) fn poll_for<'a>(
+    streams: impl Iterator<Item = &'a TcpStream>,
+) -> (std::time::Duration, bool) {
     let local = 1 + streams
-        .iter()
-        .flatten()
         .filter(|s| match (s.local_addr(), s.peer_addr()) {
             (Ok(a), Ok(b)) => a.ip() == b.ip(),
             _ => false,

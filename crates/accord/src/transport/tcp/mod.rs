@@ -22,20 +22,26 @@
 //! timeout error. After the handshake the connector introduces itself:
 //!
 //! ```text
-//! connector -> acceptor : rank u32 | world size u32                    (little-endian)
-//! acceptor  -> connector: 0                                            (accepted)
-//!                         1 | reason length u16 | reason (UTF-8)       (refused)
+//! connector -> acceptor : rank u32 | world size u32 | lane u16 | lanes u16   (little-endian)
+//! acceptor  -> connector: 0                                                  (accepted)
+//!                         1 | reason length u16 | reason (UTF-8)             (refused)
 //! ```
 //!
 //! The acceptor refuses a different world size, a rank that is not above its own or not below
-//! the world size, and a rank that is already connected, so two processes started with the same
-//! rank get a clear error instead of a scrambled world.
+//! the world size, and a rank (or one of its lanes) that is already connected, so two processes
+//! started with the same rank get a clear error instead of a scrambled world. A pair of ranks
+//! has as many connections ("lanes", [`TcpOptions::lanes`], 1 to 8) as the higher rank asks
+//! for; the world is formed once every lane of every pair is.
 //!
 //! # Moving bytes
 //!
 //! [`Transport::send`] writes each chunk as one frame: a 72-byte [`Header`] followed by the
-//! payload, under a per-peer write lock. One reader thread per peer always drains its socket into
-//! the [`Mailbox`], whatever the application does, so blocking writes cannot deadlock. A call
+//! payload, under a per-connection write lock. One reader thread per connection always drains
+//! its socket into the [`Mailbox`], whatever the application does, so blocking writes cannot
+//! deadlock. Where a pair has several lanes, messages from [`STRIPE_MIN_BYTES`] (1 MiB) are
+//! dealt over them frame by frame, written by one thread per lane at once, and put back in
+//! order on arrival (module `lanes`): one connection moves only what one thread copies into
+//! the kernel and one copies out. A call
 //! waiting for a small message (under 64 KiB, the whole call counted) reads its peer's socket
 //! itself for up to `ACCORD_TCP_POLL_US` (50 us, renewed while bytes come) before it sleeps,
 //! and the reader thread keeps out of its way meanwhile (module `reader`): a small message then
@@ -66,6 +72,7 @@
 //! |-------------------------|------------------------------------------------------------------|
 //! | `ACCORD_HOST`           | Address the listener binds to (default: the published address)   |
 //! | `ACCORD_ADVERTISE_HOST` | Host or IP published for peers to connect to                     |
+//! | `ACCORD_TCP_LANES`      | Connections to each lower rank (default 1, at most 8)            |
 //!
 //! Without `ACCORD_ADVERTISE_HOST`, the published host is `ACCORD_HOST` when that is a specific
 //! address; otherwise the first non-loopback IPv4 address this machine's host name resolves to;
@@ -99,8 +106,11 @@ use std::sync::{Arc, Condvar, Mutex, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+mod lanes;
 mod mesh;
 mod reader;
+pub use lanes::{lanes_for, MAX_LANES, STRIPE_MIN_BYTES};
+use lanes::{LaneWriter, Sequencer};
 use mesh::{dial, listen_for, poll_for, AcceptCtx};
 use reader::Inbound;
 
@@ -143,6 +153,11 @@ pub struct TcpOptions {
     pub form_deadline: Option<Instant>,
     /// Bounds on inbound connections that have not proved the token yet.
     pub handshake: HandshakeLimits,
+    /// Connections this rank opens to each lower rank (1 to [`MAX_LANES`]): messages from
+    /// [`STRIPE_MIN_BYTES`] are dealt over them (see `lanes`). The higher rank of a pair
+    /// decides. Default: `ACCORD_TCP_LANES`, else 1 ([`lanes_for`] is what jobs started
+    /// through the rendezvous take).
+    pub lanes: usize,
 }
 
 impl Default for TcpOptions {
@@ -155,6 +170,7 @@ impl Default for TcpOptions {
             timeout: DEFAULT_TIMEOUT,
             form_deadline: None,
             handshake: HandshakeLimits::default(),
+            lanes: cfg.tcp_lanes.unwrap_or(1),
         }
     }
 }
@@ -169,6 +185,7 @@ impl TcpOptions {
             timeout,
             form_deadline: None,
             handshake: HandshakeLimits::default(),
+            lanes: crate::config::get().tcp_lanes.unwrap_or(1),
         }
     }
 
@@ -270,12 +287,26 @@ impl AddressBook for MemoryAddressBook {
     }
 }
 
-/// One connection to a peer.
+/// The connections to a peer.
 struct Peer {
-    /// Write half; the lock keeps a frame's header and payload together.
+    /// Lane 0's write half; the lock keeps a frame's header and payload together.
     writer: Mutex<Socket>,
-    /// A handle for shutting the connection down without taking the write lock.
+    /// A handle for shutting lane 0 down without taking the write lock.
     ctl: TcpStream,
+    /// The order the next data frame to this peer takes (see `lanes`).
+    order: std::sync::atomic::AtomicU32,
+    /// The other lanes, each with its writer thread.
+    extra: Vec<LaneWriter>,
+}
+
+impl Peer {
+    /// Shut every lane down.
+    fn shutdown(&self, how: Shutdown) {
+        let _ = self.ctl.shutdown(how);
+        for l in &self.extra {
+            l.shutdown(how);
+        }
+    }
 }
 
 /// One rank's end of a TCP full mesh. See the [module documentation](self).
@@ -308,8 +339,8 @@ impl std::fmt::Debug for TcpTransport {
 
 /// A connection that passed the handshake, or why one did not.
 enum Arrival {
-    /// A connection to or from this rank, authenticated and introduced.
-    Peer(usize, TcpStream),
+    /// Lane `.1` of `.2` to or from rank `.0`, authenticated and introduced.
+    Peer(usize, usize, usize, TcpStream),
     /// An incoming connection was refused, and why.
     Refused(String),
     /// Connecting to a lower rank failed.
@@ -361,15 +392,23 @@ impl TcpTransport {
         book.publish(rank, &published)?;
         tracing::debug!(rank, size, addr = %published, "tcp transport listening");
 
-        let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+        let lanes = opts.lanes.clamp(1, MAX_LANES);
+        // Each peer's lanes: this rank's count for lower ranks, the higher rank's once it
+        // introduces itself.
+        let mut streams: Vec<Vec<Option<TcpStream>>> = (0..size)
+            .map(|p| match p < rank {
+                true => (0..lanes).map(|_| None).collect(),
+                false => Vec::new(),
+            })
+            .collect();
         let mut refusals: Vec<String> = Vec::new();
         let mut refused = 0usize;
         let limits = HandshakeLimits {
-            max_pending: opts.handshake.max_pending.max(size - rank),
+            max_pending: opts.handshake.max_pending.max((size - rank) * lanes),
             ..opts.handshake
         };
         let mut gate = Gate::new(token.clone(), Role::Peer, limits, format!("rank {rank}"));
-        let claimed = Arc::new(Mutex::new(vec![false; size]));
+        let claimed = Arc::new(Mutex::new(vec![Vec::new(); size]));
         let cancel = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel::<Arrival>();
 
@@ -380,12 +419,14 @@ impl TcpTransport {
             for _ in 0..rank.min(MAX_DIALERS) {
                 let (tx, cancel, next) = (tx.clone(), cancel.clone(), next.clone());
                 s.spawn(move || loop {
-                    let peer = next.fetch_add(1, Ordering::Relaxed);
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let (peer, lane) = (i / lanes, i % lanes);
                     if peer >= rank || cancel.load(Ordering::Relaxed) {
                         break;
                     }
-                    let arrival = match dial(rank, size, peer, token, book, deadline, &cancel) {
-                        Ok(stream) => Arrival::Peer(peer, stream),
+                    let to = (peer, lane, lanes);
+                    let arrival = match dial(rank, size, to, token, book, deadline, &cancel) {
+                        Ok(stream) => Arrival::Peer(peer, lane, lanes, stream),
                         Err(e) => Arrival::DialFailed(e),
                     };
                     if tx.send(arrival).is_err() {
@@ -420,7 +461,14 @@ impl TcpTransport {
                 }
                 while let Ok(arrival) = rx.try_recv() {
                     match arrival {
-                        Arrival::Peer(peer, stream) => streams[peer] = Some(stream),
+                        Arrival::Peer(peer, lane, n, stream) => {
+                            // The introduction checked `lane < n` and one `n` per peer.
+                            let l = &mut streams[peer];
+                            if l.is_empty() {
+                                l.resize_with(n, || None);
+                            }
+                            l[lane] = Some(stream);
+                        }
                         Arrival::Refused(why) => {
                             tracing::warn!(rank, "refused a peer connection: {why}");
                             refused += 1;
@@ -436,7 +484,10 @@ impl TcpTransport {
                     }
                 }
                 let missing: Vec<usize> = (0..size)
-                    .filter(|&p| p != rank && streams[p].is_none())
+                    .filter(|&p| {
+                        let l = &streams[p];
+                        p != rank && (l.is_empty() || l.iter().any(Option::is_none))
+                    })
                     .collect();
                 if missing.is_empty() {
                     return Ok(());
@@ -486,7 +537,7 @@ impl TcpTransport {
         outcome?;
 
         let mailbox = Arc::new(Mailbox::new());
-        let (poll, poll_large) = poll_for(&streams);
+        let (poll, poll_large) = poll_for(streams.iter().filter_map(|l| l.first()?.as_ref()));
         mailbox.set_poll(poll);
         mailbox.set_poll_large(poll_large);
         mailbox.set_pump_below(crate::config::get().tcp_pump_bytes);
@@ -495,36 +546,53 @@ impl TcpTransport {
         let mut peers = Vec::with_capacity(size);
         let mut readers = Vec::with_capacity(size.saturating_sub(1));
         let mut inbounds: Vec<Option<Arc<Inbound>>> = (0..size).map(|_| None).collect();
-        for (peer, stream) in streams.into_iter().enumerate() {
-            let Some(stream) = stream else {
+        for (peer, lanes) in streams.into_iter().enumerate() {
+            if lanes.is_empty() {
                 peers.push(None);
                 continue;
-            };
-            let setup = |e| Error::io(format!("setting up the connection to rank {peer}"), e);
-            stream.set_read_timeout(None).map_err(setup)?;
-            stream
-                .set_write_timeout(Some(opts.timeout))
-                .map_err(setup)?;
-            let ctl = stream.try_clone().map_err(setup)?;
-            let inbound = Arc::new(Inbound::new(
-                peer,
-                size,
-                mailbox.clone(),
-                closing.clone(),
-                stream.try_clone().map_err(setup)?,
-                queries.clone(),
-            ));
-            let reader = inbound.clone();
-            readers.push(
-                std::thread::Builder::new()
-                    .name(format!("accord-tcp{rank}<{peer}"))
-                    .spawn(move || reader.run())
-                    .map_err(|e| Error::io("starting a reader thread", e))?,
-            );
-            inbounds[peer] = Some(inbound);
+            }
+            let n = lanes.len();
+            let sequencer = (n > 1).then(|| Arc::new(Sequencer::new(peer, n, mailbox.clone())));
+            let mut first = None;
+            let mut extra = Vec::with_capacity(n - 1);
+            for (lane, stream) in lanes.into_iter().flatten().enumerate() {
+                let setup = |e| Error::io(format!("setting up the connection to rank {peer}"), e);
+                stream.set_read_timeout(None).map_err(setup)?;
+                stream
+                    .set_write_timeout(Some(opts.timeout))
+                    .map_err(setup)?;
+                let inbound = Arc::new(Inbound::new(
+                    (peer, lane),
+                    sequencer.clone(),
+                    size,
+                    mailbox.clone(),
+                    closing.clone(),
+                    stream.try_clone().map_err(setup)?,
+                    queries.clone(),
+                ));
+                let reader = inbound.clone();
+                readers.push(
+                    std::thread::Builder::new()
+                        .name(format!("accord-tcp{rank}<{peer}.{lane}"))
+                        .spawn(move || reader.run())
+                        .map_err(|e| Error::io("starting a reader thread", e))?,
+                );
+                if lane == 0 {
+                    inbounds[peer] = Some(inbound);
+                    first = Some(stream);
+                } else {
+                    let name = format!("accord-tcp{rank}>{peer}.{lane}");
+                    extra.push(LaneWriter::start(&stream, name)?);
+                }
+            }
+            let stream = first.expect("every peer has lane 0");
             peers.push(Some(Peer {
-                writer: Mutex::new(Socket::from(stream)),
-                ctl,
+                writer: Mutex::new(Socket::from(stream.try_clone().map_err(|e| {
+                    Error::io(format!("setting up the connection to rank {peer}"), e)
+                })?)),
+                ctl: stream,
+                order: std::sync::atomic::AtomicU32::new(0),
+                extra,
             }));
         }
         tracing::debug!(rank, size, "tcp mesh formed in {:.1?}", start.elapsed());
@@ -574,7 +642,7 @@ impl TcpTransport {
         }
         let body = waits::encode_status(nonce, &self.mailbox.waits().now());
         let hdr = self.control_header(FrameKind::Status, body.len());
-        if let Err(e) = self.courtesy_write(p, &hdr, &body) {
+        if let Err(e) = self.courtesy_write(&p.writer, &p.ctl, &hdr, &body) {
             tracing::debug!(rank = self.rank, peer, "status not sent: {e}");
         }
     }
@@ -622,12 +690,16 @@ impl TcpTransport {
         for (peer, p) in self.peers.iter().enumerate() {
             let Some(p) = p else { continue };
             if goodbye && self.mailbox.lost(peer).is_none() {
+                // On every lane: the peer counts this rank gone once each has said it.
                 let hdr = self.control_header(FrameKind::Bye, 0);
-                let _ = self.courtesy_write(p, &hdr, &[]);
+                let _ = self.courtesy_write(&p.writer, &p.ctl, &hdr, &[]);
+                for l in &p.extra {
+                    let _ = self.courtesy_write(&l.writer, &l.ctl, &hdr, &[]);
+                }
                 // The peer answers our goodbye by closing its end, which ends our reader.
-                let _ = p.ctl.shutdown(Shutdown::Write);
+                p.shutdown(Shutdown::Write);
             } else {
-                let _ = p.ctl.shutdown(Shutdown::Both);
+                p.shutdown(Shutdown::Both);
             }
         }
         let mut readers = std::mem::take(&mut *self.readers.lock().unwrap());
@@ -636,7 +708,7 @@ impl TcpTransport {
             std::thread::sleep(Duration::from_millis(1));
         }
         for p in self.peers.iter().flatten() {
-            let _ = p.ctl.shutdown(Shutdown::Both);
+            p.shutdown(Shutdown::Both);
         }
         for r in readers.drain(..) {
             let _ = r.join();
@@ -655,16 +727,24 @@ impl TcpTransport {
             },
             total_len: len as u64,
             offset: 0,
+            order: 0,
         }
         .encode()
     }
 
-    /// Write one control frame without blocking long: skip the peer if its write lock stays busy,
-    /// and give up on a write that does not finish within [`COURTESY_WRITE`].
-    fn courtesy_write(&self, p: &Peer, hdr: &[u8], body: &[u8]) -> io::Result<()> {
+    /// Write one control frame on a connection (`writer`, `ctl`) without blocking long: skip
+    /// it if its write lock stays busy, and give up on a write that does not finish within
+    /// [`COURTESY_WRITE`].
+    fn courtesy_write(
+        &self,
+        writer: &Mutex<Socket>,
+        ctl: &TcpStream,
+        hdr: &[u8],
+        body: &[u8],
+    ) -> io::Result<()> {
         let until = Instant::now() + COURTESY_WRITE;
         let w = loop {
-            match p.writer.try_lock() {
+            match writer.try_lock() {
                 Ok(w) => break w,
                 Err(TryLockError::Poisoned(e)) => break e.into_inner(),
                 Err(TryLockError::WouldBlock) if Instant::now() < until => {
@@ -679,7 +759,7 @@ impl TcpTransport {
         let r = write_frame(&w, hdr, body);
         if r.is_err() {
             // A partly written frame leaves the stream unusable.
-            let _ = p.ctl.shutdown(Shutdown::Both);
+            let _ = ctl.shutdown(Shutdown::Both);
         }
         let _ = w.set_write_timeout(Some(self.timeout));
         r
@@ -687,7 +767,7 @@ impl TcpTransport {
 
     fn write_failed(&self, peer: usize, p: &Peer, e: io::Error) -> Error {
         // The stream may hold part of a frame now: nothing more can be sent on it.
-        let _ = p.ctl.shutdown(Shutdown::Both);
+        p.shutdown(Shutdown::Both);
         let cause = if let Some(cause) = self.mailbox.lost(peer) {
             cause
         } else if matches!(
@@ -744,7 +824,6 @@ impl Transport for TcpTransport {
         if let Some(cause) = self.mailbox.lost(peer) {
             return Err(Error::PeerLost { rank: peer, cause });
         }
-        let total_len = data.len() as u64;
         // A write blocks while the peer does not read: a rank blocked here waits for it.
         let _blocked = self.mailbox.waits().enter(Blocked {
             comm: env.comm,
@@ -752,16 +831,24 @@ impl Transport for TcpTransport {
             ranks: vec![peer],
             gave_up: false,
         });
-        for_each_chunk(data, chunk_bytes(), |off, bytes| {
-            let hdr = Header {
-                kind: FrameKind::Data,
-                src: self.rank as u32,
-                chunk_len: bytes.len() as u32,
+        let chunk = chunk_bytes();
+        let src = self.rank as u32;
+        if data.len() >= STRIPE_MIN_BYTES && !p.extra.is_empty() {
+            let frames = data.len().div_ceil(chunk) as u32;
+            let m = lanes::Outgoing {
+                src,
                 env: *env,
-                total_len,
-                offset: off as u64,
-            }
-            .encode();
+                data,
+                chunk,
+                base: p.order.fetch_add(frames, Ordering::Relaxed),
+            };
+            let shut = || p.shutdown(Shutdown::Both);
+            return lanes::send_striped(&p.writer, &p.extra, &m, &shut)
+                .map_err(|e| self.write_failed(peer, p, e));
+        }
+        for_each_chunk(data, chunk, |off, bytes| {
+            let order = p.order.fetch_add(1, Ordering::Relaxed);
+            let hdr = lanes::data_header(src, *env, data.len(), off, bytes.len(), order, 0);
             let w = p.writer.lock().unwrap_or_else(|e| e.into_inner());
             write_frame(&w, &hdr, bytes).map_err(|e| self.write_failed(peer, p, e))
         })
@@ -786,7 +873,7 @@ impl Transport for TcpTransport {
                 // A peer cut off for flooding is still connected and must hear why.
                 let reachable = self.mailbox.lost(peer).is_none() || self.mailbox.cut_off(peer);
                 if peer != by && reachable {
-                    if let Err(e) = self.courtesy_write(p, &hdr, &body) {
+                    if let Err(e) = self.courtesy_write(&p.writer, &p.ctl, &hdr, &body) {
                         tracing::debug!(rank = self.rank, peer, "abort notice not sent: {e}");
                     }
                 }
@@ -820,7 +907,7 @@ impl Transport for TcpTransport {
             }
             let nonce = waits.ask(p);
             let hdr = self.control_header(FrameKind::Query, QUERY_LEN);
-            match self.courtesy_write(peer, &hdr, &nonce.to_le_bytes()) {
+            match self.courtesy_write(&peer.writer, &peer.ctl, &hdr, &nonce.to_le_bytes()) {
                 Ok(()) => asked.push((i, (p, nonce))),
                 Err(e) => {
                     waits.await_answers(&[(p, nonce)], Instant::now());

@@ -16,6 +16,7 @@
 //! woken for every frame it would only take CPU time and the decoder from them (on a rank
 //! bound to one CPU, the caller's whole gain). A caller that stops polling to sleep wakes it.
 
+use super::lanes::Sequencer;
 use super::*;
 use crate::transport::mailbox::PollTurn;
 use std::os::fd::AsRawFd;
@@ -33,6 +34,10 @@ const PARK_SLICE: Duration = Duration::from_millis(1);
 /// One peer's connection as its receivers see it.
 pub(super) struct Inbound {
     peer: usize,
+    /// Which of the peer's connections this is (see `lanes`).
+    lane: usize,
+    /// Orders the data frames of a peer with several lanes.
+    sequencer: Option<Arc<Sequencer>>,
     /// World size: bounds the rank a forwarded abort notice may name.
     size: usize,
     mailbox: Arc<Mailbox>,
@@ -120,8 +125,11 @@ enum Got {
 }
 
 impl Inbound {
+    /// The receiving side of connection `lane` to `peer`; `sequencer` where the peer has
+    /// several. Waiting callers read lane 0 only.
     pub(super) fn new(
-        peer: usize,
+        (peer, lane): (usize, usize),
+        sequencer: Option<Arc<Sequencer>>,
         size: usize,
         mailbox: Arc<Mailbox>,
         closing: Arc<AtomicBool>,
@@ -130,12 +138,14 @@ impl Inbound {
     ) -> Self {
         Inbound {
             peer,
+            lane,
+            sequencer,
             size,
             mailbox,
             closing,
             stream,
             queries,
-            pumped: AtomicBool::new(true),
+            pumped: AtomicBool::new(lane == 0),
             polling: AtomicUsize::new(0),
             park: (Mutex::new(()), Condvar::new()),
             parked: AtomicBool::new(false),
@@ -334,15 +344,22 @@ impl Inbound {
     fn dispatch(&self, h: Header, data: Vec<u8>) -> bool {
         let peer = self.peer;
         match h.kind {
-            FrameKind::Data => self.mailbox.deliver(
-                peer,
-                Frame {
+            FrameKind::Data => {
+                let frame = Frame {
                     env: h.env,
                     total_len: h.total_len,
                     offset: h.offset,
                     data,
-                },
-            ),
+                };
+                match &self.sequencer {
+                    None => self.mailbox.deliver(peer, frame),
+                    Some(s) => {
+                        if let Err(e) = s.arrived(h.order, frame) {
+                            return self.violated(e);
+                        }
+                    }
+                }
+            }
             FrameKind::Abort => {
                 let (by, reason) = match data.split_first_chunk::<4>() {
                     Some((by, text)) => (u32::from_le_bytes(*by) as usize, text),
@@ -355,7 +372,11 @@ impl Inbound {
                     .abort(by, String::from_utf8_lossy(reason).into_owned());
             }
             FrameKind::Bye => {
-                self.mailbox.peer_left(peer);
+                match self.sequencer.as_ref().map_or(Ok(true), |s| s.bye()) {
+                    Ok(true) => self.mailbox.peer_left(peer),
+                    Ok(false) => {}
+                    Err(e) => return self.violated(e),
+                }
                 return false;
             }
             FrameKind::Query => {
@@ -366,15 +387,21 @@ impl Inbound {
             }
             FrameKind::Status => match waits::decode_status(&data, self.size) {
                 Some((nonce, w)) => self.mailbox.waits().answer(peer, nonce, w),
-                None => {
-                    let e = format!("malformed status from rank {peer}");
-                    tracing::warn!(peer, "closing the connection: {e}");
-                    self.mailbox.peer_lost(peer, e);
-                    return false;
-                }
+                None => return self.violated(format!("malformed status from rank {peer}")),
             },
         }
         true
+    }
+
+    /// The peer broke the protocol: report it lost with `why`; the connection ends (`false`).
+    fn violated(&self, why: String) -> bool {
+        tracing::warn!(
+            peer = self.peer,
+            lane = self.lane,
+            "closing the connection: {why}"
+        );
+        self.mailbox.peer_lost(self.peer, why);
+        false
     }
 }
 
