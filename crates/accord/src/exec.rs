@@ -130,6 +130,41 @@ struct Memory<'m> {
     esz: usize,
 }
 
+/// Scratch larger than this is not kept for the next call.
+const KEPT_SCRATCH_BYTES: usize = 256 << 20;
+
+thread_local! {
+    /// The schedules' scratch (`Buf::Tmp`), kept between this thread's calls: malloc maps an
+    /// allocation of more than 32 MiB anew every time, and its pages fault in one by one as the
+    /// call writes them (a 64 MiB reduce-scatter over TCP spent about half its time there).
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Memory<'_> {
+    /// Scratch of `bytes` from this thread's kept buffer. Schedules write scratch before they
+    /// read it (the checker's values start unset), so only bytes never used before are zeroed.
+    fn scratch(bytes: usize) -> Vec<u8> {
+        let mut v = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        v.truncate(bytes);
+        v.resize(bytes, 0);
+        v
+    }
+}
+
+impl Drop for Memory<'_> {
+    fn drop(&mut self) {
+        let tmp = std::mem::take(&mut self.tmp);
+        if tmp.capacity() <= KEPT_SCRATCH_BYTES {
+            SCRATCH.with(|s| {
+                let mut kept = s.borrow_mut();
+                if tmp.capacity() > kept.capacity() {
+                    *kept = tmp;
+                }
+            });
+        }
+    }
+}
+
 impl Memory<'_> {
     /// Byte range of `span`, bounds-checked (a failure here is a bug in an algorithm, reported as
     /// an error rather than memory corruption).
@@ -162,7 +197,7 @@ pub(crate) fn execute(call: &Routed<'_>, sched: &Schedule, bufs: &Buffers) -> Re
     let esz = call.dtype.size();
     let mut mem = Memory {
         bufs,
-        tmp: vec![0u8; sched.tmp_len * esz],
+        tmp: Memory::scratch(sched.tmp_len * esz),
         esz,
     };
     // Set at the first wait (a call that never waits does not read the clock).
@@ -205,9 +240,17 @@ pub(crate) fn execute(call: &Routed<'_>, sched: &Schedule, bufs: &Buffers) -> Re
                     let (s, n) = mem.range(src)?;
                     let (d, m) = mem.range(dst)?;
                     // Overlapping operands (possible only in place) go through a copy.
-                    let src_copy = unsafe { std::slice::from_raw_parts(s, n) }.to_vec();
+                    let overlap = (s as usize) < d as usize + m && (d as usize) < s as usize + n;
+                    // SAFETY: both ranges are in bounds; the copy is made before the
+                    // destination is borrowed, and otherwise the two ranges are disjoint.
+                    let copy =
+                        overlap.then(|| unsafe { std::slice::from_raw_parts(s, n) }.to_vec());
+                    let src_slice = match &copy {
+                        Some(c) => c.as_slice(),
+                        None => unsafe { std::slice::from_raw_parts(s, n) },
+                    };
                     let dst_slice = unsafe { std::slice::from_raw_parts_mut(d, m) };
-                    dtype::reduce_into(call.dtype, call.op, dst_slice, &src_copy);
+                    dtype::reduce_into(call.dtype, call.op, dst_slice, src_slice);
                 }
                 Step::Finalize { dst } => {
                     let (d, m) = mem.range(dst)?;

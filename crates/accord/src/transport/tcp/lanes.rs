@@ -21,8 +21,16 @@
 use super::*;
 use crate::transport::wire::ORDER_MODULUS;
 
-/// Messages from this size are dealt over a peer's lanes (two 512 KiB frames and more).
+/// Messages from this size are dealt over a peer's lanes by default (`ACCORD_TCP_STRIPE_BYTES`).
 pub const STRIPE_MIN_BYTES: usize = 1 << 20;
+
+/// The frame size of a message of `len` bytes dealt over `lanes` lanes: the transport's
+/// `chunk`, or less, so that every lane has a frame (a multiple of 4 KiB, which keeps every
+/// element type's elements whole).
+pub(super) fn stripe_chunk(len: usize, lanes: usize, chunk: usize) -> usize {
+    let even = len.div_ceil(lanes.max(1)).next_multiple_of(4096);
+    chunk.min(even).max(4096)
+}
 
 /// Most lanes per peer.
 pub const MAX_LANES: usize = 8;
@@ -309,6 +317,21 @@ mod tests {
         (0..n)
             .map(|_| m.take(0, 1, 2, &fp, soon, 1).unwrap().data[0])
             .collect()
+    }
+
+    #[test]
+    fn striped_frames_give_every_lane_some_and_keep_elements_whole() {
+        let c = 512 << 10;
+        assert_eq!(stripe_chunk(64 << 20, 4, c), c);
+        assert_eq!(stripe_chunk(1 << 20, 4, c), 256 << 10);
+        assert_eq!(stripe_chunk(256 << 10, 4, c), 64 << 10);
+        assert_eq!(stripe_chunk((256 << 10) + 8, 4, c), (64 << 10) + 4096);
+        assert_eq!(stripe_chunk(5000, 4, c), 4096);
+        assert_eq!(
+            stripe_chunk(1 << 20, 4, 8192),
+            8192,
+            "never above the transport's frames"
+        );
     }
 
     #[test]

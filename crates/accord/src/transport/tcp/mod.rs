@@ -38,8 +38,8 @@
 //! [`Transport::send`] writes each chunk as one frame: a 72-byte [`Header`] followed by the
 //! payload, under a per-connection write lock. One reader thread per connection always drains
 //! its socket into the [`Mailbox`], whatever the application does, so blocking writes cannot
-//! deadlock. Where a pair has several lanes, messages from [`STRIPE_MIN_BYTES`] (1 MiB) are
-//! dealt over them frame by frame, written by one thread per lane at once, and put back in
+//! deadlock. Where a pair has several lanes, messages from [`STRIPE_MIN_BYTES`] (1 MiB,
+//! `ACCORD_TCP_STRIPE_BYTES`) are dealt over them frame by frame, written by one thread per lane at once, and put back in
 //! order on arrival (module `lanes`): one connection moves only what one thread copies into
 //! the kernel and one copies out. A call
 //! waiting for a small message (under 64 KiB, the whole call counted) reads its peer's socket
@@ -833,7 +833,8 @@ impl Transport for TcpTransport {
         });
         let chunk = chunk_bytes();
         let src = self.rank as u32;
-        if data.len() >= STRIPE_MIN_BYTES && !p.extra.is_empty() {
+        if data.len() >= crate::config::get().tcp_stripe_bytes && !p.extra.is_empty() {
+            let chunk = lanes::stripe_chunk(data.len(), p.extra.len() + 1, chunk);
             let frames = data.len().div_ceil(chunk) as u32;
             let m = lanes::Outgoing {
                 src,
