@@ -539,7 +539,7 @@ fn store_reads_a_private_token_file_and_refuses_an_open_one() {
 
 /// Processes with several TCP connections per pair (`ACCORD_TCP_LANES`, here different on
 /// every rank: the higher rank of a pair decides) pass the whole self-test over TCP, whose
-/// 1 MiB-and-larger messages are dealt over the connections.
+/// messages from 256 KiB are dealt over the connections.
 #[test]
 fn selftest_passes_over_several_connections_per_pair() {
     let out = accord()

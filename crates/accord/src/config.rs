@@ -24,8 +24,8 @@
 //! | `ACCORD_HIERARCHY` | `0`/`off`/`no` (trimmed) | on | collectives of ranks on several hosts compose shared memory inside hosts with the host leaders' (or stripes') steps over the network (`comm::hierarchy`); off: one schedule over the point-to-point transport (shared-memory rings between local ranks, TCP between hosts) |
 //! | `ACCORD_TCP_POLL_US` | microseconds (trimmed) | 50 | how long a wait for a small TCP message reads its peer's socket itself (renewed while bytes come) before sleeping; 0: sleep at once |
 //! | `ACCORD_TCP_PUMP_BYTES` | bytes (trimmed) | 1 MiB | waits for TCP messages below this size read the peer's socket themselves; from 64 KiB only where every rank of the host and its reader thread can have a CPU of their own |
-//! | `ACCORD_TCP_LANES` | count 1-8 (trimmed) | this host's CPUs / its ranks, 1 to 4 | TCP connections a rank opens to each lower rank; messages from 1 MiB are dealt over them ([`crate::transport::tcp`]) |
-//! | `ACCORD_TCP_STRIPE_BYTES` | bytes (trimmed) | 1 MiB | TCP messages from this size are dealt over a pair's connections, in at least one frame per connection |
+//! | `ACCORD_TCP_LANES` | count 1-8 (trimmed) | this host's CPUs / its ranks, 1 to 4 | TCP connections a rank opens to each lower rank; messages from `ACCORD_TCP_STRIPE_BYTES` are dealt over them ([`crate::transport::tcp`]) |
+//! | `ACCORD_TCP_STRIPE_BYTES` | bytes (trimmed) | 256 KiB | TCP messages from this size are dealt over a pair's connections, in at least one frame per connection |
 //! | `ACCORD_SHM_SPIN_US` | microseconds (trimmed) | 50 (crowded: 0, rings 2) | how long a shared-memory wait spins before yielding |
 //! | `ACCORD_SHM_YIELD_US` | microseconds (trimmed) | 500 (crowded: 5000) | how long it then yields before sleeping |
 //! | `ACCORD_SHM_SMALL_BYTES` | bytes (trimmed) | 16 KiB | shared-memory allreduces up to this size take the one-barrier path (the shared-memory collectives) |
@@ -243,7 +243,8 @@ impl Config {
                 .unwrap_or(DEFAULT_SHM_RING_BYTES),
             tcp_poll: micros("ACCORD_TCP_POLL_US").unwrap_or(DEFAULT_TCP_POLL),
             tcp_pump_bytes: trimmed("ACCORD_TCP_PUMP_BYTES").unwrap_or(DEFAULT_TCP_PUMP_BYTES),
-            tcp_stripe_bytes: trimmed("ACCORD_TCP_STRIPE_BYTES").unwrap_or(1 << 20),
+            tcp_stripe_bytes: trimmed("ACCORD_TCP_STRIPE_BYTES")
+                .unwrap_or(crate::transport::tcp::STRIPE_MIN_BYTES),
             tcp_lanes: trimmed("ACCORD_TCP_LANES").map(|n: usize| n.clamp(1, 8)),
             hierarchy: !switched_off(raw("ACCORD_HIERARCHY").as_deref()),
             shm_spin: micros("ACCORD_SHM_SPIN_US"),
@@ -327,7 +328,7 @@ mod tests {
         assert_eq!(c.tcp_poll, DEFAULT_TCP_POLL);
         assert_eq!(c.tcp_pump_bytes, DEFAULT_TCP_PUMP_BYTES);
         assert_eq!(c.tcp_lanes, None);
-        assert_eq!(c.tcp_stripe_bytes, 1 << 20);
+        assert_eq!(c.tcp_stripe_bytes, 256 << 10);
         assert!(c.hierarchy);
         assert_eq!(
             (

@@ -38,7 +38,7 @@
 //! [`Transport::send`] writes each chunk as one frame: a 72-byte [`Header`] followed by the
 //! payload, under a per-connection write lock. One reader thread per connection always drains
 //! its socket into the [`Mailbox`], whatever the application does, so blocking writes cannot
-//! deadlock. Where a pair has several lanes, messages from [`STRIPE_MIN_BYTES`] (1 MiB,
+//! deadlock. Where a pair has several lanes, messages from [`STRIPE_MIN_BYTES`] (256 KiB,
 //! `ACCORD_TCP_STRIPE_BYTES`) are dealt over them frame by frame, written by one thread per lane at once, and put back in
 //! order on arrival (module `lanes`): one connection moves only what one thread copies into
 //! the kernel and one copies out. A call
