@@ -19,7 +19,6 @@
 //! engine's times are taken as measured, whatever else runs beside it.
 
 use crate::calibrate::{fit, points};
-use accord::comm::STRIPE_MIN_BYTES;
 use accord::schedule::tuner::{self, CostModel};
 use accord::schedule::{sim, Collective};
 use serde_json::Value;
@@ -179,7 +178,9 @@ impl Profile {
         if per_host > 1 {
             let eng = |op: &str, b: usize| self.engine(op, b).unwrap_or(0.0);
             match op {
-                "allreduce" if bytes >= STRIPE_MIN_BYTES && count >= per_host => {
+                "allreduce"
+                    if bytes >= accord::config::get().hier_stripe_bytes && count >= per_host =>
+                {
                     let slice = count / per_host;
                     let slice_coll = Collective::AllReduce { count: slice };
                     let net = self.schedule(&slice_coll, hosts, 1, place, per_host)?;

@@ -22,6 +22,7 @@
 //! | `ACCORD_SHM_CHUNK_BYTES` | bytes (trimmed) | 1 MiB | one staging half; rounded down to a multiple of 64 within 4 KiB..256 MiB |
 //! | `ACCORD_SHM_RING_BYTES` | bytes (trimmed) | 512 KiB | one point-to-point ring; rounded down to a multiple of 4096 within 16 KiB..256 MiB |
 //! | `ACCORD_HIERARCHY` | `0`/`off`/`no` (trimmed) | on | collectives of ranks on several hosts compose shared memory inside hosts with the host leaders' (or stripes') steps over the network (`comm::hierarchy`); off: one schedule over the point-to-point transport (shared-memory rings between local ranks, TCP between hosts) |
+//! | `ACCORD_HIER_STRIPE_BYTES` | bytes (trimmed) | 1 MiB | allreduces across hosts from this size are striped, one slice per local rank (`comm::hierarchy`); the same on every rank |
 //! | `ACCORD_TCP_POLL_US` | microseconds (trimmed) | 50 | how long a wait for a small TCP message reads its peer's socket itself (renewed while bytes come) before sleeping; 0: sleep at once |
 //! | `ACCORD_TCP_PUMP_BYTES` | bytes (trimmed) | 1 MiB | waits for TCP messages below this size read the peer's socket themselves; from 64 KiB only where every rank of the host and its reader thread can have a CPU of their own |
 //! | `ACCORD_TCP_LANES` | count 1-8 (trimmed) | this host's CPUs / its ranks, 1 to 4 | TCP connections a rank opens to each lower rank; messages from `ACCORD_TCP_STRIPE_BYTES` are dealt over them ([`crate::transport::tcp`]) |
@@ -130,6 +131,8 @@ pub struct Config {
     pub tcp_lanes: Option<usize>,
     /// `ACCORD_HIERARCHY`: collectives across hosts take the hierarchical engine.
     pub hierarchy: bool,
+    /// `ACCORD_HIER_STRIPE_BYTES`: allreduces across hosts from this size are striped.
+    pub hier_stripe_bytes: usize,
     /// `ACCORD_SHM_SPIN_US` (the default depends on whether the host is crowded).
     pub shm_spin: Option<Duration>,
     /// `ACCORD_SHM_YIELD_US` (the default depends on whether the host is crowded).
@@ -247,6 +250,8 @@ impl Config {
                 .unwrap_or(crate::transport::tcp::STRIPE_MIN_BYTES),
             tcp_lanes: trimmed("ACCORD_TCP_LANES").map(|n: usize| n.clamp(1, 8)),
             hierarchy: !switched_off(raw("ACCORD_HIERARCHY").as_deref()),
+            hier_stripe_bytes: trimmed("ACCORD_HIER_STRIPE_BYTES")
+                .unwrap_or(crate::comm::STRIPE_MIN_BYTES),
             shm_spin: micros("ACCORD_SHM_SPIN_US"),
             shm_yield: micros("ACCORD_SHM_YIELD_US"),
             shm_small_bytes: trimmed("ACCORD_SHM_SMALL_BYTES").unwrap_or(16 << 10),
@@ -329,6 +334,7 @@ mod tests {
         assert_eq!(c.tcp_pump_bytes, DEFAULT_TCP_PUMP_BYTES);
         assert_eq!(c.tcp_lanes, None);
         assert_eq!(c.tcp_stripe_bytes, 256 << 10);
+        assert_eq!(c.hier_stripe_bytes, 1 << 20);
         assert!(c.hierarchy);
         assert_eq!(
             (

@@ -34,7 +34,8 @@ pub(super) struct Stripe {
     pub per_host: usize,
 }
 
-/// Allreduces of at least this many bytes are striped (where hosts have equal rank counts).
+/// Allreduces of at least this many bytes are striped (where hosts have equal rank counts;
+/// `ACCORD_HIER_STRIPE_BYTES`, which every rank must set alike).
 /// Measured over network namespaces on 16 CPUs: from 1 MiB striping took 2 x 2 and 4 x 2 ranks
 /// from 1.2-1.7x OpenMPI's time to 0.8-1.08x; at 256 KiB it helped 2 x 2 (1.18 to 1.00x) and
 /// hurt 4 x 2 (1.58 to 1.76x).
@@ -95,10 +96,9 @@ impl HostEngine for Hierarchy {
                     op => op,
                 };
                 let esz = call.dtype.size();
-                let striped = self
-                    .stripe
-                    .as_ref()
-                    .filter(|s| count * esz >= STRIPE_MIN_BYTES && count >= s.per_host);
+                let striped = self.stripe.as_ref().filter(|s| {
+                    count * esz >= crate::config::get().hier_stripe_bytes && count >= s.per_host
+                });
                 if let Some(s) = striped {
                     let (start, len) = slice(count, s.per_host, s.index);
                     tracing::debug!(stripe = s.index, start, len, "striped allreduce");
