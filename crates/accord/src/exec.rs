@@ -184,12 +184,6 @@ impl Memory<'_> {
         // SAFETY: start + bytes <= len, the buffer's length in bytes.
         Ok((unsafe { base.add(start) }, bytes))
     }
-
-    fn read(&mut self, span: Span) -> Result<&[u8]> {
-        let (p, n) = self.range(span)?;
-        // SAFETY: in bounds (checked by `range`); the buffer outlives the call.
-        Ok(unsafe { std::slice::from_raw_parts(p, n) })
-    }
 }
 
 /// Run `sched` for `call` over `bufs`.
@@ -210,10 +204,21 @@ pub(crate) fn execute(call: &Routed<'_>, sched: &Schedule, bufs: &Buffers) -> Re
         } else {
             0
         };
+        // Sends whose bytes the round does not write go on in the background (a transport
+        // that deals large messages over several connections) while the round receives;
+        // they end with the round.
+        let mut sending = Vec::new();
         for step in round {
             if let Step::Send { peer, src } = *step {
-                let data = mem.read(src)?;
-                call.transport.send(call.ranks[peer], &env, data)?;
+                let (p, n) = mem.range(src)?;
+                // SAFETY: in bounds (`range`); the buffers outlive the call, and a send that
+                // goes on in the background reads bytes nothing writes before it ends.
+                let data = unsafe { std::slice::from_raw_parts(p, n) };
+                let to = call.ranks[peer];
+                match written_in_round(&mut mem, round, (p, n))? {
+                    true => call.transport.send(to, &env, data)?,
+                    false => sending.push(call.transport.send_start(to, &env, data)?),
+                }
             }
         }
         for (i, step) in round.iter().enumerate() {
@@ -260,11 +265,37 @@ pub(crate) fn execute(call: &Routed<'_>, sched: &Schedule, bufs: &Buffers) -> Re
                 }
             }
         }
+        for s in sending {
+            s.wait()?;
+        }
         if traced {
             trace_round(no, round, esz, began);
         }
     }
     Ok(())
+}
+
+/// Whether a step of `round` writes any of the bytes at `(p, n)`.
+fn written_in_round(
+    mem: &mut Memory<'_>,
+    round: &[Step],
+    (p, n): (*mut u8, usize),
+) -> Result<bool> {
+    for step in round {
+        let dst = match *step {
+            Step::Recv { dst, .. }
+            | Step::RecvReduce { dst, .. }
+            | Step::Copy { dst, .. }
+            | Step::Reduce { dst, .. }
+            | Step::Finalize { dst } => dst,
+            Step::Send { .. } => continue,
+        };
+        let (d, m) = mem.range(dst)?;
+        if (d as usize) < p as usize + n && (p as usize) < d as usize + m {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// A round of a schedule on the timeline: whom it sent to and received from, how much.

@@ -69,6 +69,26 @@ fn tcp_with_every_algorithm() {
     }
 }
 
+/// Several connections per pair: messages from 256 KiB are dealt over them and sent in the
+/// background while the round receives (1 MiB + 12 B calls, every algorithm).
+#[test]
+fn tcp_with_several_lanes_and_every_algorithm() {
+    let opts = Options {
+        engine: "tcp, 3 lanes, 1 MiB + 12 B".into(),
+        counts: vec![262_147],
+        dtypes: vec![DataType::F32, DataType::F64],
+        ..every_algorithm("tcp", 0)
+    };
+    for n in [2, 3] {
+        assert_conforms(accord::testing::run_tcp_world_with_lanes(
+            n,
+            3,
+            Duration::from_secs(60),
+            |comm| conformance::check(&comm, &HostMemory, &opts),
+        ));
+    }
+}
+
 /// The host id of the ranks of the one-host runs.
 const ONE_HOST: &str = "conformance-host";
 

@@ -66,6 +66,16 @@ pub fn run_tcp_world<R: Send>(
     timeout: Duration,
     f: impl Fn(Communicator) -> R + Sync,
 ) -> Vec<R> {
+    run_tcp_world_with_lanes(n, 1, timeout, f)
+}
+
+/// [`run_tcp_world`] with `lanes` connections per pair of ranks (see [`TcpOptions::lanes`]).
+pub fn run_tcp_world_with_lanes<R: Send>(
+    n: usize,
+    lanes: usize,
+    timeout: Duration,
+    f: impl Fn(Communicator) -> R + Sync,
+) -> Vec<R> {
     let book = Arc::new(MemoryAddressBook::new());
     let token = Token::new("testing");
     let transports = std::thread::scope(|s| {
@@ -73,7 +83,10 @@ pub fn run_tcp_world<R: Send>(
             .map(|rank| {
                 let (book, token) = (book.clone(), token.clone());
                 s.spawn(move || {
-                    let opts = TcpOptions::loopback(Duration::from_secs(30));
+                    let opts = TcpOptions {
+                        lanes,
+                        ..TcpOptions::loopback(Duration::from_secs(30))
+                    };
                     TcpTransport::connect(rank, n, &token, &*book, opts).expect("TCP world")
                 })
             })

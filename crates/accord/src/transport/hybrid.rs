@@ -472,6 +472,18 @@ impl Transport for HybridTransport {
         }
     }
 
+    fn send_start<'a>(
+        &'a self,
+        peer: usize,
+        env: &Envelope,
+        data: &'a [u8],
+    ) -> Result<super::Sending<'a>> {
+        match self.local.get(peer).copied() {
+            Some(Some(_)) => self.send(peer, env, data).map(|()| super::Sending::done()),
+            _ => self.tcp.send_start(peer, env, data),
+        }
+    }
+
     fn send(&self, peer: usize, env: &Envelope, data: &[u8]) -> Result<()> {
         let Some(Some(l)) = self.local.get(peer).copied() else {
             return self.tcp.send(peer, env, data);

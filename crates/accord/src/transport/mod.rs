@@ -77,6 +77,17 @@ pub trait Transport: Send + Sync + 'static {
     /// Send `data` to `peer` (not self) labelled with `env`, as frames of at most
     /// [`chunk_bytes`]. Returns once the bytes are handed off; the caller's buffer is free again.
     fn send(&self, peer: usize, env: &Envelope, data: &[u8]) -> Result<()>;
+    /// Begin [`Transport::send`]: the returned [`Sending`] may still read `data` until it is
+    /// waited for (dropping it waits too), so the caller can receive meanwhile. Transports that
+    /// cannot send in the background send at once.
+    fn send_start<'a>(
+        &'a self,
+        peer: usize,
+        env: &Envelope,
+        data: &'a [u8],
+    ) -> Result<Sending<'a>> {
+        self.send(peer, env, data).map(|()| Sending::done())
+    }
     /// Where incoming frames for this rank land.
     fn mailbox(&self) -> &Mailbox;
     /// Tell every reachable peer that the world is given up because rank `by` failed with
@@ -94,6 +105,41 @@ pub trait Transport: Send + Sync + 'static {
     fn probe(&self, peers: &[usize], within: std::time::Duration) -> Vec<waits::Answer> {
         let _ = within;
         vec![waits::Answer::Unknown; peers.len()]
+    }
+}
+
+/// A send that may still be reading its bytes ([`Transport::send_start`]).
+#[must_use = "a send in the background must be waited for"]
+pub struct Sending<'a> {
+    rest: Option<Box<dyn FnOnce() -> Result<()> + 'a>>,
+}
+
+impl<'a> Sending<'a> {
+    /// A send that has finished.
+    pub fn done() -> Self {
+        Sending { rest: None }
+    }
+
+    /// A send that `finish` completes (waiting for whatever still writes).
+    pub fn later(finish: impl FnOnce() -> Result<()> + 'a) -> Self {
+        Sending {
+            rest: Some(Box::new(finish)),
+        }
+    }
+
+    /// Wait until the bytes are handed off; the send's outcome.
+    pub fn wait(mut self) -> Result<()> {
+        self.rest.take().map_or(Ok(()), |f| f())
+    }
+}
+
+impl Drop for Sending<'_> {
+    /// The bytes must not be read after the send is gone: wait (the outcome is lost; a caller
+    /// that drops a send is already failing).
+    fn drop(&mut self) {
+        if let Some(f) = self.rest.take() {
+            let _ = f();
+        }
     }
 }
 

@@ -12,6 +12,9 @@
 //! over the lanes: the
 //! caller writes lane 0's share, one [`LaneWriter`] thread per other lane writes its share, and
 //! `send` returns once all of them are written (the caller's buffer is borrowed until then).
+//! `send_start` returns after lane 0's share, and the other lanes go on writing while the
+//! caller receives, until the [`crate::transport::Sending`] it got is waited for: the executor
+//! does that for sends whose bytes its round does not write, and waits at the round's end.
 //!
 //! Each lane has its own reader thread. Every data frame to a peer carries its place among all
 //! the data frames sent to that peer ([`Header::order`], modulo 2^24), so the receiving side's
@@ -66,6 +69,9 @@ struct Job {
     step: usize,
     /// The order of the message's first frame.
     base: u32,
+    /// Where the writer reports that the job is over (its own, so that a sender waits for
+    /// exactly its jobs whatever other threads send).
+    done: mpsc::SyncSender<io::Result<()>>,
 }
 
 // SAFETY: `data` points into a buffer the sending caller keeps borrowed until the job has
@@ -78,7 +84,6 @@ pub(super) struct LaneWriter {
     /// For shutting the connection down without the write lock.
     pub(super) ctl: TcpStream,
     jobs: mpsc::SyncSender<Job>,
-    done: Mutex<mpsc::Receiver<io::Result<()>>>,
 }
 
 impl LaneWriter {
@@ -87,25 +92,17 @@ impl LaneWriter {
         let setup = |e| Error::io(format!("setting up {name}"), e);
         let writer = Arc::new(Mutex::new(Socket::from(stream.try_clone().map_err(setup)?)));
         let (jobs, todo) = mpsc::sync_channel::<Job>(1);
-        let (finished, done) = mpsc::channel();
         let w = writer.clone();
         let ctl = stream.try_clone().map_err(setup)?;
         std::thread::Builder::new()
             .name(name.clone())
             .spawn(move || {
                 while let Ok(job) = todo.recv() {
-                    if finished.send(write_share(&w, &job)).is_err() {
-                        break;
-                    }
+                    let _ = job.done.send(write_share(&w, &job));
                 }
             })
             .map_err(|e| Error::io("starting a lane writer", e))?;
-        Ok(LaneWriter {
-            writer,
-            ctl,
-            jobs,
-            done: Mutex::new(done),
-        })
+        Ok(LaneWriter { writer, ctl, jobs })
     }
 
     /// Shut the connection down (both ways, or only our writing side).
@@ -163,9 +160,10 @@ pub(super) struct Outgoing<'a> {
 }
 
 impl Outgoing<'_> {
-    /// The frames `first`, `first + step`, ... of this message.
-    fn share(&self, first: usize, step: usize) -> Job {
-        Job {
+    /// The frames `first`, `first + step`, ... of this message, and where its end is reported.
+    fn share(&self, first: usize, step: usize) -> (Job, mpsc::Receiver<io::Result<()>>) {
+        let (done, over) = mpsc::sync_channel(1);
+        let job = Job {
             data: self.data.as_ptr(),
             len: self.data.len(),
             env: self.env,
@@ -174,9 +172,14 @@ impl Outgoing<'_> {
             first,
             step,
             base: self.base,
-        }
+            done,
+        };
+        (job, over)
     }
 }
+
+/// The lanes' jobs of one message still being written ([`start_striped`]).
+pub(super) type Pending = Vec<mpsc::Receiver<io::Result<()>>>;
 
 /// Send `m` over lane 0 (`lane0`, written by this thread) and `extra` (written by their
 /// threads), frame `i` on lane `i % lanes`. Returns once every frame is written, or the first
@@ -188,26 +191,49 @@ pub(super) fn send_striped(
     m: &Outgoing<'_>,
     shut_all: &dyn Fn(),
 ) -> io::Result<()> {
+    let (mine, pending) = start_striped(lane0, extra, m, shut_all);
+    finish_striped(pending, mine, shut_all)
+}
+
+/// The first half of [`send_striped`]: hand the other lanes their shares and write lane 0's.
+/// Returns lane 0's outcome and the jobs still being written, which [`finish_striped`] must
+/// wait for before the message's bytes may go.
+pub(super) fn start_striped(
+    lane0: &Mutex<Socket>,
+    extra: &[LaneWriter],
+    m: &Outgoing<'_>,
+    shut_all: &dyn Fn(),
+) -> (io::Result<()>, Pending) {
     let frames = m.data.len().div_ceil(m.chunk);
     let step = (extra.len() + 1).min(frames).max(1);
-    let helpers = &extra[..step - 1];
-    let mut posted = 0;
+    let mut pending = Vec::with_capacity(step - 1);
     let mut result = Ok(());
-    for (i, lane) in helpers.iter().enumerate() {
-        if lane.jobs.send(m.share(i + 1, step)).is_err() {
+    for (i, lane) in extra[..step - 1].iter().enumerate() {
+        let (job, over) = m.share(i + 1, step);
+        if lane.jobs.send(job).is_err() {
             result = Err(io::Error::other("a lane's writer thread has ended"));
             break;
         }
-        posted += 1;
+        pending.push(over);
     }
     if result.is_ok() {
-        result = write_share(lane0, &m.share(0, step));
+        result = write_share(lane0, &m.share(0, step).0);
     }
     if result.is_err() {
         shut_all();
     }
-    for lane in &helpers[..posted] {
-        let r = (lane.done.lock().unwrap_or_else(|e| e.into_inner()).recv())
+    (result, pending)
+}
+
+/// The second half of [`send_striped`]: wait for every job of `pending`; the first error.
+pub(super) fn finish_striped(
+    pending: Pending,
+    mut result: io::Result<()>,
+    shut_all: &dyn Fn(),
+) -> io::Result<()> {
+    for over in pending {
+        let r = over
+            .recv()
             .unwrap_or_else(|_| Err(io::Error::other("a lane's writer thread has ended")));
         if let (Ok(()), Err(e)) = (&result, r) {
             shut_all();

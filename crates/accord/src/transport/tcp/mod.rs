@@ -39,9 +39,10 @@
 //! payload, under a per-connection write lock. One reader thread per connection always drains
 //! its socket into the [`Mailbox`], whatever the application does, so blocking writes cannot
 //! deadlock. Where a pair has several lanes, messages from [`STRIPE_MIN_BYTES`] (256 KiB,
-//! `ACCORD_TCP_STRIPE_BYTES`) are dealt over them frame by frame, written by one thread per lane at once, and put back in
-//! order on arrival (module `lanes`): one connection moves only what one thread copies into
-//! the kernel and one copies out. A call
+//! `ACCORD_TCP_STRIPE_BYTES`) are dealt over them frame by frame, written by one thread per lane
+//! at once (in the background with [`Transport::send_start`]), and put back in order on arrival
+//! (module `lanes`): one connection moves only what one thread copies into the kernel and one
+//! copies out. A call
 //! waiting for a small message (under 64 KiB, the whole call counted) reads its peer's socket
 //! itself for up to `ACCORD_TCP_POLL_US` (50 us, renewed while bytes come) before it sleeps,
 //! and the reader thread keeps out of its way meanwhile (module `reader`): a small message then
@@ -89,7 +90,8 @@
 use super::waits::{self, Answer, Blocked};
 use super::wire::{self, FrameKind, Header, HEADER_LEN, QUERY_LEN};
 use super::{
-    chunk_bytes, for_each_chunk, AddressBook, Envelope, Frame, LinkKind, Mailbox, Transport,
+    chunk_bytes, for_each_chunk, AddressBook, Envelope, Frame, LinkKind, Mailbox, Sending,
+    Transport,
 };
 use crate::auth::gate::{Gate, Outcome};
 use crate::auth::{self, HandshakeLimits, Role, Token};
@@ -765,6 +767,47 @@ impl TcpTransport {
         r
     }
 
+    /// The connections to `peer`, if a message may be sent there now.
+    fn peer_to_send(&self, peer: usize) -> Result<&Peer> {
+        if peer == self.rank {
+            return Err(Error::invalid(format!(
+                "rank {peer} cannot send to itself over TCP"
+            )));
+        }
+        let Some(Some(p)) = self.peers.get(peer) else {
+            return Err(Error::invalid(format!(
+                "peer {peer} outside a world of {}",
+                self.size
+            )));
+        };
+        if self.closing.load(Ordering::SeqCst) {
+            return Err(Error::PeerLost {
+                rank: peer,
+                cause: format!("rank {}'s TCP transport was shut down", self.rank),
+            });
+        }
+        if let Some(cause) = self.mailbox.lost(peer) {
+            return Err(Error::PeerLost { rank: peer, cause });
+        }
+        Ok(p)
+    }
+
+    /// `data` as a message dealt over `p`'s lanes, if it is large enough and `p` has several.
+    fn striped<'d>(&self, p: &Peer, env: &Envelope, data: &'d [u8]) -> Option<lanes::Outgoing<'d>> {
+        if data.len() < crate::config::get().tcp_stripe_bytes || p.extra.is_empty() {
+            return None;
+        }
+        let chunk = lanes::stripe_chunk(data.len(), p.extra.len() + 1, chunk_bytes());
+        let frames = data.len().div_ceil(chunk) as u32;
+        Some(lanes::Outgoing {
+            src: self.rank as u32,
+            env: *env,
+            data,
+            chunk,
+            base: p.order.fetch_add(frames, Ordering::Relaxed),
+        })
+    }
+
     fn write_failed(&self, peer: usize, p: &Peer, e: io::Error) -> Error {
         // The stream may hold part of a frame now: nothing more can be sent on it.
         p.shutdown(Shutdown::Both);
@@ -804,26 +847,7 @@ impl Transport for TcpTransport {
     }
 
     fn send(&self, peer: usize, env: &Envelope, data: &[u8]) -> Result<()> {
-        if peer == self.rank {
-            return Err(Error::invalid(format!(
-                "rank {peer} cannot send to itself over TCP"
-            )));
-        }
-        let Some(Some(p)) = self.peers.get(peer) else {
-            return Err(Error::invalid(format!(
-                "peer {peer} outside a world of {}",
-                self.size
-            )));
-        };
-        if self.closing.load(Ordering::SeqCst) {
-            return Err(Error::PeerLost {
-                rank: peer,
-                cause: format!("rank {}'s TCP transport was shut down", self.rank),
-            });
-        }
-        if let Some(cause) = self.mailbox.lost(peer) {
-            return Err(Error::PeerLost { rank: peer, cause });
-        }
+        let p = self.peer_to_send(peer)?;
         // A write blocks while the peer does not read: a rank blocked here waits for it.
         let _blocked = self.mailbox.waits().enter(Blocked {
             comm: env.comm,
@@ -831,28 +855,38 @@ impl Transport for TcpTransport {
             ranks: vec![peer],
             gave_up: false,
         });
-        let chunk = chunk_bytes();
         let src = self.rank as u32;
-        if data.len() >= crate::config::get().tcp_stripe_bytes && !p.extra.is_empty() {
-            let chunk = lanes::stripe_chunk(data.len(), p.extra.len() + 1, chunk);
-            let frames = data.len().div_ceil(chunk) as u32;
-            let m = lanes::Outgoing {
-                src,
-                env: *env,
-                data,
-                chunk,
-                base: p.order.fetch_add(frames, Ordering::Relaxed),
-            };
+        if let Some(m) = self.striped(p, env, data) {
             let shut = || p.shutdown(Shutdown::Both);
             return lanes::send_striped(&p.writer, &p.extra, &m, &shut)
                 .map_err(|e| self.write_failed(peer, p, e));
         }
-        for_each_chunk(data, chunk, |off, bytes| {
+        for_each_chunk(data, chunk_bytes(), |off, bytes| {
             let order = p.order.fetch_add(1, Ordering::Relaxed);
             let hdr = lanes::data_header(src, *env, data.len(), off, bytes.len(), order, 0);
             let w = p.writer.lock().unwrap_or_else(|e| e.into_inner());
             write_frame(&w, &hdr, bytes).map_err(|e| self.write_failed(peer, p, e))
         })
+    }
+
+    /// A message dealt over several lanes returns once lane 0's share is written; the other
+    /// lanes' writer threads go on in the background.
+    fn send_start<'a>(
+        &'a self,
+        peer: usize,
+        env: &Envelope,
+        data: &'a [u8],
+    ) -> Result<Sending<'a>> {
+        let p = self.peer_to_send(peer)?;
+        let Some(m) = self.striped(p, env, data) else {
+            return self.send(peer, env, data).map(|()| Sending::done());
+        };
+        let shut = || p.shutdown(Shutdown::Both);
+        let (mine, posted) = lanes::start_striped(&p.writer, &p.extra, &m, &shut);
+        Ok(Sending::later(move || {
+            let shut = || p.shutdown(Shutdown::Both);
+            lanes::finish_striped(posted, mine, &shut).map_err(|e| self.write_failed(peer, p, e))
+        }))
     }
 
     fn mailbox(&self) -> &Mailbox {
