@@ -45,6 +45,11 @@ impl Profile {
     pub fn load(path: &str) -> Result<Profile, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
         let v: Value = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+        Self::from_json(&v, path)
+    }
+
+    /// The profile in `v`; `path` names it in errors.
+    fn from_json(v: &Value, path: &str) -> Result<Profile, String> {
         if v["accord_profile"].as_u64() != Some(1) {
             return Err(format!(
                 "{path} is not an Accord profile (make one with `accord bench --calibrate {path}`)"
@@ -335,11 +340,7 @@ mod tests {
             "crowd": [{"pairs": 4, "exchange": table(3.0)}, {"pairs": 2, "exchange": table(2.0)}]});
         let v = serde_json::json!({"accord_profile": 1, "gamma_us_per_byte": 1e-4,
             "tcp": link, "shm": link, "ranks": 2});
-        let path = std::env::temp_dir().join(format!("accord-crowd-{}.json", std::process::id()));
-        std::fs::write(&path, v.to_string()).unwrap();
-        let p = Profile::load(path.to_str().unwrap()).unwrap();
-        let _ = std::fs::remove_file(&path);
-        p
+        Profile::from_json(&v, "test profile").unwrap()
     }
 
     #[test]
