@@ -109,10 +109,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 mod lanes;
+mod memory_book;
 mod mesh;
 mod reader;
 pub use lanes::{lanes_for, MAX_LANES, STRIPE_MIN_BYTES};
 use lanes::{LaneWriter, Sequencer};
+pub use memory_book::MemoryAddressBook;
 use mesh::{dial, listen_for, poll_for, AcceptCtx};
 use reader::Inbound;
 
@@ -237,55 +239,6 @@ fn host_port(host: &str, port: u16) -> String {
         format!("[{host}]:{port}")
     } else {
         format!("{host}:{port}")
-    }
-}
-
-/// An [`AddressBook`] in memory, for worlds whose ranks are threads of one process (tests,
-/// examples).
-#[derive(Default)]
-pub struct MemoryAddressBook {
-    addrs: Mutex<HashMap<usize, String>>,
-    published: Condvar,
-}
-
-impl MemoryAddressBook {
-    /// An empty book.
-    pub fn new() -> Self {
-        Self::default()
-    }
-}
-
-impl AddressBook for MemoryAddressBook {
-    fn publish(&self, rank: usize, addr: &str) -> Result<()> {
-        self.addrs.lock().unwrap().insert(rank, addr.to_string());
-        self.published.notify_all();
-        Ok(())
-    }
-
-    fn lookup(&self, rank: usize, deadline: Instant) -> Result<String> {
-        let start = Instant::now();
-        let mut addrs = self.addrs.lock().unwrap();
-        loop {
-            if let Some(a) = addrs.get(&rank) {
-                return Ok(a.clone());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(Error::Timeout {
-                    op: format!("address lookup of rank {rank}"),
-                    seq: 0,
-                    comm: "world".into(),
-                    waiting_for: vec![rank],
-                    after: now - start,
-                    hint: " (it never published its address)".into(),
-                });
-            }
-            addrs = self
-                .published
-                .wait_timeout(addrs, deadline - now)
-                .unwrap()
-                .0;
-        }
     }
 }
 
