@@ -208,21 +208,25 @@ fn different_calls_are_a_desync_on_every_rank() {
     }
 }
 
+/// `accord bench ARGS`, which must succeed; its standard output.
+fn bench_succeeds(args: &[&str]) -> String {
+    let out = accord().arg("bench").args(args).output().unwrap();
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}: {stdout}\n{}",
+        args[0],
+        text(&out.stderr)
+    );
+    stdout
+}
+
 #[test]
 fn bench_distributed_arrays_checks_before_timing() {
     for (op, want) in [("fft", "round trip error"), ("redistribute", "fraction")] {
-        let out = accord()
-            .args([
-                "bench", op, "-n", "3", "--shape", "7,6,5", "--dtype", "c64", "--iters", "2",
-            ])
-            .output()
-            .unwrap();
-        let stdout = text(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{op}: {stdout}\n{}",
-            text(&out.stderr)
-        );
+        let stdout = bench_succeeds(&[
+            op, "-n", "3", "--shape", "7,6,5", "--dtype", "c64", "--iters", "2",
+        ]);
         assert!(stdout.contains(want), "{op}: {stdout}");
     }
     let out = accord()
@@ -242,18 +246,9 @@ fn bench_checks_every_operation() {
     // take a shape, not sizes (bench_distributed_arrays_checks_before_timing).
     let sized = |op: &&&str| !matches!(**op, "put" | "fft" | "redistribute");
     for &op in accord_cli::OPS.iter().filter(sized) {
-        let out = accord()
-            .args([
-                "bench", op, "-n", "3", "--sizes", "4:64K", "--factor", "16", "--iters", "5",
-            ])
-            .output()
-            .unwrap();
-        let stdout = text(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{op}: {stdout}\n{}",
-            text(&out.stderr)
-        );
+        let stdout = bench_succeeds(&[
+            op, "-n", "3", "--sizes", "4:64K", "--factor", "16", "--iters", "5",
+        ]);
         let rows: Vec<&str> = stdout.lines().filter(|l| !l.starts_with('#')).collect();
         assert!(!rows.is_empty(), "{op}: {stdout}");
         for row in rows {
