@@ -7,8 +7,11 @@
 //!   the calibrated alpha, beta and gamma;
 //! - several ranks per host: allreduce and broadcast hierarchically (the engine inside each
 //!   host, the leaders' schedule between hosts; from 1 MiB allreduce striped, one slice per
-//!   local rank), everything else as one schedule over all ranks whose messages cost the
-//!   shared-memory rings' price inside a host and TCP's between hosts (ranks placed host by host).
+//!   local rank); reduce-scatter and allgather below 1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) over
+//!   the stripes (the engine's step inside each host, one schedule per local rank between
+//!   hosts, all at once); everything else as one schedule over all ranks whose messages cost
+//!   the shared-memory rings' price inside a host and TCP's between hosts (ranks placed host by
+//!   host).
 //!
 //! Messages of one round that compete for the same resource cost more, by the slowdown the
 //! calibration measured with several pairs of ranks exchanging at once (the profile's `crowd`:
@@ -209,6 +212,18 @@ impl Profile {
                         "hosts' engines, leaders between hosts",
                     ));
                 }
+                "reduce_scatter" | "allgather"
+                    if bytes < accord::config::get().hier_blocks_bytes =>
+                {
+                    // Each stripe moves the blocks of its hosts' ranks: a world buffer's share.
+                    let stripe = crate::bench::collective_of(op, hosts, count / per_host)
+                        .ok_or_else(|| format!("unknown operation {op:?}"))?;
+                    let net = self.schedule(&stripe, hosts, 1, place, per_host)?;
+                    return Ok((
+                        eng(op, bytes) + net,
+                        "hosts' engines, stripes between hosts",
+                    ));
+                }
                 _ => {}
             }
         }
@@ -371,5 +386,27 @@ mod tests {
         // A ring allgather: each host sends one message a round, 8 in all on one machine.
         let (apart, together) = (at(false), at(true));
         assert!(together > 2.5 * apart, "{together} vs {apart}");
+    }
+
+    #[test]
+    fn reduce_scatter_and_allgather_take_the_stripes_below_a_megabyte() {
+        let p = profile();
+        let place = Placement::new(8, 2, true).unwrap();
+        for op in ["reduce_scatter", "allgather"] {
+            let (small, path) = p.predict(op, &place, 64 << 10).unwrap();
+            assert_eq!(path, "hosts' engines, stripes between hosts", "{op}");
+            let (_, path) = p.predict(op, &place, 4 << 20).unwrap();
+            assert_eq!(path, "schedule over TCP and shared-memory rings", "{op}");
+            // The stripes carry a host's share of the buffer between 4 hosts: three of its
+            // blocks' rounds, not the whole 8-rank schedule's.
+            let flat = p.schedule(
+                &crate::bench::collective_of(op, 8, 16 << 10).unwrap(),
+                8,
+                2,
+                &place,
+                1,
+            );
+            assert!(small < flat.unwrap(), "{op}: {small}");
+        }
     }
 }

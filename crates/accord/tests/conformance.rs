@@ -7,7 +7,7 @@
 //! - TCP: the same for world sizes 1, 2, 3 and 5 only;
 //! - shared memory between processes (this binary re-executed as the ranks, see [`rank_main`]):
 //!   2, 3 and 4 ranks on one host, and 4 and 5 ranks over two simulated hosts (the
-//!   hierarchical path); the engines' own algorithms, counts 0, 1, 7 and 1031, then a count of
+//!   hierarchical path), and 6 ranks over three (contiguous placement); the engines' own algorithms, counts 0, 1, 7 and 1031, then a count of
 //!   40009 (many staging chunks, and copies between processes) on bf16, f64 and u8 only, and
 //!   allreduces of 262147 elements (1 MiB and more: striped across hosts) on f32, f64 and i64;
 //!   the same over two simulated hosts without the hierarchy (`ACCORD_HIERARCHY=off`).
@@ -130,8 +130,27 @@ fn shared_memory_across_two_simulated_hosts() {
     // Alternating hosts: every host's ranks are not contiguous, and host leaders are not rank 0
     // and 1 only.
     for n in [4, 5] {
-        run_ranks(n, |r| ["a", "b"][r % 2].into(), &[]);
+        let stripes = if n % 2 == 0 { "1" } else { "0" };
+        run_ranks(
+            n,
+            |r| ["a", "b"][r % 2].into(),
+            &[("CONFORMANCE_STRIPES", stripes)],
+        );
     }
+}
+
+#[test]
+fn shared_memory_across_three_simulated_hosts() {
+    // Consecutive ranks share a host: stripes of three hosts, blocks reordered by stripe; the
+    // large reduce-scatters and allgathers too.
+    run_ranks(
+        6,
+        |r| ["a", "b", "c"][r / 2].into(),
+        &[
+            ("CONFORMANCE_STRIPES", "1"),
+            ("ACCORD_HIER_BLOCKS_BYTES", "67108864"),
+        ],
+    );
 }
 
 #[test]
@@ -217,5 +236,27 @@ fn rank_main() {
             }
         }
     }
+    if let Ok(stripes) = std::env::var("CONFORMANCE_STRIPES") {
+        assert_blocks_route(&comm, stripes == "1");
+    }
     println!("RANK-OK ({calls} calls)");
+}
+
+/// Reduce-scatter and allgather of equal blocks run on the hierarchy's stripes where hosts have
+/// equal rank counts (`stripes`), else on a schedule over the transport.
+fn assert_blocks_route(comm: &accord::Communicator, stripes: bool) {
+    use accord::observe::Route;
+    let n = comm.size();
+    let mut block = vec![0f32; 5];
+    comm.reduce_scatter(&vec![1f32; 5 * n], &mut block, accord::ReduceOp::Sum)
+        .unwrap();
+    assert_eq!(block, vec![n as f32; 5]);
+    let mut all = vec![0f32; 5 * n];
+    comm.all_gather(&block, &mut all).unwrap();
+    let records = comm.flight_record();
+    for kind in [OpKind::ReduceScatter, OpKind::AllGather] {
+        let last = records.iter().rfind(|r| r.fp.kind == kind).unwrap();
+        let on_engine = matches!(last.route, Route::Engine(_));
+        assert_eq!(on_engine, stripes, "{kind} ran on {:?}", last.route);
+    }
 }

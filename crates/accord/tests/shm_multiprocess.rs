@@ -286,6 +286,25 @@ fn ranks_that_disagree_on_the_root_all_fail_over_shared_memory() {
     }
 }
 
+/// Hosts that disagree about a reduce-scatter or allgather on the stripes (block size, reduce
+/// operator) fail on every rank with a desync, instead of exchanging misfit blocks.
+#[test]
+fn hosts_that_disagree_about_a_striped_call_all_fail() {
+    // Ranks 0 and 2 on host a, 1 and 3 on host b: host b's ranks call differently.
+    let host = |r: usize| ["a", "b", "a", "b"][r].to_string();
+    for (op, differ) in [
+        ("reduce_scatter", "block"),
+        ("reduce_scatter", "operator"),
+        ("allgather", "block"),
+    ] {
+        let extra = [("BLOCKS_OP", op), ("BLOCKS_DIFFER", differ)];
+        let (_s, ch) = spawn("blocks-mismatch", 4, host, &extra);
+        let t0 = Instant::now();
+        all_ok(&collect(ch, Duration::from_secs(60)));
+        assert!(t0.elapsed() < Duration::from_secs(20), "{op} {differ}");
+    }
+}
+
 /// The child side: does nothing unless started by one of the tests above.
 #[test]
 fn rank_main() {
@@ -516,6 +535,31 @@ fn rank_main() {
             assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
             let again = comm.barrier().expect_err("the communicator stays failed");
             assert!(desync(&again), "{again:?}");
+        }
+        "blocks-mismatch" => {
+            let odd = comm.rank() % 2 == 1;
+            let differ = std::env::var("BLOCKS_DIFFER").unwrap();
+            let block = if odd && differ == "block" { 5 } else { 4 };
+            let redop = match odd && differ == "operator" {
+                true => ReduceOp::Max,
+                false => ReduceOp::Sum,
+            };
+            let n = comm.size();
+            let t = Instant::now();
+            let e = match std::env::var("BLOCKS_OP").unwrap().as_str() {
+                "reduce_scatter" => {
+                    let mut out = vec![0f32; block];
+                    comm.reduce_scatter(&vec![1f32; block * n], &mut out, redop)
+                }
+                _ => comm.all_gather(&vec![1f32; block], &mut vec![0f32; block * n]),
+            }
+            .expect_err("hosts disagree");
+            println!("error: {e}");
+            assert!(
+                matches!(e, Error::Desync { .. } | Error::Aborted { .. }),
+                "{e:?}"
+            );
+            assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
         }
         "desync" => {
             let mut v = vec![1.0f32; if comm.rank() == 1 { 5 } else { 4 }];

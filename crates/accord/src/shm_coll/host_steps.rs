@@ -52,6 +52,42 @@ impl ShmWorld {
         self.on_host(call, deadline, &|c| c.broadcast(out, count, root))
     }
 
+    /// Reduce block `i` (of `block` elements) of every local rank's `inp` into local rank `i`'s
+    /// `out`, without the operator's final step.
+    pub(crate) fn host_reduce_scatter(
+        &self,
+        call: &Call<'_>,
+        deadline: Instant,
+        inp: *const u8,
+        out: *mut u8,
+        block: usize,
+    ) -> Result<()> {
+        if self.group.is_none() {
+            // SAFETY: alone on the host, the input is this rank's one block (checked by the caller).
+            unsafe { std::ptr::copy(inp, out, block * call.dtype.size()) };
+        }
+        self.on_host(call, deadline, &|c| {
+            c.reduce_scatter(inp, out, block, false)
+        })
+    }
+
+    /// Every local rank's `block` elements from `inp` land in block `i` (its local index) of
+    /// every local rank's `out`.
+    pub(crate) fn host_allgather(
+        &self,
+        call: &Call<'_>,
+        deadline: Instant,
+        inp: *const u8,
+        out: *mut u8,
+        block: usize,
+    ) -> Result<()> {
+        if self.group.is_none() {
+            // SAFETY: alone on the host, the output is this rank's one block (checked by the caller).
+            unsafe { std::ptr::copy(inp, out, block * call.dtype.size()) };
+        }
+        self.on_host(call, deadline, &|c| c.allgather(inp, out, block))
+    }
+
     /// Wait for every local rank (comparing fingerprints, like every step).
     pub(crate) fn host_barrier(&self, call: &Call<'_>, deadline: Instant) -> Result<()> {
         self.on_host(call, deadline, &|c| c.barrier_call())

@@ -157,7 +157,7 @@ impl ShmWorld {
             }
             Collective::Broadcast { count, root } => c.broadcast(out, count, root),
             Collective::AllGather { ref counts } => c.allgather(inp, out, counts[0]),
-            Collective::ReduceScatter { ref counts } => c.reduce_scatter(inp, out, counts[0]),
+            Collective::ReduceScatter { ref counts } => c.reduce_scatter(inp, out, counts[0], true),
             Collective::AllToAll {
                 ref send_counts, ..
             } => c.alltoall(inp, out, send_counts[0]),
@@ -895,7 +895,15 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    fn reduce_scatter(&self, inp: *const u8, out: *mut u8, block: usize) -> Result<()> {
+    /// Block `r` of every rank's input, reduced, lands in local rank `r`'s `out`. `finish`: apply
+    /// Avg's division (false when a later stage finishes it).
+    fn reduce_scatter(
+        &self,
+        inp: *const u8,
+        out: *mut u8,
+        block: usize,
+        finish: bool,
+    ) -> Result<()> {
         let (n, me, esz) = (self.n(), self.me(), self.esz());
         let per = (self.span() / (esz * n)).max(1);
         for k in 0..Self::chunks(block, per) {
@@ -910,7 +918,9 @@ impl<'a> Ctx<'a> {
                     self.reduce(dst, self.stage(p, h, me * m * esz), m * esz);
                 }
             }
-            self.finalize(dst, m * esz, n);
+            if finish {
+                self.finalize(dst, m * esz, n);
+            }
         }
         Ok(())
     }

@@ -1,0 +1,159 @@
+//! Reduce-scatter and allgather across hosts, over the stripes: every rank's block travels the
+//! network once, in the stripe of its owner's local index, and the hosts' shared memory does
+//! the rest.
+//!
+//! With `H` hosts of `R` ranks each, stripe `i` is local rank `i` of every host. A
+//! **reduce-scatter** orders the input by stripe (segment `i` holds, host by host, the blocks
+//! of the stripe-`i` ranks), reduce-scatters the segments inside the host (local rank `i` gets
+//! its host's partial sums of segment `i`), then reduce-scatters that segment over its stripe,
+//! which leaves every rank its own block. An **allgather** runs the other way round: the
+//! stripe gathers its `H` blocks, the host gathers its `R` segments, and the blocks are put
+//! back in world order. Each host sends `(H - 1) / H` of the data once, in `R` streams at
+//! once, where one schedule over all ranks would pass blocks through other hosts' ranks.
+
+use super::*;
+use std::cell::RefCell;
+
+thread_local! {
+    /// Scratch kept between this thread's calls (as the schedules' is: a large allocation is
+    /// mapped anew, and faulted in, on every call otherwise).
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Scratch larger than this is not kept for the next call.
+const KEPT_SCRATCH_BYTES: usize = 256 << 20;
+
+/// Run `f` on `bytes` bytes of this thread's kept scratch (contents unspecified).
+fn with_scratch<T>(bytes: usize, f: impl FnOnce(&mut [u8]) -> Result<T>) -> Result<T> {
+    let mut v = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    if v.len() < bytes {
+        v.resize(bytes, 0);
+    }
+    let r = f(&mut v[..bytes]);
+    if v.capacity() <= KEPT_SCRATCH_BYTES {
+        SCRATCH.with(|s| *s.borrow_mut() = v);
+    }
+    r
+}
+
+/// Where every world rank's block sits when blocks are ordered by stripe.
+pub(super) fn stripe_slots(host_of: &[usize], hosts: usize) -> Vec<usize> {
+    let mut seen = vec![0usize; hosts];
+    host_of
+        .iter()
+        .map(|&h| {
+            let local = seen[h];
+            seen[h] += 1;
+            local * hosts + h
+        })
+        .collect()
+}
+
+impl Hierarchy {
+    /// Whether this world's reduce-scatter or allgather of `counts` runs over the stripes: hosts
+    /// of equal rank counts (the same answer on every rank), blocks of equal size, a whole
+    /// buffer below [`super::BLOCKS_MAX_BYTES`] (as configured).
+    pub(super) fn stripes_carry(&self, counts: &[usize], esz: usize) -> bool {
+        let bytes = counts.iter().sum::<usize>() * esz;
+        self.stripe.is_some()
+            && counts.windows(2).all(|w| w[0] == w[1])
+            && bytes < crate::config::get().hier_blocks_bytes
+    }
+
+    /// Reduce-scatter of `block` elements per rank (see the module docs).
+    pub(super) fn reduce_scatter(
+        &self,
+        call: &Call<'_>,
+        op: &Op,
+        deadline: Instant,
+        input: &[u8],
+        output: &mut [u8],
+        block: usize,
+    ) -> Result<()> {
+        let s = self.stripe.as_ref().expect("stripes_carry checked");
+        let bytes = block * call.dtype.size();
+        let hosts = s.slots.len() / s.per_host;
+        with_scratch((self.size + hosts) * bytes, |scratch| {
+            let (by_stripe, partial) = scratch.split_at_mut(self.size * bytes);
+            for (r, &slot) in s.slots.iter().enumerate() {
+                by_stripe[slot * bytes..][..bytes].copy_from_slice(&input[r * bytes..][..bytes]);
+            }
+            let (from, into) = (by_stripe.as_ptr(), partial.as_mut_ptr());
+            self.world
+                .host_reduce_scatter(call, deadline, from, into, hosts * block)?;
+            let step = Op {
+                coll: Collective::ReduceScatter {
+                    counts: vec![block; hosts],
+                },
+                reduce: Some(sum_like(call.op)),
+                in_place: false,
+                ..op.clone()
+            };
+            s.comm.run_as(&step, Some(partial), output)
+        })?;
+        dtype::finalize(call.dtype, call.op, output, self.size);
+        Ok(())
+    }
+
+    /// Allgather of `block` elements per rank (see the module docs).
+    pub(super) fn allgather(
+        &self,
+        call: &Call<'_>,
+        op: &Op,
+        deadline: Instant,
+        input: &[u8],
+        output: &mut [u8],
+        block: usize,
+    ) -> Result<()> {
+        let s = self.stripe.as_ref().expect("stripes_carry checked");
+        let bytes = block * call.dtype.size();
+        let hosts = s.slots.len() / s.per_host;
+        let segment = hosts * bytes;
+        with_scratch(self.size * bytes, |by_stripe| {
+            let step = Op {
+                coll: Collective::AllGather {
+                    counts: vec![block; hosts],
+                },
+                in_place: false,
+                ..op.clone()
+            };
+            // The stripe's blocks land in this rank's own segment, which the host step then
+            // reads in place.
+            let mine = &mut by_stripe[s.index * segment..][..segment];
+            s.comm.run_as(&step, Some(input), mine)?;
+            let at = by_stripe.as_mut_ptr();
+            // SAFETY: segment `index` lies inside the scratch of `size` blocks.
+            let own = unsafe { at.add(s.index * segment) } as *const u8;
+            self.world
+                .host_allgather(call, deadline, own, at, hosts * block)?;
+            for (r, &slot) in s.slots.iter().enumerate() {
+                output[r * bytes..][..bytes].copy_from_slice(&by_stripe[slot * bytes..][..bytes]);
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The operator of a partial reduction: an average is summed, and divided once at the end.
+pub(super) fn sum_like(op: ReduceOp) -> ReduceOp {
+    match op {
+        ReduceOp::Avg => ReduceOp::Sum,
+        op => op,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stripe_slots;
+
+    #[test]
+    fn stripe_slots_order_blocks_by_local_index_then_host() {
+        // Hosts of consecutive ranks: stripe 0 is ranks 0, 2, 4; stripe 1 is ranks 1, 3, 5.
+        assert_eq!(stripe_slots(&[0, 0, 1, 1, 2, 2], 3), [0, 3, 1, 4, 2, 5]);
+        // Round-robin placement: host 0 has ranks 0, 2; host 1 has 1, 3.
+        assert_eq!(stripe_slots(&[0, 1, 0, 1], 2), [0, 1, 2, 3]);
+        let mut slots = stripe_slots(&[1, 0, 0, 1, 2, 2, 2, 1, 0], 3);
+        slots.sort_unstable();
+        assert_eq!(slots, (0..9).collect::<Vec<_>>(), "every slot used once");
+    }
+}
