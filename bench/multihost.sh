@@ -17,7 +17,8 @@
 # between the ranks of a host too, for Accord and OpenMPI alike), ACCORD (binary; built if
 # unset), REF (reference drivers: mpicoll.c and gloo_coll.py; default ../shared/bench),
 # PYTHON (a Python with torch, for gloo), OUT (results folder), ACCORD_B (settings of a second
-# Accord side in the same rounds, e.g. "ACCORD_HIERARCHY=off": the table's `accordb` column).
+# Accord side in the same rounds, e.g. "ACCORD_HIERARCHY=off", or "ACCORD_BIN=path" for another
+# build: the table's `accordb` column).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
@@ -203,7 +204,7 @@ bench)
             # shellcheck disable=SC2086
             [ $who = accordb ] && export $ACCORD_B
             ACCORD_BENCH_SYNC=1 accord_job "bench-$who-$op-$round" "$HOSTS" "$RANKS" 0 \
-              "$ACCORD" bench-rank "$op" --sizes "$lo:$hi" --factor "$FACTOR"
+              "${ACCORD_BIN:-$ACCORD}" bench-rank "$op" --sizes "$lo:$hi" --factor "$FACTOR"
           )
           { echo "## $who $op round $round"; grep -E '^ +[0-9]' "$OUT/bench-$who-$op-$round.0"; } >>"$OUT/summary.txt"
         elif ! skip mpi; then

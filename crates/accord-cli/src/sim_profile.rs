@@ -6,8 +6,9 @@
 //! - one rank per host: the schedule the tuner picks for TCP, simulated message by message with
 //!   the calibrated alpha, beta and gamma;
 //! - several ranks per host: allreduce and broadcast hierarchically (the engine inside each
-//!   host, the leaders' schedule between hosts; from 1 MiB allreduce striped, one slice per
-//!   local rank); reduce-scatter and allgather below 1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) over
+//!   host, the leaders' schedule between hosts; from 64 KiB allreduce striped: the engine's
+//!   reduce-scatter, one slice's allreduce per local rank between hosts, the engine's
+//!   allgather); reduce-scatter and allgather below 1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) over
 //!   the stripes (the engine's step inside each host, one schedule per local rank between
 //!   hosts, all at once); everything else as one schedule over all ranks whose messages cost
 //!   the shared-memory rings' price inside a host and TCP's between hosts (ranks placed host by
@@ -189,12 +190,11 @@ impl Profile {
                 "allreduce"
                     if bytes >= accord::config::get().hier_stripe_bytes && count >= per_host =>
                 {
-                    let slice = count / per_host;
+                    let slice = count.div_ceil(per_host);
                     let slice_coll = Collective::AllReduce { count: slice };
                     let net = self.schedule(&slice_coll, hosts, 1, place, per_host)?;
-                    let spread = per_host as f64 * eng("broadcast", slice * 4);
                     return Ok((
-                        eng("allreduce", bytes) + net + spread,
+                        eng("reduce_scatter", bytes) + net + eng("allgather", bytes),
                         "hosts' engines, striped between hosts",
                     ));
                 }

@@ -22,7 +22,7 @@
 //! | `ACCORD_SHM_CHUNK_BYTES` | bytes (trimmed) | 1 MiB | one staging half; rounded down to a multiple of 64 within 4 KiB..256 MiB |
 //! | `ACCORD_SHM_RING_BYTES` | bytes (trimmed) | 512 KiB | one point-to-point ring; rounded down to a multiple of 4096 within 16 KiB..256 MiB |
 //! | `ACCORD_HIERARCHY` | `0`/`off`/`no` (trimmed) | on | collectives of ranks on several hosts compose shared memory inside hosts with the host leaders' (or stripes') steps over the network (`comm::hierarchy`); off: one schedule over the point-to-point transport (shared-memory rings between local ranks, TCP between hosts) |
-//! | `ACCORD_HIER_STRIPE_BYTES` | bytes (trimmed) | 1 MiB | allreduces across hosts from this size are striped, one slice per local rank (`comm::hierarchy`); the same on every rank |
+//! | `ACCORD_HIER_STRIPE_BYTES` | bytes (trimmed) | 64 KiB | allreduces across hosts from this size are striped, one slice per local rank (`comm::hierarchy`); the same on every rank |
 //! | `ACCORD_HIER_BLOCKS_BYTES` | bytes (trimmed) | 1 MiB | reduce-scatters and allgathers across hosts (equal blocks, hosts of equal rank counts) whose whole buffer is below this size go over the stripes; larger ones take one schedule over the transport; the same on every rank |
 //! | `ACCORD_TCP_POLL_US` | microseconds (trimmed) | 50 | how long a wait for a small TCP message reads its peer's socket itself (renewed while bytes come) before sleeping; 0: sleep at once |
 //! | `ACCORD_TCP_PUMP_BYTES` | bytes (trimmed) | 1 MiB | waits for TCP messages below this size read the peer's socket themselves; from 64 KiB only where every rank of the host and its reader thread can have a CPU of their own |
@@ -340,7 +340,7 @@ mod tests {
         assert_eq!(c.tcp_pump_bytes, DEFAULT_TCP_PUMP_BYTES);
         assert_eq!(c.tcp_lanes, None);
         assert_eq!(c.tcp_stripe_bytes, 256 << 10);
-        assert_eq!(c.hier_stripe_bytes, 1 << 20);
+        assert_eq!(c.hier_stripe_bytes, 64 << 10);
         assert_eq!(c.hier_blocks_bytes, 1 << 20);
         assert!(c.hierarchy);
         assert_eq!(

@@ -9,7 +9,7 @@
 //!   2, 3 and 4 ranks on one host, and 4 and 5 ranks over two simulated hosts (the
 //!   hierarchical path), and 6 ranks over three (contiguous placement); the engines' own algorithms, counts 0, 1, 7 and 1031, then a count of
 //!   40009 (many staging chunks, and copies between processes) on bf16, f64 and u8 only, and
-//!   allreduces of 262147 elements (1 MiB and more: striped across hosts) on f32, f64 and i64;
+//!   allreduces of 262147 and 262148 elements (striped across hosts) on f32, f64 and i64;
 //!   the same over two simulated hosts without the hierarchy (`ACCORD_HIERARCHY=off`).
 //!
 //! Every type and reduce operator runs on every engine.
@@ -101,11 +101,11 @@ fn shm_runs(engine: &str) -> [Options; 3] {
         dtypes: vec![DataType::BF16, DataType::F64, DataType::U8],
         ..Options::new(engine)
     };
-    // Allreduces from 1 MiB over hosts of equal rank counts are striped: one slice per local
-    // rank, uneven here.
+    // Allreduces from 64 KiB over hosts of equal rank counts are striped: one slice per local
+    // rank, padded where the local ranks do not divide the count (the first count here).
     let striped = Options {
-        engine: format!("{engine}, 1 MiB + 12 B allreduce"),
-        counts: vec![262_147],
+        engine: format!("{engine}, 1 MiB + 12/16 B allreduce"),
+        counts: vec![262_147, 262_148],
         dtypes: vec![DataType::F32, DataType::F64, DataType::I64],
         kinds: vec![OpKind::AllReduce],
         ..Options::new(engine)

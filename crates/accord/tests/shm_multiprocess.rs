@@ -287,7 +287,9 @@ fn ranks_that_disagree_on_the_root_all_fail_over_shared_memory() {
 }
 
 /// Hosts that disagree about a reduce-scatter or allgather on the stripes (block size, reduce
-/// operator) fail on every rank with a desync, instead of exchanging misfit blocks.
+/// operator) fail on every rank with a desync, instead of exchanging misfit blocks; so do hosts
+/// whose sizes put them on different paths (the stripes or the leaders' path for allreduce, the
+/// stripes or one schedule for the others), at once rather than at the deadline.
 #[test]
 fn hosts_that_disagree_about_a_striped_call_all_fail() {
     // Ranks 0 and 2 on host a, 1 and 3 on host b: host b's ranks call differently.
@@ -296,6 +298,9 @@ fn hosts_that_disagree_about_a_striped_call_all_fail() {
         ("reduce_scatter", "block"),
         ("reduce_scatter", "operator"),
         ("allgather", "block"),
+        ("allgather", "large"),
+        ("reduce_scatter", "large"),
+        ("allreduce", "large"),
     ] {
         let extra = [("BLOCKS_OP", op), ("BLOCKS_DIFFER", differ)];
         let (_s, ch) = spawn("blocks-mismatch", 4, host, &extra);
@@ -539,7 +544,11 @@ fn rank_main() {
         "blocks-mismatch" => {
             let odd = comm.rank() % 2 == 1;
             let differ = std::env::var("BLOCKS_DIFFER").unwrap();
-            let block = if odd && differ == "block" { 5 } else { 4 };
+            let block = match (odd, differ.as_str()) {
+                (true, "block") => 5,
+                (true, "large") => 70_000,
+                _ => 4,
+            };
             let redop = match odd && differ == "operator" {
                 true => ReduceOp::Max,
                 false => ReduceOp::Sum,
@@ -551,6 +560,7 @@ fn rank_main() {
                     let mut out = vec![0f32; block];
                     comm.reduce_scatter(&vec![1f32; block * n], &mut out, redop)
                 }
+                "allreduce" => comm.all_reduce(&mut vec![1f32; block], redop),
                 _ => comm.all_gather(&vec![1f32; block], &mut vec![0f32; block * n]),
             }
             .expect_err("hosts disagree");

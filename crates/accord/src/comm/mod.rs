@@ -210,19 +210,7 @@ impl Communicator {
                 true => w.single_host_engine(),
                 false if !crate::config::get().hierarchy => None,
                 false => {
-                    let leaders = w
-                        .leaders
-                        .contains(&rank)
-                        .then(|| comm.child(&w.leaders.clone(), u64::MAX, "leaders", 0x5348_4d4c));
-                    let size = comm.size();
-                    let stripe = hierarchy::Hierarchy::stripe_of(&comm, &w, rank);
-                    Some(Arc::new(hierarchy::Hierarchy {
-                        world: w,
-                        leaders,
-                        stripe,
-                        me: rank,
-                        size,
-                    }) as Arc<dyn HostEngine>)
+                    Some(Arc::new(hierarchy::Hierarchy::new(&comm, w, rank)) as Arc<dyn HostEngine>)
                 }
             };
             if let (Some(e), Some(inner)) = (engine, Arc::get_mut(&mut comm.inner)) {

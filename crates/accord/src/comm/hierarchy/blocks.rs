@@ -50,14 +50,31 @@ pub(super) fn stripe_slots(host_of: &[usize], hosts: usize) -> Vec<usize> {
 }
 
 impl Hierarchy {
-    /// Whether this world's reduce-scatter or allgather of `counts` runs over the stripes: hosts
-    /// of equal rank counts (the same answer on every rank), blocks of equal size, a whole
-    /// buffer below [`super::BLOCKS_MAX_BYTES`] (as configured).
-    pub(super) fn stripes_carry(&self, counts: &[usize], esz: usize) -> bool {
-        let bytes = counts.iter().sum::<usize>() * esz;
-        self.stripe.is_some()
-            && counts.windows(2).all(|w| w[0] == w[1])
-            && bytes < crate::config::get().hier_blocks_bytes
+    /// A reduce-scatter or allgather too large for the stripes ([`super::BLOCKS_MAX_BYTES`]):
+    /// one schedule over every rank, after the host's ranks and then the leaders have compared
+    /// the call, so that ranks whose sizes put them on different paths meet and fail with a
+    /// desync (the stripes' path starts with a host step and a step between leaders too).
+    pub(super) fn flat_blocks(
+        &self,
+        call: &Call<'_>,
+        op: &Op,
+        deadline: Instant,
+        input: &[u8],
+        output: &mut [u8],
+    ) -> Result<()> {
+        self.world.host_barrier(call, deadline)?;
+        if let Some(leaders) = &self.leaders {
+            let agree = Op {
+                coll: Collective::Barrier,
+                ..op.clone()
+            };
+            leaders.run_as(&agree, None, &mut [])?;
+        }
+        let flat = self
+            .flat
+            .as_ref()
+            .expect("stripes imply the flat communicator");
+        flat.run_as(op, Some(input), output)
     }
 
     /// Reduce-scatter of `block` elements per rank (see the module docs).
@@ -91,6 +108,57 @@ impl Hierarchy {
             };
             s.comm.run_as(&step, Some(partial), output)
         })?;
+        dtype::finalize(call.dtype, call.op, output, self.size);
+        Ok(())
+    }
+
+    /// Allreduce of `count` elements, striped (see [`super`]): the host reduce-scatters, the
+    /// stripes allreduce a slice each, the host allgathers. Slices are equal, so a count that
+    /// `R` does not divide is worked on in scratch padded with zeros (reduced, then dropped).
+    pub(super) fn striped_allreduce(
+        &self,
+        call: &Call<'_>,
+        op: &Op,
+        deadline: Instant,
+        input: Option<&[u8]>,
+        output: &mut [u8],
+        count: usize,
+    ) -> Result<()> {
+        let s = self.stripe.as_ref().expect("caller checked the stripe");
+        let esz = call.dtype.size();
+        let block = count.div_ceil(s.per_host);
+        let bytes = block * esz;
+        tracing::debug!(stripe = s.index, block, "striped allreduce");
+        // `inp` may point into `work` (in place): the host steps read it through raw pointers.
+        let run = |inp: *const u8, work: &mut [u8]| -> Result<()> {
+            let mine = work[s.index * bytes..].as_mut_ptr();
+            self.world
+                .host_reduce_scatter(call, deadline, inp, mine, block)?;
+            let step = Op {
+                coll: Collective::AllReduce { count: block },
+                reduce: Some(sum_like(call.op)),
+                in_place: true,
+                ..op.clone()
+            };
+            s.comm
+                .run_as(&step, None, &mut work[s.index * bytes..][..bytes])?;
+            let own = work[s.index * bytes..].as_ptr();
+            self.world
+                .host_allgather(call, deadline, own, work.as_mut_ptr(), block)
+        };
+        if block * s.per_host == count {
+            let inp = input.map_or(output.as_ptr(), <[u8]>::as_ptr);
+            run(inp, output)?;
+        } else {
+            with_scratch(s.per_host * bytes, |work| {
+                let used = count * esz;
+                work[..used].copy_from_slice(input.unwrap_or(output));
+                work[used..].fill(0);
+                run(work.as_ptr(), work)?;
+                output.copy_from_slice(&work[..used]);
+                Ok(())
+            })?;
+        }
         dtype::finalize(call.dtype, call.op, output, self.size);
         Ok(())
     }

@@ -1,12 +1,13 @@
 //! Collectives across hosts, composed from the engines: shared memory inside each host
 //! ([`ShmWorld`]'s host steps), the host leaders' communicator (TCP) between them.
 //!
-//! Large allreduces are *striped* where every host has the same number of ranks `R > 1`: after
-//! the host's reduction, local rank `i` of every host reduces the `i`-th of `R` slices with the
-//! `i`-th ranks of the other hosts (its stripe communicator), so the network carries `R`
-//! streams of a slice each instead of one leader's stream of everything, and the reduction work
-//! between hosts is shared; each rank then broadcasts its slice inside the host. Every rank
-//! takes part in a stripe, so ranks of different hosts that disagree about the call all fail.
+//! Large allreduces are *striped* where every host has the same number of ranks `R > 1`: the
+//! host reduce-scatters the vector in `R` slices, local rank `i` of every host allreduces the
+//! `i`-th slice with the `i`-th ranks of the other hosts (its stripe communicator), and the host
+//! gathers the slices back. The network carries `R` streams of a slice each instead of one
+//! leader's stream of everything, and the reductions inside and between hosts are shared. Every
+//! rank takes part in a stripe, so ranks of different hosts that disagree about the call all
+//! fail.
 //! Reduce-scatter and allgather of equal blocks go over the same stripes (`blocks`).
 //!
 //! Other collectives, and worlds whose hosts have different rank counts for the striped ones,
@@ -19,11 +20,18 @@ use crate::engine::HostEngine;
 use crate::op::Call;
 use crate::shm_coll::ShmWorld;
 
-/// Allreduce, broadcast, reduce-scatter and allgather over hosts: `world` places the ranks, `leaders` is the communicator
-/// of the lowest rank of each host (present on leaders only).
+/// Allreduce, broadcast, reduce-scatter and allgather over hosts: `world` places the ranks,
+/// `leaders` is the communicator of the lowest rank of each host (present on leaders only).
+///
+/// Ranks that disagree about a call must meet on some communicator to hear it: wherever the
+/// path depends on the call's size, each path's first step between hosts runs on the leaders'
+/// communicator, which is stripe 0's where stripes exist (the same ranks in the same order).
 pub(super) struct Hierarchy {
     pub world: Arc<ShmWorld>,
     pub leaders: Option<Communicator>,
+    /// Every rank of the world without its engines, for the reduce-scatters and allgathers
+    /// too large for the stripes (where stripes exist).
+    pub flat: Option<Communicator>,
     /// This rank's stripe: the ranks of its local index on every host, where every host has
     /// the same number of ranks (more than one).
     pub stripe: Option<Stripe>,
@@ -44,10 +52,9 @@ pub(super) struct Stripe {
 
 /// Allreduces of at least this many bytes are striped (where hosts have equal rank counts;
 /// `ACCORD_HIER_STRIPE_BYTES`, which every rank must set alike).
-/// Measured over network namespaces on 16 CPUs: from 1 MiB striping took 2 x 2 and 4 x 2 ranks
-/// from 1.2-1.7x OpenMPI's time to 0.8-1.08x; at 256 KiB it helped 2 x 2 (1.18 to 1.00x) and
-/// hurt 4 x 2 (1.58 to 1.76x).
-pub const STRIPE_MIN_BYTES: usize = 1 << 20;
+/// Measured over network namespaces on 16 CPUs (2 x 2 and 4 x 2 ranks) against the leaders'
+/// path: 0.74x its time at 64 KiB, 0.54-0.56x at 256 KiB, 0.97-1.11x at 16 KiB.
+pub const STRIPE_MIN_BYTES: usize = 64 << 10;
 
 /// Reduce-scatters and allgathers whose whole buffer is below this many bytes go over the
 /// stripes (`ACCORD_HIER_BLOCKS_BYTES`, alike on every rank); larger ones take one schedule over
@@ -58,13 +65,31 @@ pub const STRIPE_MIN_BYTES: usize = 1 << 20;
 /// the balance may lie higher.
 pub const BLOCKS_MAX_BYTES: usize = 1 << 20;
 
-/// Element range `[start, start + len)` of slice `i` of `count` elements cut in `parts`.
-fn slice(count: usize, parts: usize, i: usize) -> (usize, usize) {
-    let (base, extra) = (count / parts, count % parts);
-    (i * base + i.min(extra), base + usize::from(i < extra))
-}
-
 impl Hierarchy {
+    /// The hierarchy of rank `me` of `comm`, placed by `world`.
+    pub(super) fn new(comm: &Communicator, world: Arc<ShmWorld>, me: usize) -> Hierarchy {
+        let stripe = Self::stripe_of(comm, &world, me);
+        let leaders = match &stripe {
+            Some(s) => (s.index == 0).then(|| s.comm.clone()),
+            None => world
+                .leaders
+                .contains(&me)
+                .then(|| comm.child(&world.leaders, u64::MAX, "leaders", 0x5348_4d4c)),
+        };
+        let everyone: Vec<usize> = (0..comm.size()).collect();
+        let flat = stripe
+            .is_some()
+            .then(|| comm.child(&everyone, u64::MAX - 2, "flat", 0x464c_4154));
+        Hierarchy {
+            world,
+            leaders,
+            flat,
+            stripe,
+            me,
+            size: comm.size(),
+        }
+    }
+
     /// The stripe communicator of rank `me` of `comm`, if hosts have equal rank counts `> 1`.
     pub(super) fn stripe_of(comm: &Communicator, world: &ShmWorld, me: usize) -> Option<Stripe> {
         let hosts = world.leaders.len();
@@ -97,7 +122,7 @@ impl HostEngine for Hierarchy {
     fn supports(&self, op: &Op) -> bool {
         match &op.coll {
             Collective::AllGather { counts } | Collective::ReduceScatter { counts } => {
-                self.stripes_carry(counts, op.dtype.size())
+                self.stripe.is_some() && counts.windows(2).all(|w| w[0] == w[1])
             }
             coll => self.world.supports(coll, &op.fp),
         }
@@ -110,38 +135,17 @@ impl HostEngine for Hierarchy {
         let deadline = Instant::now() + call.timeout;
         match op.coll {
             Collective::AllReduce { count } => {
+                let esz = call.dtype.size();
+                if self.stripe.as_ref().is_some_and(|s| {
+                    count * esz >= crate::config::get().hier_stripe_bytes && count >= s.per_host
+                }) {
+                    return self.striped_allreduce(call, op, deadline, input, output, count);
+                }
                 let out = output.as_mut_ptr();
                 let inp = input.map_or(out as *const u8, <[u8]>::as_ptr);
                 // Sum-like partial results per host; Avg is finished once, over the world.
                 world.host_allreduce(call, deadline, inp, out, count)?;
                 let reduce = blocks::sum_like(call.op);
-                let esz = call.dtype.size();
-                let striped = self.stripe.as_ref().filter(|s| {
-                    count * esz >= crate::config::get().hier_stripe_bytes && count >= s.per_host
-                });
-                if let Some(s) = striped {
-                    let (start, len) = slice(count, s.per_host, s.index);
-                    tracing::debug!(stripe = s.index, start, len, "striped allreduce");
-                    let step = Op {
-                        coll: Collective::AllReduce { count: len },
-                        reduce: Some(reduce),
-                        in_place: true,
-                        ..op.clone()
-                    };
-                    let mine = &mut output[start * esz..(start + len) * esz];
-                    s.comm.run_as(&step, None, mine)?;
-                    for j in 0..s.per_host {
-                        let (start, len) = slice(count, s.per_host, j);
-                        // SAFETY: slice j lies inside the count elements of `output`.
-                        let at = unsafe { output.as_mut_ptr().add(start * esz) };
-                        world.host_broadcast(call, deadline, at, len, j)?;
-                    }
-                    // Every slice's root waits until its host has read it: a root that returned
-                    // and closed its communicator would leave readers of its slice failing.
-                    world.host_barrier(call, deadline)?;
-                    dtype::finalize(call.dtype, call.op, output, self.size);
-                    return Ok(());
-                }
                 if me == leader {
                     let step = Op {
                         coll: Collective::AllReduce { count },
@@ -186,13 +190,20 @@ impl HostEngine for Hierarchy {
                 }
                 Ok(())
             }
-            Collective::ReduceScatter { ref counts } => {
+            Collective::ReduceScatter { ref counts } | Collective::AllGather { ref counts } => {
                 let input = input.ok_or_else(|| no_input(call))?;
-                self.reduce_scatter(call, op, deadline, input, output, counts[0])
-            }
-            Collective::AllGather { ref counts } => {
-                let input = input.ok_or_else(|| no_input(call))?;
-                self.allgather(call, op, deadline, input, output, counts[0])
+                let block = counts[0];
+                if counts.len() * block * call.dtype.size()
+                    >= crate::config::get().hier_blocks_bytes
+                {
+                    return self.flat_blocks(call, op, deadline, input, output);
+                }
+                match op.coll {
+                    Collective::ReduceScatter { .. } => {
+                        self.reduce_scatter(call, op, deadline, input, output, block)
+                    }
+                    _ => self.allgather(call, op, deadline, input, output, block),
+                }
             }
             _ => Err(Error::Unsupported(format!(
                 "internal: {} on the hierarchical path",
@@ -208,25 +219,4 @@ fn no_input(call: &Call<'_>) -> Error {
         "internal: {} on the hierarchical path without a send buffer",
         call.fp
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::slice;
-
-    #[test]
-    fn slices_cover_the_buffer_once_in_order() {
-        for count in [0, 1, 2, 7, 1031, 40_009] {
-            for parts in 1..=9 {
-                let mut next = 0;
-                for i in 0..parts {
-                    let (start, len) = slice(count, parts, i);
-                    assert_eq!(start, next, "count {count}, {parts} parts, slice {i}");
-                    assert!(len == count / parts || len == count / parts + 1);
-                    next = start + len;
-                }
-                assert_eq!(next, count);
-            }
-        }
-    }
 }
