@@ -10,6 +10,10 @@
 #                                # awkward counts, results checked) on each of LAYOUTS
 #   bench/multihost.sh bench     # accord bench vs OpenMPI (from C) and gloo, alternating rounds
 #   HOSTS=4 RANKS=2 OPS="allreduce allgather" SIZES=4:64M ROUNDS=3 bench/multihost.sh bench
+#   PROFILE=ns.json CROWD=8 bench/multihost.sh calibrate
+#                                # a profile for `accord sim` whose TCP costs (and, with CROWD=N,
+#                                # crowded exchanges over N namespaces) are measured between
+#                                # namespaces, through the veths, not over loopback
 #
 # Needs root (ip netns, veth, bridge) and unshare. Knobs: LAYOUTS (check; hosts x ranks per host,
 # `i` suffix: ranks dealt round-robin over hosts, default "2x2 3x2 2x3i 4x1"), HOSTS (2), RANKS
@@ -218,8 +222,21 @@ bench)
   done
   { head -1 "$OUT/summary.txt"; python3 "$HERE/multihost_table.py" "$OUT/summary.txt"; } | tee "$OUT/table.md"
   ;;
+calibrate)
+  # The calibration's TCP phase between two namespaces (one rank each), its crowd phase over
+  # CROWD namespaces, then `accord bench --calibrate` adds this machine's shared-memory phase.
+  : "${PROFILE:?set PROFILE (where to write the profile)}"
+  net_up "${CROWD:-2}"
+  export ACCORD_TRANSPORT=tcp ACCORD_BENCH_SYNC=1
+  accord_job calib-tcp 2 1 0 "$ACCORD" bench-rank --calibrate "$OUT/tcp.part" --calibrate-phase tcp
+  if [ -n "${CROWD:-}" ]; then
+    accord_job calib-crowd "$CROWD" 1 0 "$ACCORD" bench-rank --calibrate "$OUT/crowd.part" --calibrate-phase crowd
+  fi
+  unset ACCORD_TRANSPORT
+  "$ACCORD" bench --calibrate "$PROFILE" -n 2 --network-from "$OUT" ${CROWD:+--crowd "$CROWD"}
+  ;;
 *)
-  echo "usage: bench/multihost.sh check|bench" >&2
+  echo "usage: bench/multihost.sh check|bench|calibrate" >&2
   exit 2
   ;;
 esac

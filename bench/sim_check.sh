@@ -9,7 +9,8 @@
 #
 # Knobs: OPS, NS, LAYOUTS (none), SIZES (4K:64M), FACTOR (4), PROFILE (calibrated here if
 # unset; CROWD=N also times up to N / 2 pairs exchanging at once, which the simulator prices
-# crowded rounds with), ACCORD.
+# crowded rounds with), PROFILE_NS (the profile for LAYOUTS: its TCP costs measured between
+# namespaces by `bench/multihost.sh calibrate`, made here if unset), ACCORD.
 # Every rank runs on this machine, so the simulator is told so (`--one-machine`): all network
 # messages of a round compete. World sizes beyond the CPUs are not worth checking.
 set -euo pipefail
@@ -28,6 +29,10 @@ fi
 if [ -z "${PROFILE:-}" ]; then
   PROFILE=$OUT/profile.json
   "$ACCORD" bench --calibrate "$PROFILE" -n 2 ${CROWD:+--crowd "$CROWD"}
+fi
+if [ -n "$LAYOUTS" ] && [ -z "${PROFILE_NS:-}" ]; then
+  PROFILE_NS=$OUT/profile-ns.json
+  OUT=$OUT/calib ACCORD=$ACCORD PROFILE=$PROFILE_NS "$HERE/multihost.sh" calibrate >/dev/null
 fi
 # compare SIM_JSON MEASURED OP PLACEMENT: MEASURED is accord bench's JSON or, for namespace
 # layouts, bench/multihost.sh's summary.
@@ -57,7 +62,7 @@ for op in $OPS; do
   done
   for l in $LAYOUTS; do
     h=${l%x*} r=${l#*x}
-    "$ACCORD" sim "$op" -n $((h * r)) --per-host "$r" --one-machine --profile "$PROFILE" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/sim.json" >/dev/null
+    "$ACCORD" sim "$op" -n $((h * r)) --per-host "$r" --one-machine --profile "$PROFILE_NS" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/sim.json" >/dev/null
     OUT=$OUT/ns ACCORD=$ACCORD HOSTS=$h RANKS=$r OPS=$op SIZES=$SIZES FACTOR=$FACTOR ROUNDS=1 SKIP="mpi gloo" \
       "$HERE/multihost.sh" bench >/dev/null
     compare "$OUT/sim.json" "$OUT/ns/bench-accord-$op-1.0" "$op" "$h hosts x $r"

@@ -17,6 +17,12 @@
 //! up to M / 2 pairs of ranks at once (`crowd`): how much messages slow down when they compete
 //! for the machine's CPUs, memory and loopback, which `accord sim` prices crowded rounds with.
 //!
+//! With `--network-from DIR` the TCP (and crowd) phases are not run here: their measurements
+//! are read from `DIR/tcp.part` (and `DIR/crowd.part`), written by the same phases run as ranks
+//! on other hosts (`accord bench-rank --calibrate DIR/tcp.part --calibrate-phase tcp`, as
+//! `bench/multihost.sh calibrate` does between network namespaces), so that the profile prices
+//! that network.
+//!
 //! The profile is JSON: `{"accord_profile": 1, "cpus", "ranks", "gamma_us_per_byte",
 //! "tcp": {"alpha_us", "beta_us_per_byte", "pingpong": [[bytes, us], ...], "exchange": [...],
 //! "crowd": [{"pairs": 2, "exchange": [...]}, ...]},
@@ -57,6 +63,7 @@ const MESSAGE_BYTES: [usize; 11] = [
 pub fn launch(
     n: usize,
     crowd: Option<usize>,
+    network_from: Option<&str>,
     bind: launch::Binding,
     path: &str,
     self_cmd: &[String],
@@ -73,6 +80,18 @@ pub fn launch(
     jobs.extend(crowd.map(|c| ("crowd", c)));
     let mut parts = Vec::new();
     for (phase, ranks) in jobs {
+        if let Some(dir) = network_from.filter(|_| phase != "shm") {
+            let part = format!("{dir}/{phase}.part");
+            eprintln!("accord bench --calibrate: {phase} from {part}");
+            match read_part(&part) {
+                Ok(v) => parts.push(v),
+                Err(e) => {
+                    eprintln!("accord bench --calibrate: {part}: {e}");
+                    return 1;
+                }
+            }
+            continue;
+        }
         let part = format!("{path}.{phase}.part");
         let mut program = self_cmd.to_vec();
         program.extend(
@@ -100,9 +119,7 @@ pub fn launch(
         if code != 0 {
             return code;
         }
-        let read = std::fs::read_to_string(&part)
-            .map_err(|e| e.to_string())
-            .and_then(|s| serde_json::from_str::<Value>(&s).map_err(|e| e.to_string()));
+        let read = read_part(&part);
         let _ = std::fs::remove_file(&part);
         match read {
             Ok(v) => parts.push(v),
@@ -151,6 +168,13 @@ pub fn launch(
 }
 
 /// `[[bytes, us], ...]` as pairs.
+/// One phase's measurements, as its rank 0 wrote them.
+fn read_part(part: &str) -> Result<Value, String> {
+    std::fs::read_to_string(part)
+        .map_err(|e| e.to_string())
+        .and_then(|s| serde_json::from_str::<Value>(&s).map_err(|e| e.to_string()))
+}
+
 pub fn points(v: &Value) -> Vec<(f64, f64)> {
     v.as_array()
         .map(|a| {

@@ -96,6 +96,11 @@ struct BenchArgs {
     /// once (a job of N ranks; at least 4): how much crowded rounds slow messages down.
     #[arg(long, value_name = "N", requires = "calibrate")]
     crowd: Option<usize>,
+    /// With --calibrate: take the TCP measurements (and, with --crowd, the crowded ones) from
+    /// `tcp.part` and `crowd.part` in DIR, made between other hosts (`bench/multihost.sh
+    /// calibrate` makes them between network namespaces), instead of between local ranks.
+    #[arg(long, value_name = "DIR", requires = "calibrate")]
+    network_from: Option<String>,
     /// The calibration phase a rank runs (set by `--calibrate`).
     #[arg(long, hide = true)]
     calibrate_phase: Option<String>,
@@ -369,7 +374,8 @@ pub fn main_with(args: Vec<String>, self_cmd: Vec<String>) -> i32 {
             args: bargs,
         } if bargs.calibrate.is_some() => {
             let path = bargs.calibrate.as_deref().unwrap();
-            calibrate::launch(n, bargs.crowd, bind_to, path, &self_cmd)
+            let network = bargs.network_from.as_deref();
+            calibrate::launch(n, bargs.crowd, network, bind_to, path, &self_cmd)
         }
         Cmd::BenchRank { args: bargs } if bargs.calibrate_phase.is_some() => calibrate::rank_main(
             bargs.calibrate_phase.as_deref().unwrap(),

@@ -329,6 +329,52 @@ fn sim_predicts_a_thousand_ranks() {
     assert!(text(&bad.stderr).contains("unknown cost model"));
 }
 
+/// `accord bench --calibrate --network-from DIR` takes its TCP costs from the phases measured
+/// elsewhere (DIR/tcp.part, DIR/crowd.part) and measures only shared memory itself; a missing
+/// part is named.
+#[test]
+fn calibration_takes_the_network_from_elsewhere() {
+    let dir = std::env::temp_dir().join(format!("accord-network-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = dir.join("profile.json");
+    let p = profile.to_str().unwrap();
+    let d = dir.to_str().unwrap();
+    let missing = accord()
+        .args(["bench", "--calibrate", p, "-n", "2", "--network-from", d])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        text(&missing.stderr).contains("tcp.part"),
+        "{}",
+        text(&missing.stderr)
+    );
+    // A network 10x slower than loopback, 20 us + 1 us/KiB.
+    let table: Vec<serde_json::Value> = [8.0, 262144.0, 1048576.0]
+        .iter()
+        .map(|&b: &f64| serde_json::json!([b, 20.0 + b / 1024.0]))
+        .collect();
+    let part = serde_json::json!({"pingpong": table, "exchange": table, "gamma_us_per_byte": 1e-4});
+    std::fs::write(dir.join("tcp.part"), part.to_string()).unwrap();
+    let out = accord()
+        .args(["bench", "--calibrate", p, "-n", "2", "--network-from", d])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&profile).unwrap())
+        .expect("the profile is JSON");
+    assert_eq!(v["tcp"]["pingpong"], serde_json::json!(table));
+    assert_eq!(v["tcp"]["alpha_us"].as_f64().unwrap(), 20.0 + 8.0 / 1024.0);
+    assert!(
+        v["shm"]["alpha_us"].as_f64().unwrap() > 0.0,
+        "shared memory measured here"
+    );
+    assert!(v["shm_engine"]["allreduce"]
+        .as_array()
+        .is_some_and(|t| !t.is_empty()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `accord bench --calibrate` writes a profile that `accord sim --profile` prices placements
 /// with, taking the path Accord takes: the engines inside hosts, allreduce striped from 64 KiB; with
 /// `--crowd`, crowded rounds on one machine cost what pairs exchanging at once cost.
