@@ -23,6 +23,7 @@
 //! | `ACCORD_SHM_RING_BYTES` | bytes (trimmed) | 512 KiB | one point-to-point ring; rounded down to a multiple of 4096 within 16 KiB..256 MiB |
 //! | `ACCORD_HIERARCHY` | `0`/`off`/`no` (trimmed) | on | collectives of ranks on several hosts compose shared memory inside hosts with the host leaders' (or stripes') steps over the network (`comm::hierarchy`); off: one schedule over the point-to-point transport (shared-memory rings between local ranks, TCP between hosts) |
 //! | `ACCORD_HIER_STRIPE_BYTES` | bytes (trimmed) | 64 KiB | allreduces across hosts from this size are striped, one slice per local rank (`comm::hierarchy`); the same on every rank |
+//! | `ACCORD_HIER_PIPELINE_BYTES` | bytes (trimmed) | 32 MiB | striped allreduces from this size run in 4 pieces, each piece's step between hosts overlapping the host steps of the others (`comm::hierarchy`); the same on every rank |
 //! | `ACCORD_HIER_BLOCKS_BYTES` | bytes (trimmed) | 1 MiB | reduce-scatters and allgathers across hosts (equal blocks, hosts of equal rank counts) whose whole buffer is below this size go over the stripes; larger ones take one schedule over the transport; the same on every rank |
 //! | `ACCORD_TCP_POLL_US` | microseconds (trimmed) | 50 | how long a wait for a small TCP message reads its peer's socket itself (renewed while bytes come) before sleeping; 0: sleep at once |
 //! | `ACCORD_TCP_PUMP_BYTES` | bytes (trimmed) | 1 MiB | waits for TCP messages below this size read the peer's socket themselves; from 64 KiB only where every rank of the host and its reader thread can have a CPU of their own |
@@ -137,6 +138,8 @@ pub struct Config {
     /// `ACCORD_HIER_BLOCKS_BYTES`: reduce-scatters and allgathers across hosts below this size
     /// (the whole buffer) go over the stripes.
     pub hier_blocks_bytes: usize,
+    /// `ACCORD_HIER_PIPELINE_BYTES`: striped allreduces from this size are pipelined.
+    pub hier_pipeline_bytes: usize,
     /// `ACCORD_SHM_SPIN_US` (the default depends on whether the host is crowded).
     pub shm_spin: Option<Duration>,
     /// `ACCORD_SHM_YIELD_US` (the default depends on whether the host is crowded).
@@ -258,6 +261,8 @@ impl Config {
                 .unwrap_or(crate::comm::STRIPE_MIN_BYTES),
             hier_blocks_bytes: trimmed("ACCORD_HIER_BLOCKS_BYTES")
                 .unwrap_or(crate::comm::BLOCKS_MAX_BYTES),
+            hier_pipeline_bytes: trimmed("ACCORD_HIER_PIPELINE_BYTES")
+                .unwrap_or(crate::comm::PIPELINE_MIN_BYTES),
             shm_spin: micros("ACCORD_SHM_SPIN_US"),
             shm_yield: micros("ACCORD_SHM_YIELD_US"),
             shm_small_bytes: trimmed("ACCORD_SHM_SMALL_BYTES").unwrap_or(16 << 10),
@@ -342,6 +347,7 @@ mod tests {
         assert_eq!(c.tcp_stripe_bytes, 256 << 10);
         assert_eq!(c.hier_stripe_bytes, 64 << 10);
         assert_eq!(c.hier_blocks_bytes, 1 << 20);
+        assert_eq!(c.hier_pipeline_bytes, 32 << 20);
         assert!(c.hierarchy);
         assert_eq!(
             (

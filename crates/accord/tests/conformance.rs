@@ -9,7 +9,7 @@
 //!   2, 3 and 4 ranks on one host, and 4 and 5 ranks over two simulated hosts (the
 //!   hierarchical path), and 6 ranks over three (contiguous placement); the engines' own algorithms, counts 0, 1, 7 and 1031, then a count of
 //!   40009 (many staging chunks, and copies between processes) on bf16, f64 and u8 only, and
-//!   allreduces of 262147 and 262148 elements (striped across hosts) on f32, f64 and i64;
+//!   allreduces of 262147 and 262144 elements (striped across hosts) on f32, f64 and i64;
 //!   the same over two simulated hosts without the hierarchy (`ACCORD_HIERARCHY=off`).
 //!
 //! Every type and reduce operator runs on every engine.
@@ -105,7 +105,7 @@ fn shm_runs(engine: &str) -> [Options; 3] {
     // rank, padded where the local ranks do not divide the count (the first count here).
     let striped = Options {
         engine: format!("{engine}, 1 MiB + 12/16 B allreduce"),
-        counts: vec![262_147, 262_148],
+        counts: vec![262_147, 262_144],
         dtypes: vec![DataType::F32, DataType::F64, DataType::I64],
         kinds: vec![OpKind::AllReduce],
         ..Options::new(engine)
@@ -142,13 +142,14 @@ fn shared_memory_across_two_simulated_hosts() {
 #[test]
 fn shared_memory_across_three_simulated_hosts() {
     // Consecutive ranks share a host: stripes of three hosts, blocks reordered by stripe; the
-    // large reduce-scatters and allgathers too.
+    // large reduce-scatters and allgathers too, and allreduces from 256 KiB pipelined.
     run_ranks(
         6,
         |r| ["a", "b", "c"][r / 2].into(),
         &[
             ("CONFORMANCE_STRIPES", "1"),
             ("ACCORD_HIER_BLOCKS_BYTES", "67108864"),
+            ("ACCORD_HIER_PIPELINE_BYTES", "262144"),
         ],
     );
 }

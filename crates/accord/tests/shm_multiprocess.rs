@@ -289,7 +289,8 @@ fn ranks_that_disagree_on_the_root_all_fail_over_shared_memory() {
 /// Hosts that disagree about a reduce-scatter or allgather on the stripes (block size, reduce
 /// operator) fail on every rank with a desync, instead of exchanging misfit blocks; so do hosts
 /// whose sizes put them on different paths (the stripes or the leaders' path for allreduce, the
-/// stripes or one schedule for the others), at once rather than at the deadline.
+/// stripes or one schedule for the others), at once rather than at the deadline; and hosts
+/// that disagree in the middle of a pipelined striped allreduce (4 MiB and more).
 #[test]
 fn hosts_that_disagree_about_a_striped_call_all_fail() {
     // Ranks 0 and 2 on host a, 1 and 3 on host b: host b's ranks call differently.
@@ -301,8 +302,13 @@ fn hosts_that_disagree_about_a_striped_call_all_fail() {
         ("allgather", "large"),
         ("reduce_scatter", "large"),
         ("allreduce", "large"),
+        ("allreduce", "pipelined"),
     ] {
-        let extra = [("BLOCKS_OP", op), ("BLOCKS_DIFFER", differ)];
+        let extra = [
+            ("BLOCKS_OP", op),
+            ("BLOCKS_DIFFER", differ),
+            ("ACCORD_HIER_PIPELINE_BYTES", "1048576"),
+        ];
         let (_s, ch) = spawn("blocks-mismatch", 4, host, &extra);
         let t0 = Instant::now();
         all_ok(&collect(ch, Duration::from_secs(60)));
@@ -547,6 +553,8 @@ fn rank_main() {
             let block = match (odd, differ.as_str()) {
                 (true, "block") => 5,
                 (true, "large") => 70_000,
+                (true, "pipelined") => (1 << 20) + 8,
+                (false, "pipelined") => 1 << 20,
                 _ => 4,
             };
             let redop = match odd && differ == "operator" {

@@ -15,6 +15,8 @@
 
 mod blocks;
 
+pub use blocks::PIPELINE_MIN_BYTES;
+
 use super::*;
 use crate::engine::HostEngine;
 use crate::op::Call;
