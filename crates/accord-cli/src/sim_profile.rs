@@ -8,7 +8,7 @@
 //! - several ranks per host: allreduce and broadcast hierarchically (the engine inside each
 //!   host, the leaders' schedule between hosts; from 64 KiB allreduce striped: the engine's
 //!   reduce-scatter, one slice's allreduce per local rank between hosts, the engine's
-//!   allgather); reduce-scatter and allgather below 1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) over
+//!   allgather, from 32 MiB in four pieces whose host and network steps overlap); reduce-scatter and allgather below 1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) over
 //!   the stripes (the engine's step inside each host, one schedule per local rank between
 //!   hosts, all at once); everything else as one schedule over all ranks whose messages cost
 //!   the shared-memory rings' price inside a host and TCP's between hosts (ranks placed host by
@@ -190,13 +190,19 @@ impl Profile {
                 "allreduce"
                     if bytes >= accord::config::get().hier_stripe_bytes && count >= per_host =>
                 {
-                    let slice = count.div_ceil(per_host);
+                    // From ACCORD_HIER_PIPELINE_BYTES in pieces: the caller's host steps on one
+                    // piece overlap another piece's step between hosts.
+                    let pieces = match bytes >= accord::config::get().hier_pipeline_bytes {
+                        true => 4,
+                        false => 1,
+                    };
+                    let slice = count.div_ceil(pieces * per_host);
                     let slice_coll = Collective::AllReduce { count: slice };
                     let net = self.schedule(&slice_coll, hosts, 1, place, per_host)?;
-                    return Ok((
-                        eng("reduce_scatter", bytes) + net + eng("allgather", bytes),
-                        "hosts' engines, striped between hosts",
-                    ));
+                    let piece = bytes / pieces;
+                    let host = eng("reduce_scatter", piece) + eng("allgather", piece);
+                    let t = host + net + (pieces - 1) as f64 * host.max(net);
+                    return Ok((t, "hosts' engines, striped between hosts"));
                 }
                 "allreduce" => {
                     let net = self.schedule(&coll, hosts, 1, place, 1)?;
