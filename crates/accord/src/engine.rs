@@ -4,8 +4,8 @@
 //! [`HostEngine::supports`] it; what none supports runs as a schedule over the transport (see
 //! `comm::host`), the engine every communicator has. Today's list, when the world was
 //! bootstrapped with shared memory: [`crate::shm_coll::ShmWorld`] for worlds on one host, or
-//! the hierarchy (shared memory inside each host, the host leaders over TCP) for worlds across
-//! hosts. Device buffers have their own engines ([`crate::gpu`]).
+//! the hierarchy (shared memory inside each host, the host leaders or stripes over TCP) for
+//! worlds across hosts. Device buffers have their own engines ([`crate::gpu`]).
 
 use crate::error::Result;
 use crate::op::{Call, Op};

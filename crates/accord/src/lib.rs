@@ -67,8 +67,9 @@
 //! 3. **The engine** ([`comm`]). Device buffers go to the device engine attached to the
 //!    communicator (below). Host buffers go to the first host engine that supports the op —
 //!    shared memory for the ranks of one host, or the hierarchy (shared memory inside each
-//!    host, the host leaders over TCP) when a world spans hosts — and otherwise to a schedule
-//!    over the transport, which every communicator has. `ACCORD_EXPLAIN=1` prints the choice.
+//!    host, the host leaders or stripes over TCP) when a world spans hosts — and otherwise to
+//!    a schedule over the transport, which every communicator has. `ACCORD_EXPLAIN=1` prints
+//!    the choice.
 //! 4. **The schedule** ([`schedule`]). [`schedule::tuner`] picks an algorithm (ring, recursive
 //!    doubling, Rabenseifner, trees, Bruck, pairwise...) from a latency/bandwidth model of the
 //!    transport's link kind (`ACCORD_ALGO_<OP>=name` overrides it; `accord bench --explain`

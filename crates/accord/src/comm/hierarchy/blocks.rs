@@ -23,7 +23,7 @@ thread_local! {
 /// Pieces of a pipelined striped allreduce.
 pub(super) const PIECES: usize = 4;
 
-/// Striped allreduces of at least this many bytes are pipelined in [`PIECES`] pieces
+/// Striped allreduces of at least this many bytes are pipelined in four pieces
 /// (`ACCORD_HIER_PIPELINE_BYTES`, alike on every rank). Measured over network namespaces on
 /// 16 CPUs against the same calls unpipelined: 2 x 2 ranks 0.93-0.98x the time at 4 MiB,
 /// 0.80-0.88x at 16 MiB, 0.73-0.77x at 64 MiB; 4 x 2 ranks (eight ranks and their threads on
