@@ -107,7 +107,7 @@ impl Hierarchy {
         output: &mut [u8],
         block: usize,
     ) -> Result<()> {
-        let s = self.stripe.as_ref().expect("stripes_carry checked");
+        let s = self.stripe.as_ref().expect("supports checked the stripes");
         let bytes = block * call.dtype.size();
         let hosts = s.slots.len() / s.per_host;
         with_scratch((self.size + hosts) * bytes, |scratch| {
@@ -275,7 +275,7 @@ impl Hierarchy {
         output: &mut [u8],
         block: usize,
     ) -> Result<()> {
-        let s = self.stripe.as_ref().expect("stripes_carry checked");
+        let s = self.stripe.as_ref().expect("supports checked the stripes");
         let bytes = block * call.dtype.size();
         let hosts = s.slots.len() / s.per_host;
         let segment = hosts * bytes;
