@@ -167,7 +167,6 @@ pub fn launch(
     0
 }
 
-/// `[[bytes, us], ...]` as pairs.
 /// One phase's measurements, as its rank 0 wrote them.
 fn read_part(part: &str) -> Result<Value, String> {
     std::fs::read_to_string(part)
@@ -175,6 +174,7 @@ fn read_part(part: &str) -> Result<Value, String> {
         .and_then(|s| serde_json::from_str::<Value>(&s).map_err(|e| e.to_string()))
 }
 
+/// `[[bytes, us], ...]` as pairs.
 pub fn points(v: &Value) -> Vec<(f64, f64)> {
     v.as_array()
         .map(|a| {

@@ -289,8 +289,9 @@ fn ranks_that_disagree_on_the_root_all_fail_over_shared_memory() {
 /// Hosts that disagree about a reduce-scatter or allgather on the stripes (block size, reduce
 /// operator) fail on every rank with a desync, instead of exchanging misfit blocks; so do hosts
 /// whose sizes put them on different paths (the stripes or the leaders' path for allreduce, the
-/// stripes or one schedule for the others), at once rather than at the deadline; and hosts
-/// that disagree in the middle of a pipelined striped allreduce (4 MiB and more).
+/// stripes or one schedule for the others), at once rather than at the deadline, also when the
+/// ranks of one host take different paths; hosts that disagree in the middle of a pipelined
+/// striped allreduce (4 MiB and more); and per-rank counts against equal blocks.
 #[test]
 fn hosts_that_disagree_about_a_striped_call_all_fail() {
     // Ranks 0 and 2 on host a, 1 and 3 on host b: host b's ranks call differently.
@@ -303,6 +304,14 @@ fn hosts_that_disagree_about_a_striped_call_all_fail() {
         ("reduce_scatter", "large"),
         ("allreduce", "large"),
         ("allreduce", "pipelined"),
+        // Ranks of one host on different paths, crossing between hosts: no wait in a cycle.
+        ("allgather", "large:0,1,3"),
+        ("allgather", "large:0,3"),
+        ("reduce_scatter", "large:0,3"),
+        ("reduce_scatter", "large:2"),
+        ("allreduce", "large:0,3"),
+        // Per-rank counts on one host, equal blocks on the other.
+        ("allgatherv", "block"),
     ] {
         let extra = [
             ("BLOCKS_OP", op),
@@ -548,8 +557,15 @@ fn rank_main() {
             assert!(desync(&again), "{again:?}");
         }
         "blocks-mismatch" => {
-            let odd = comm.rank() % 2 == 1;
+            // "large:R,S": ranks R and S (any host) call with a large block, the others small.
             let differ = std::env::var("BLOCKS_DIFFER").unwrap();
+            let (differ, odd) = match differ.split_once(':') {
+                Some((d, ranks)) => (
+                    d.to_string(),
+                    ranks.split(',').any(|r| r == comm.rank().to_string()),
+                ),
+                None => (differ.clone(), comm.rank() % 2 == 1),
+            };
             let block = match (odd, differ.as_str()) {
                 (true, "block") => 5,
                 (true, "large") => 70_000,
@@ -569,6 +585,13 @@ fn rank_main() {
                     comm.reduce_scatter(&vec![1f32; block * n], &mut out, redop)
                 }
                 "allreduce" => comm.all_reduce(&mut vec![1f32; block], redop),
+                // Odd ranks give per-rank counts, unequal, summing to what the others expect.
+                "allgatherv" if odd => {
+                    let counts: Vec<usize> = (0..n).map(|r| [5, 3][r % 2]).collect();
+                    let mut out = vec![0f32; 4 * n];
+                    let send = vec![1f32; counts[comm.rank()]];
+                    comm.all_gather(&send, accord::Parts::new(&mut out, &counts))
+                }
                 _ => comm.all_gather(&vec![1f32; block], &mut vec![0f32; block * n]),
             }
             .expect_err("hosts disagree");

@@ -1,6 +1,7 @@
 //! The steps inside one host that collectives spanning several hosts are built from (see
-//! `comm::hierarchy`): each runs on this host's group, serialised with its other calls, and
-//! does nothing on a rank alone on its host.
+//! `comm::hierarchy`): each runs on this host's group, serialised with its other calls; on a
+//! rank alone on its host the reduce-scatter and allgather copy its one block, the others do
+//! nothing.
 
 use super::*;
 

@@ -592,27 +592,38 @@ impl ShmGroup {
         (self.chunks.fetch_add(1, Ordering::Relaxed) & 1) as usize
     }
 
-    /// Publish the fingerprint and sequence number of the call now writing half `h`.
-    pub fn put_fp(&self, h: usize, seq: u64, fp: &Fingerprint) {
-        let base = unsafe { self.maps[self.me].ptr.add(OFF_FP + h * FP_SLOT) };
-        // SAFETY: inside the header; only this rank writes its own slots.
-        unsafe {
-            (base as *mut u64).write_volatile(seq);
-            let b = fp.encode();
-            std::ptr::copy_nonoverlapping(b.as_ptr(), base.add(8), FINGERPRINT_WIRE_LEN);
-        }
+    /// The sequence word of rank `r`'s fingerprint slot for half `h` (8-aligned: the slots
+    /// are 64-byte aligned in the header).
+    fn fp_seq(&self, r: usize, h: usize) -> (&AtomicU64, *mut u8) {
+        // SAFETY: inside the header of a mapping that lives as long as `self`.
+        let base = unsafe { self.maps[r].ptr.add(OFF_FP + h * FP_SLOT) };
+        (unsafe { &*(base as *const AtomicU64) }, base)
     }
 
-    /// The (sequence, fingerprint) local rank `r` published for half `h`.
+    /// Publish the fingerprint and sequence number of the call now writing half `h`: the
+    /// fingerprint first, then the number (release), so that a peer that reads this call's
+    /// number reads this call's fingerprint, even while it polls before this rank arrives.
+    pub fn put_fp(&self, h: usize, seq: u64, fp: &Fingerprint) {
+        let (word, base) = self.fp_seq(self.me, h);
+        let b = fp.encode();
+        // SAFETY: inside the header; only this rank writes its own slots.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), base.add(8), FINGERPRINT_WIRE_LEN) };
+        word.store(seq, Ordering::Release);
+    }
+
+    /// The (sequence, fingerprint) local rank `r` published for half `h`; no fingerprint
+    /// while the slot is being rewritten (the number changed under the read).
     pub fn get_fp(&self, r: usize, h: usize) -> (u64, Option<Fingerprint>) {
-        let base = unsafe { self.maps[r].ptr.add(OFF_FP + h * FP_SLOT) };
+        let (word, base) = self.fp_seq(r, h);
+        let seq = word.load(Ordering::Acquire);
         let mut b = [0u8; FINGERPRINT_WIRE_LEN];
-        // SAFETY: inside the header; the writer finished before arriving (release/acquire).
-        let seq = unsafe {
-            std::ptr::copy_nonoverlapping(base.add(8), b.as_mut_ptr(), FINGERPRINT_WIRE_LEN);
-            (base as *const u64).read_volatile()
-        };
-        (seq, Fingerprint::decode(&b))
+        // SAFETY: inside the header; a concurrent rewrite is detected below.
+        unsafe { std::ptr::copy_nonoverlapping(base.add(8), b.as_mut_ptr(), FINGERPRINT_WIRE_LEN) };
+        std::sync::atomic::fence(Ordering::Acquire);
+        match word.load(Ordering::Relaxed) {
+            again if again != seq => (again, None),
+            _ => (seq, Fingerprint::decode(&b)),
+        }
     }
 
     /// Announce that this rank has finished the current phase; returns the new epoch.

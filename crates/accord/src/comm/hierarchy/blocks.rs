@@ -70,10 +70,12 @@ pub(super) fn stripe_slots(host_of: &[usize], hosts: usize) -> Vec<usize> {
 }
 
 impl Hierarchy {
-    /// A reduce-scatter or allgather too large for the stripes ([`super::BLOCKS_MAX_BYTES`]):
-    /// one schedule over every rank, after the host's ranks and then the leaders have compared
-    /// the call, so that ranks whose sizes put them on different paths meet and fail with a
-    /// desync (the stripes' path starts with a host step and a step between leaders too).
+    /// A reduce-scatter or allgather too large for the stripes ([`super::BLOCKS_MAX_BYTES`]),
+    /// or of unequal blocks: one schedule over every rank, after the host's ranks and then
+    /// each stripe have compared the call. Every path of the hierarchy starts with a step
+    /// inside the host and then one on this rank's stripe (stripe 0 is the leaders'), so ranks
+    /// whose calls put them on different paths meet there and fail with a desync, without
+    /// waiting for each other in a cycle.
     pub(super) fn flat_blocks(
         &self,
         call: &Call<'_>,
@@ -82,14 +84,13 @@ impl Hierarchy {
         input: &[u8],
         output: &mut [u8],
     ) -> Result<()> {
+        let s = self.stripe.as_ref().expect("supports checked the stripes");
         self.world.host_barrier(call, deadline)?;
-        if let Some(leaders) = &self.leaders {
-            let agree = Op {
-                coll: Collective::Barrier,
-                ..op.clone()
-            };
-            leaders.run_as(&agree, None, &mut [])?;
-        }
+        let agree = Op {
+            coll: Collective::Barrier,
+            ..op.clone()
+        };
+        s.comm.run_as(&agree, None, &mut [])?;
         let flat = self
             .flat
             .as_ref()
@@ -164,8 +165,9 @@ impl Hierarchy {
             mine: s.index * block * esz,
         };
         if plan.pieces * plan.piece_bytes == count * esz {
-            let inp = input.map_or(output.as_ptr(), <[u8]>::as_ptr);
-            self.striped_pieces(call, op, deadline, &plan, inp, output.as_mut_ptr())?;
+            let out = output.as_mut_ptr();
+            let inp = input.map_or(out.cast_const(), <[u8]>::as_ptr);
+            self.striped_pieces(call, op, deadline, &plan, inp, out)?;
         } else {
             with_scratch(plan.pieces * plan.piece_bytes, |work| {
                 let used = count * esz;
@@ -279,6 +281,8 @@ impl Hierarchy {
         let bytes = block * call.dtype.size();
         let hosts = s.slots.len() / s.per_host;
         let segment = hosts * bytes;
+        // First inside the host, as every path of the hierarchy (see `flat_blocks`).
+        self.world.host_barrier(call, deadline)?;
         with_scratch(self.size * bytes, |by_stripe| {
             let step = Op {
                 coll: Collective::AllGather {

@@ -42,7 +42,7 @@ pub(super) struct Hierarchy {
     pub size: usize,
 }
 
-/// A rank's place among the stripes of a striped allreduce.
+/// A rank's place among the stripes (striped allreduce, reduce-scatter and allgather).
 pub(super) struct Stripe {
     pub comm: Communicator,
     /// This rank's index on its host, and the number of ranks per host.
@@ -123,8 +123,10 @@ impl HostEngine for Hierarchy {
 
     fn supports(&self, op: &Op) -> bool {
         match &op.coll {
-            Collective::AllGather { counts } | Collective::ReduceScatter { counts } => {
-                self.stripe.is_some() && counts.windows(2).all(|w| w[0] == w[1])
+            // Whatever the counts (unequal ones take one schedule inside the engine): a choice
+            // by this rank's own counts would send ranks that disagree down different paths.
+            Collective::AllGather { .. } | Collective::ReduceScatter { .. } => {
+                self.stripe.is_some()
             }
             coll => self.world.supports(coll, &op.fp),
         }
@@ -195,8 +197,10 @@ impl HostEngine for Hierarchy {
             Collective::ReduceScatter { ref counts } | Collective::AllGather { ref counts } => {
                 let input = input.ok_or_else(|| no_input(call))?;
                 let block = counts[0];
-                if counts.len() * block * call.dtype.size()
-                    >= crate::config::get().hier_blocks_bytes
+                let unequal = counts.iter().any(|&c| c != block);
+                if unequal
+                    || counts.len() * block * call.dtype.size()
+                        >= crate::config::get().hier_blocks_bytes
                 {
                     return self.flat_blocks(call, op, deadline, input, output);
                 }
