@@ -25,14 +25,15 @@ use crate::shm_coll::ShmWorld;
 /// Allreduce, broadcast, reduce-scatter and allgather over hosts: `world` places the ranks,
 /// `leaders` is the communicator of the lowest rank of each host (present on leaders only).
 ///
-/// Ranks that disagree about a call must meet on some communicator to hear it: wherever the
-/// path depends on the call's size, each path's first step between hosts runs on the leaders'
-/// communicator, which is stripe 0's where stripes exist (the same ranks in the same order).
+/// Ranks that disagree about a call must meet somewhere to hear it: every path starts with a
+/// step inside the host that compares the call, and its first step between hosts runs on the
+/// rank's own stripe, or for leaders on the leaders' communicator, which is stripe 0's where
+/// stripes exist (the same ranks in the same order).
 pub(super) struct Hierarchy {
     pub world: Arc<ShmWorld>,
     pub leaders: Option<Communicator>,
     /// Every rank of the world without its engines, for the reduce-scatters and allgathers
-    /// too large for the stripes (where stripes exist).
+    /// too large for the stripes or of unequal blocks (where stripes exist).
     pub flat: Option<Communicator>,
     /// This rank's stripe: the ranks of its local index on every host, where every host has
     /// the same number of ranks (more than one).
