@@ -130,38 +130,10 @@ struct Memory<'m> {
     esz: usize,
 }
 
-/// Scratch larger than this is not kept for the next call.
-const KEPT_SCRATCH_BYTES: usize = 256 << 20;
-
-thread_local! {
-    /// The schedules' scratch (`Buf::Tmp`), kept between this thread's calls: malloc maps an
-    /// allocation of more than 32 MiB anew every time, and its pages fault in one by one as the
-    /// call writes them (a 64 MiB reduce-scatter over TCP spent about half its time there).
-    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-impl Memory<'_> {
-    /// Scratch of `bytes` from this thread's kept buffer. Schedules write scratch before they
-    /// read it (the checker's values start unset), so only bytes never used before are zeroed.
-    fn scratch(bytes: usize) -> Vec<u8> {
-        let mut v = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
-        v.truncate(bytes);
-        v.resize(bytes, 0);
-        v
-    }
-}
-
 impl Drop for Memory<'_> {
+    /// The scratch is kept for this thread's next schedule ([`crate::scratch`]).
     fn drop(&mut self) {
-        let tmp = std::mem::take(&mut self.tmp);
-        if tmp.capacity() <= KEPT_SCRATCH_BYTES {
-            SCRATCH.with(|s| {
-                let mut kept = s.borrow_mut();
-                if tmp.capacity() > kept.capacity() {
-                    *kept = tmp;
-                }
-            });
-        }
+        crate::scratch::SCHEDULES.give_back(std::mem::take(&mut self.tmp));
     }
 }
 
@@ -191,7 +163,8 @@ pub(crate) fn execute(call: &Routed<'_>, sched: &Schedule, bufs: &Buffers) -> Re
     let esz = call.dtype.size();
     let mut mem = Memory {
         bufs,
-        tmp: Memory::scratch(sched.tmp_len * esz),
+        // Schedules write scratch before they read it (the checker's values start unset).
+        tmp: crate::scratch::SCHEDULES.take(sched.tmp_len * esz),
         esz,
     };
     // Set at the first wait (a call that never waits does not read the clock).

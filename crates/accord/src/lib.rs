@@ -179,6 +179,7 @@ pub mod op;
 mod p2p_order;
 pub mod rendezvous;
 pub mod schedule;
+mod scratch;
 mod shm_coll;
 pub mod testing;
 pub mod transport;

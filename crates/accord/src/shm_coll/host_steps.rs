@@ -21,6 +21,15 @@ impl ShmWorld {
         }
     }
 
+    /// On a rank alone on its host, its own `bytes` from `inp` are the host's result in `out`.
+    fn alone(&self, inp: *const u8, out: *mut u8, bytes: usize) {
+        if self.group.is_none() && !std::ptr::eq(inp, out) {
+            // SAFETY: alone, the step's input and output are this rank's one part of `bytes`
+            // (checked by the caller); `copy` tolerates overlap.
+            unsafe { std::ptr::copy(inp, out, bytes) };
+        }
+    }
+
     /// Reduce the host's `count` elements from `inp` into every local rank's `out`, without the
     /// operator's final step (an average is finished once, over the world).
     pub(crate) fn host_allreduce(
@@ -31,10 +40,7 @@ impl ShmWorld {
         out: *mut u8,
         count: usize,
     ) -> Result<()> {
-        if self.group.is_none() && !std::ptr::eq(inp, out) {
-            // SAFETY: both buffers hold count elements (checked by the caller).
-            unsafe { std::ptr::copy(inp, out, count * call.dtype.size()) };
-        }
+        self.alone(inp, out, count * call.dtype.size());
         self.on_host(call, deadline, &|c| {
             c.allreduce(inp, out, count, false, None, self.small)
         })
@@ -63,10 +69,7 @@ impl ShmWorld {
         out: *mut u8,
         block: usize,
     ) -> Result<()> {
-        if self.group.is_none() {
-            // SAFETY: alone on the host, the input is this rank's one block (checked by the caller).
-            unsafe { std::ptr::copy(inp, out, block * call.dtype.size()) };
-        }
+        self.alone(inp, out, block * call.dtype.size());
         self.on_host(call, deadline, &|c| {
             c.reduce_scatter(inp, out, block, false)
         })
@@ -82,10 +85,7 @@ impl ShmWorld {
         out: *mut u8,
         block: usize,
     ) -> Result<()> {
-        if self.group.is_none() {
-            // SAFETY: alone on the host, the output is this rank's one block (checked by the caller).
-            unsafe { std::ptr::copy(inp, out, block * call.dtype.size()) };
-        }
+        self.alone(inp, out, block * call.dtype.size());
         self.on_host(call, deadline, &|c| c.allgather(inp, out, block))
     }
 

@@ -12,13 +12,7 @@
 //! once, where one schedule over all ranks would pass blocks through other hosts' ranks.
 
 use super::*;
-use std::cell::RefCell;
-
-thread_local! {
-    /// Scratch kept between this thread's calls (as the schedules' is: a large allocation is
-    /// mapped anew, and faulted in, on every call otherwise).
-    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
+use crate::scratch;
 
 /// Pieces of a pipelined striped allreduce.
 pub(super) const PIECES: usize = 4;
@@ -40,19 +34,11 @@ struct Pieces {
     mine: usize,
 }
 
-/// Scratch larger than this is not kept for the next call.
-const KEPT_SCRATCH_BYTES: usize = 256 << 20;
-
 /// Run `f` on `bytes` bytes of this thread's kept scratch (contents unspecified).
 fn with_scratch<T>(bytes: usize, f: impl FnOnce(&mut [u8]) -> Result<T>) -> Result<T> {
-    let mut v = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
-    if v.len() < bytes {
-        v.resize(bytes, 0);
-    }
-    let r = f(&mut v[..bytes]);
-    if v.capacity() <= KEPT_SCRATCH_BYTES {
-        SCRATCH.with(|s| *s.borrow_mut() = v);
-    }
+    let mut v = scratch::HIERARCHY.take(bytes);
+    let r = f(&mut v);
+    scratch::HIERARCHY.give_back(v);
     r
 }
 
@@ -91,11 +77,7 @@ impl Hierarchy {
             ..op.clone()
         };
         s.comm.run_as(&agree, None, &mut [])?;
-        let flat = self
-            .flat
-            .as_ref()
-            .expect("stripes imply the flat communicator");
-        flat.run_as(op, Some(input), output)
+        s.flat.run_as(op, Some(input), output)
     }
 
     /// Reduce-scatter of `block` elements per rank (see the module docs).
@@ -110,7 +92,7 @@ impl Hierarchy {
     ) -> Result<()> {
         let s = self.stripe.as_ref().expect("supports checked the stripes");
         let bytes = block * call.dtype.size();
-        let hosts = s.slots.len() / s.per_host;
+        let hosts = s.hosts();
         with_scratch((self.size + hosts) * bytes, |scratch| {
             let (by_stripe, partial) = scratch.split_at_mut(self.size * bytes);
             for (r, &slot) in s.slots.iter().enumerate() {
@@ -279,7 +261,7 @@ impl Hierarchy {
     ) -> Result<()> {
         let s = self.stripe.as_ref().expect("supports checked the stripes");
         let bytes = block * call.dtype.size();
-        let hosts = s.slots.len() / s.per_host;
+        let hosts = s.hosts();
         let segment = hosts * bytes;
         // First inside the host, as every path of the hierarchy (see `flat_blocks`).
         self.world.host_barrier(call, deadline)?;

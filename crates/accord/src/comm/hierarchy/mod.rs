@@ -32,9 +32,6 @@ use crate::shm_coll::ShmWorld;
 pub(super) struct Hierarchy {
     pub world: Arc<ShmWorld>,
     pub leaders: Option<Communicator>,
-    /// Every rank of the world without its engines, for the reduce-scatters and allgathers
-    /// too large for the stripes or of unequal blocks (where stripes exist).
-    pub flat: Option<Communicator>,
     /// This rank's stripe: the ranks of its local index on every host, where every host has
     /// the same number of ranks (more than one).
     pub stripe: Option<Stripe>,
@@ -51,6 +48,16 @@ pub(super) struct Stripe {
     pub per_host: usize,
     /// Every world rank's block's place when blocks are ordered by stripe, then host.
     pub slots: Vec<usize>,
+    /// Every rank of the world without its engines, for the reduce-scatters and allgathers
+    /// too large for the stripes or of unequal blocks.
+    pub flat: Communicator,
+}
+
+impl Stripe {
+    /// The number of hosts (ranks of each stripe).
+    pub fn hosts(&self) -> usize {
+        self.slots.len() / self.per_host
+    }
 }
 
 /// Allreduces of at least this many bytes are striped (where hosts have equal rank counts;
@@ -79,14 +86,9 @@ impl Hierarchy {
                 .contains(&me)
                 .then(|| comm.child(&world.leaders, u64::MAX, "leaders", 0x5348_4d4c)),
         };
-        let everyone: Vec<usize> = (0..comm.size()).collect();
-        let flat = stripe
-            .is_some()
-            .then(|| comm.child(&everyone, u64::MAX - 2, "flat", 0x464c_4154));
         Hierarchy {
             world,
             leaders,
-            flat,
             stripe,
             me,
             size: comm.size(),
@@ -107,12 +109,13 @@ impl Hierarchy {
         }
         let members: Vec<usize> = (0..hosts).map(|h| on(h).nth(index).unwrap()).collect();
         let label = format!("stripe{index}");
-        let comm = comm.child(&members, u64::MAX - 1, &label, 0x5354_5250 + index as u64);
+        let everyone: Vec<usize> = (0..comm.size()).collect();
         Some(Stripe {
-            comm,
+            comm: comm.child(&members, u64::MAX - 1, &label, 0x5354_5250 + index as u64),
             index,
             per_host,
             slots: blocks::stripe_slots(&world.host_of, hosts),
+            flat: comm.child(&everyone, u64::MAX - 2, "flat", 0x464c_4154),
         })
     }
 }
