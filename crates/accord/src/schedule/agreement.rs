@@ -2,35 +2,56 @@
 //!
 //! Data of a broadcast, scatter, gather or reduce flows only from or to the root, so a rank that
 //! wrongly believes it is the root hears from nobody (and returns its own data), and ranks that
-//! disagree on the root may wait for each other until the deadline. Their schedules therefore
-//! carry zero-byte *tokens*: frames with the call's fingerprint (root included), which every
-//! receiver compares with its own. A rank finishes only after it has seen, directly or through
-//! ranks that checked them, that every rank's call equals its own; ranks that disagree all fail
-//! with a desync.
+//! disagree on the root may wait for each other until the deadline. Every frame carries the
+//! call's fingerprint (root included), which its receiver compares with its own; a rank finishes
+//! only after it has seen, directly or through ranks that checked them, that every rank's call
+//! equals its own, so ranks that disagree all fail with a desync. Two ways to get there:
 //!
-//! - Up to [`DIRECT_UP_TO`] ranks the tokens travel beside the data: each rank sends one first
-//!   to every peer it sends no data to, and receives one at the end from every peer it receives
-//!   no data from; data frames carry the same fingerprint, which the receiver checks the same
-//!   way, so a data edge needs no token (a two-rank broadcast's root sends its data at once).
-//!   Ranks that agree build the same schedule and so agree on which pairs carry tokens; ranks
-//!   that disagree compare fingerprints on whatever frame comes first between them. The check
-//!   costs about one message latency in parallel with the data.
-//! - Beyond, `N - 1` tokens per rank would cost more than they save: a dissemination barrier
-//!   (`log2 N` rounds) runs first. A rank sends in a round only after its receives of the round
-//!   before matched, so finishing it means every fingerprint was checked transitively.
+//! - The binomial broadcast and reduce run in dissemination rounds (see
+//!   [`super::broadcast::binomial`]): in round `k` each rank sends one frame to `r + 2^k` (or
+//!   `r - 2^k`) and receives one, data where the tree moves data and a zero-byte *token*
+//!   elsewhere; a rank sends in a round only after its receives of the round before matched, so
+//!   after `ceil(log2 p)` rounds everything was checked transitively, at the cost of the tree's
+//!   own messages. Who sends to whom does not depend on the root, so ranks that disagree on it
+//!   meet on some frame instead of waiting for each other.
+//! - The other schedules get tokens added here ([`with_agreement`]). Up to [`DIRECT_UP_TO`]
+//!   ranks the tokens travel beside the data: each rank sends one first to every peer it sends
+//!   no data to, and receives one at the end from every peer it receives no data from; a data
+//!   edge needs no token (its frame is checked the same way). Ranks that agree build the same
+//!   schedule and so agree on which pairs carry tokens; ranks that disagree compare
+//!   fingerprints on whatever frame comes first between them. The check costs about one
+//!   message latency in parallel with the data. Beyond, `N - 1` tokens per rank would cost more
+//!   than they save: a dissemination barrier (`log2 N` rounds) runs first.
 
-use super::{barrier, plan, Schedule, Step};
+use super::{barrier, plan, Algorithm, Collective, Schedule, Step};
 
 /// World size up to which tokens go directly to every peer.
 pub(crate) const DIRECT_UP_TO: usize = 16;
 
-/// `sched` (rank `r` of `p`) with the tokens that make every rank check every fingerprint.
-pub(crate) fn with_agreement(p: usize, r: usize, sched: Schedule) -> Schedule {
+/// `sched`, rank `r`'s part of `coll` on `p` ranks with `algo`, with the tokens that make every
+/// rank check every fingerprint.
+pub(crate) fn with_agreement(
+    coll: &Collective,
+    algo: Algorithm,
+    p: usize,
+    r: usize,
+    sched: Schedule,
+) -> Schedule {
     if p <= 1 {
         return sched;
     }
-    if p > DIRECT_UP_TO {
-        let mut rounds = barrier::dissemination(p, r).rounds;
+    // A ring or scatter-allgather rank sends to its data peers only after receiving: ranks
+    // that disagree on the root could each wait for the other, sending nothing. These
+    // algorithms move large messages, so a barrier first costs little.
+    let waits_first = matches!(algo, Algorithm::Ring | Algorithm::ScatterAllgather);
+    if p > DIRECT_UP_TO || waits_first {
+        // The barrier's rounds pair ranks as the binomial schedule of the same collective does
+        // (a reduce's towards lower ranks), so ranks whose counts pick either still meet.
+        let mut rounds = match coll {
+            Collective::Reduce { .. } => barrier::dissemination_down(p, r),
+            _ => barrier::dissemination(p, r),
+        }
+        .rounds;
         rounds.extend(sched.rounds);
         return Schedule { rounds, ..sched };
     }
@@ -71,24 +92,34 @@ mod tests {
     use crate::schedule::{Algorithm, Collective};
 
     /// Every rank hears directly from every other rank, once by token exactly where no data
-    /// comes from it, and every token sent is one its peer expects.
+    /// comes from it, and every token sent is one its peer expects (the schedules given tokens
+    /// here).
     #[test]
     fn every_rank_hears_every_peer_once_by_token_or_data() {
         for p in 2..=DIRECT_UP_TO {
-            let colls = [
-                Collective::Broadcast { count: 10, root: 0 },
-                Collective::Broadcast {
-                    count: 10,
-                    root: p - 1,
-                },
-                Collective::Reduce {
-                    count: 10,
-                    root: p / 2,
-                },
+            let cases = [
+                (
+                    Collective::Broadcast { count: 10, root: 0 },
+                    Algorithm::Direct,
+                ),
+                (
+                    Collective::Scatter {
+                        counts: vec![3; p],
+                        root: p - 1,
+                    },
+                    Algorithm::BinomialTree,
+                ),
+                (
+                    Collective::Reduce {
+                        count: 10,
+                        root: p / 2,
+                    },
+                    Algorithm::Direct,
+                ),
             ];
-            for coll in &colls {
+            for (coll, algo) in &cases {
                 let scheds: Vec<_> = (0..p)
-                    .map(|r| build(coll, p, r, Algorithm::BinomialTree))
+                    .map(|r| build(coll, p, r, *algo))
                     .collect::<Result<_, _>>()
                     .unwrap();
                 let tokens = |r: usize, sending: bool| -> Vec<usize> {
@@ -114,6 +145,182 @@ mod tests {
                         assert!(data(q) != token, "{coll:?} p={p} r={r} q={q}");
                         assert_eq!(token, tokens(q, true).contains(&r), "p={p} r={r} q={q}");
                     }
+                }
+            }
+        }
+    }
+
+    /// What running every rank's schedule together ended in.
+    #[derive(Debug, PartialEq)]
+    enum Outcome {
+        /// Every rank finished; `heard[r]` is the set of ranks `r` heard from, transitively.
+        Finished { heard: Vec<u64> },
+        /// A rank received a frame of another call: a desync.
+        Detected,
+        /// Some rank finished although the ranks disagree, or none can move: a silent wrong
+        /// result or a wait until the deadline.
+        Failed(String),
+    }
+
+    /// Run rank `r`'s schedule of `calls[r]` (collective, algorithm) with the executor's
+    /// semantics: a round's sends leave at its start, receives take the pair's frames in order.
+    /// A frame carries its sender's call and the ranks it has heard from; a frame of another
+    /// call stops the run as the receiver's desync would.
+    fn run_together(calls: &[(Collective, Algorithm)]) -> Outcome {
+        let p = calls.len();
+        let scheds: Vec<Schedule> = (0..p)
+            .map(|r| build(&calls[r].0, p, r, calls[r].1).unwrap())
+            .collect();
+        let mut queues = vec![std::collections::VecDeque::<(usize, u64)>::new(); p * p];
+        let (mut round, mut step, mut entered) = (vec![0; p], vec![0; p], vec![false; p]);
+        let mut heard: Vec<u64> = (0..p).map(|r| 1 << r).collect();
+        loop {
+            let mut moved = false;
+            for r in 0..p {
+                while round[r] < scheds[r].rounds.len() {
+                    let steps = &scheds[r].rounds[round[r]];
+                    if !entered[r] {
+                        for s in steps {
+                            if let Step::Send { peer, .. } = *s {
+                                queues[r * p + peer].push_back((r, heard[r]));
+                            }
+                        }
+                        entered[r] = true;
+                        moved = true;
+                    }
+                    let waiting = steps[step[r]..].iter().find_map(|s| match *s {
+                        Step::Recv { peer, .. } | Step::RecvReduce { peer, .. } => Some(peer),
+                        _ => None,
+                    });
+                    let Some(peer) = waiting else {
+                        (round[r], step[r], entered[r]) = (round[r] + 1, 0, false);
+                        moved = true;
+                        continue;
+                    };
+                    let Some((from, knows)) = queues[peer * p + r].pop_front() else {
+                        break;
+                    };
+                    if calls[from].0 != calls[r].0 {
+                        return Outcome::Detected;
+                    }
+                    heard[r] |= knows;
+                    let at = steps[step[r]..]
+                        .iter()
+                        .position(|s| matches!(*s, Step::Recv { .. } | Step::RecvReduce { .. }));
+                    step[r] += at.unwrap() + 1;
+                    moved = true;
+                }
+            }
+            let done = (0..p)
+                .filter(|&r| round[r] == scheds[r].rounds.len())
+                .count();
+            let agree = calls.iter().all(|c| c.0 == calls[0].0);
+            if done == p && agree {
+                return Outcome::Finished { heard };
+            }
+            if done > 0 && !agree {
+                return Outcome::Failed(format!("{done} rank(s) finished: {calls:?}"));
+            }
+            if !moved {
+                return Outcome::Failed(format!("no rank can move: {calls:?}"));
+            }
+        }
+    }
+
+    /// The rooted schedules of `p` ranks about `count` elements from `root`, per algorithm.
+    fn rooted(p: usize, count: usize, root: usize) -> Vec<(Collective, Algorithm)> {
+        let b = Collective::Broadcast { count, root };
+        let r = Collective::Reduce { count, root };
+        let c = vec![count; p];
+        let g = Collective::Gather {
+            counts: c.clone(),
+            root,
+        };
+        let s = Collective::Scatter { counts: c, root };
+        [b, r, g, s]
+            .into_iter()
+            .flat_map(|coll| {
+                let algos = crate::schedule::algorithms::applicable(&coll);
+                algos.iter().map(move |&a| (coll.clone(), a))
+            })
+            .collect()
+    }
+
+    /// Agreeing ranks of every rooted schedule finish having heard from every rank.
+    #[test]
+    fn agreeing_ranks_hear_from_everyone_before_finishing() {
+        for p in (1..=20).chain([32, 33]) {
+            for root in [0, p / 2, p - 1] {
+                for call in rooted(p, 5, root) {
+                    let outcome = run_together(&vec![call.clone(); p]);
+                    let all = if p == 64 { u64::MAX } else { (1 << p) - 1 };
+                    assert_eq!(
+                        outcome,
+                        Outcome::Finished {
+                            heard: vec![all; p]
+                        },
+                        "{call:?} p={p}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Ranks that disagree on the root, or whose counts pick other algorithms, always meet on
+    /// a frame of the other call: no rank finishes and none waits for the deadline. Every split
+    /// of up to 4 ranks between two calls, random splits beyond.
+    #[test]
+    fn disagreeing_ranks_always_meet() {
+        let alternatives = |p: usize, base: &(Collective, Algorithm), root: usize, other| {
+            // The same kind of call with another root or count (which may pick another
+            // algorithm); the algorithm follows from the call, so the calls differ.
+            (rooted(p, 5, other).into_iter())
+                .chain(rooted(p, 7, root))
+                .filter(|c| c.0.kind() == base.0.kind() && c.0 != base.0)
+                .collect::<Vec<_>>()
+        };
+        let check = |calls: &[(Collective, Algorithm)]| {
+            assert_eq!(run_together(calls), Outcome::Detected, "{calls:?}");
+        };
+        for p in 2..=4 {
+            for root in 0..p {
+                for other in 0..p {
+                    for base in rooted(p, 5, root) {
+                        for alt in alternatives(p, &base, root, other) {
+                            for split in 1..(1u32 << p) - 1 {
+                                let calls: Vec<_> = (0..p)
+                                    .map(|r| match split >> r & 1 {
+                                        1 => alt.clone(),
+                                        _ => base.clone(),
+                                    })
+                                    .collect();
+                                check(&calls);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |m: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % m as u64) as usize
+        };
+        for p in (5..=9).chain([16, 17, 33]) {
+            for _ in 0..300 {
+                let (root, other) = (next(p), next(p));
+                let kinds = rooted(p, 5, root);
+                let base = kinds[next(kinds.len())].clone();
+                let alts = alternatives(p, &base, root, other);
+                let alt = alts[next(alts.len())].clone();
+                let mut calls = vec![base.clone(); p];
+                for _ in 0..1 + next(p) {
+                    calls[next(p)] = alt.clone();
+                }
+                if calls.iter().any(|c| c.0 != calls[0].0) {
+                    check(&calls);
                 }
             }
         }

@@ -102,23 +102,21 @@ pub fn build(coll: &Collective, world: usize, rank: usize, algo: Algorithm) -> R
         },
         &Collective::Scan { count, exclusive } => scan::recursive_doubling(count, exclusive, p, r),
     };
-    Ok(if rooted(coll) {
-        agreement::with_agreement(p, r, sched)
+    Ok(if needs_tokens(coll, algo) {
+        agreement::with_agreement(coll, algo, p, r, sched)
     } else {
         sched
     })
 }
 
 /// Whether data flows only from or to one root, so that the schedule needs the tokens of
-/// [`agreement`].
-fn rooted(coll: &Collective) -> bool {
-    matches!(
-        coll,
-        Collective::Broadcast { .. }
-            | Collective::Reduce { .. }
-            | Collective::Gather { .. }
-            | Collective::Scatter { .. }
-    )
+/// [`agreement`]; the binomial broadcast and reduce carry their agreement in their own rounds.
+fn needs_tokens(coll: &Collective, algo: Algorithm) -> bool {
+    match coll {
+        Collective::Broadcast { .. } | Collective::Reduce { .. } => algo != BinomialTree,
+        Collective::Gather { .. } | Collective::Scatter { .. } => true,
+        _ => false,
+    }
 }
 
 /// `ring, direct`.

@@ -1,23 +1,29 @@
 //! Broadcast algorithms: `root`'s `Out` reaches every rank's `Out`.
 
-use super::plan::{abs, rel, Layout, Plan};
+use super::plan::{abs, rel, Layout, Plan, TOKEN};
 use super::{Buf, Schedule, Span};
 
-/// Binomial tree: relative rank `v` gets the data from `v` minus its lowest set bit, then passes
-/// it on to `v + mask` for every smaller power of two `mask`; `ceil(log2 p)` rounds.
+/// Binomial tree in dissemination rounds: in round `k` every rank sends one frame to `r + 2^k`
+/// and receives one from `r - 2^k`. Relative rank `v` in `[2^k, 2^(k+1))` receives the data from
+/// `v - 2^k` (as down a binomial tree, `ceil(log2 p)` rounds); every other frame is a zero-byte
+/// token. Each frame carries the call's fingerprint and is sent only after the round before was
+/// received, so the last round leaves every rank having checked every other rank's call
+/// transitively: the agreement of [`super::agreement`] at one message a rank and round. Who
+/// sends to whom does not depend on the root, so ranks that disagree on it still exchange frames
+/// and fail instead of waiting for each other.
 pub(crate) fn binomial(count: usize, root: usize, p: usize, r: usize) -> Schedule {
     let data = Span::new(Buf::Out, 0, count);
     let v = rel(r, root, p);
     let mut plan = Plan::new();
-    let mut mask = top_mask(p);
-    while mask > 0 {
-        if v & (2 * mask - 1) == 0 && v + mask < p {
-            plan.send(abs(v + mask, root, p), data);
-        } else if v & (2 * mask - 1) == mask {
-            plan.recv(abs(v - mask, root, p), data);
-        }
+    let mut d = 1;
+    while d < p {
+        // `v + d` lacks the data exactly when `v` has it (`v < d`) and it exists.
+        let to_data = v < d && v + d < p;
+        plan.send((r + d) % p, if to_data { data } else { TOKEN });
+        let from_data = (d..2 * d).contains(&v);
+        plan.recv((r + p - d) % p, if from_data { data } else { TOKEN });
         plan.next();
-        mask /= 2;
+        d *= 2;
     }
     plan.finish()
 }

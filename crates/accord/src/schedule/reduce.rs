@@ -1,29 +1,37 @@
 //! Reduce algorithms: every rank's `In` is reduced into `root`'s `Out`. Non-root ranks use
 //! their `Out` as scratch, which the collective allows.
 
-use super::plan::{abs, all, rel, Fold, Layout, Plan, Role};
+use super::plan::{abs, all, rel, Fold, Layout, Plan, Role, TOKEN};
 use super::recursive::{gather_to_first, halving};
 use super::{Buf, Schedule};
 
-/// Binomial tree: relative rank `v` reduces its children `v + 1, v + 2, v + 4, ...` (below its
-/// lowest set bit) into its `Out`, then sends the partial result to its parent.
+/// Binomial tree in dissemination rounds, the mirror of [`super::broadcast::binomial`]: in round
+/// `k` every rank sends one frame to `r - 2^k` and receives one from `r + 2^k`. Relative rank `v`
+/// with lowest set bit `2^k` sends its partial result (its children `v + 1, v + 2, ...` below
+/// that bit reduced in) to `v - 2^k`, which reduces it into its `Out`; every other frame is a
+/// zero-byte token, so every rank checks every other rank's call transitively in `ceil(log2 p)`
+/// rounds, whatever root each believes in.
 pub(crate) fn binomial(count: usize, root: usize, p: usize, r: usize) -> Schedule {
     let (v, acc) = (rel(r, root, p), all(Buf::Out, count));
     let mut plan = Plan::new();
+    // A round's sends leave at its start: the own contribution is in place one round before.
     plan.copy(all(Buf::In, count), acc);
-    let mut mask = 1;
-    while mask < p {
-        if v & mask != 0 {
-            plan.next();
-            plan.send(abs(v - mask, root, p), acc);
-            return plan.finish();
+    plan.next();
+    let mut d = 1;
+    while d < p {
+        let to_parent = v % (2 * d) == d;
+        plan.send((r + p - d) % p, if to_parent { acc } else { TOKEN });
+        let from_child = (r + d) % p;
+        match v % (2 * d) == 0 && v + d < p {
+            true => plan.recv_reduce(from_child, acc),
+            false => plan.recv(from_child, TOKEN),
         }
-        if v + mask < p {
-            plan.recv_reduce(abs(v + mask, root, p), acc);
-        }
-        mask *= 2;
+        plan.next();
+        d *= 2;
     }
-    plan.finalize(acc);
+    if r == root {
+        plan.finalize(acc);
+    }
     plan.finish()
 }
 
