@@ -252,7 +252,8 @@ fn desync_and_abort_end_shared_memory_waits() {
 
 /// Ranks that disagree on the root of a rooted collective all fail with a desync at once, on
 /// one host (every shared-memory broadcast and reduce variant) and across two simulated hosts
-/// (where the hosts' leaders agree on the root's host but not on the root).
+/// (where the hosts' leaders agree on the root's host but not on the root, or where only the
+/// ranks of one host disagree).
 #[test]
 fn ranks_that_disagree_on_the_root_all_fail_over_shared_memory() {
     let ops = [
@@ -277,12 +278,16 @@ fn ranks_that_disagree_on_the_root_all_fail_over_shared_memory() {
             assert!(t0.elapsed() < Duration::from_secs(20), "{op} {roots}");
         }
     }
-    // Ranks 0 and 2 on host a, 1 and 3 on host b; host b believes the root is rank 2.
+    // Ranks 0 and 2 on host a, 1 and 3 on host b: host b believes the root is rank 2; or the
+    // leaders and host b agree on root 1 while rank 2 believes it is the root (host b's ranks
+    // must fail too, not return).
     let host = |r: usize| ["a", "b", "a", "b"][r].to_string();
-    for op in ["broadcast", "broadcast_large", "reduce"] {
-        let extra = [("ROOTS", "0,2,0,2"), ("ROOT_OP", op)];
-        let (_s, ch) = spawn("root-mismatch", 4, host, &extra);
-        all_ok(&collect(ch, Duration::from_secs(60)));
+    for roots in ["0,2,0,2", "1,1,2,1"] {
+        for op in ["broadcast", "broadcast_large", "reduce"] {
+            let extra = [("ROOTS", roots), ("ROOT_OP", op)];
+            let (_s, ch) = spawn("root-mismatch", 4, host, &extra);
+            all_ok(&collect(ch, Duration::from_secs(60)));
+        }
     }
 }
 

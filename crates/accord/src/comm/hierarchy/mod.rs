@@ -172,8 +172,14 @@ impl HostEngine for Hierarchy {
             Collective::Broadcast { count, root } => {
                 let out = output.as_mut_ptr();
                 let root_host = world.host_of[root];
-                if host == root_host {
-                    world.host_broadcast(call, deadline, out, count, world.local_index(root))?;
+                // Every host compares the call inside first: a host whose ranks disagree fails
+                // before its leader joins the leaders' step, whose failure then reaches the
+                // other hosts too, instead of their ranks returning while these fail.
+                match host == root_host {
+                    true => {
+                        world.host_broadcast(call, deadline, out, count, world.local_index(root))?
+                    }
+                    false => world.host_barrier(call, deadline)?,
                 }
                 if me == leader {
                     // The world call's fingerprint names the world root: leaders whose ranks
