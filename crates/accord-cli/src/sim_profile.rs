@@ -18,8 +18,9 @@
 //! calibration measured with several pairs of ranks exchanging at once (the profile's `crowd`:
 //! a round of `m` such messages is priced as `m / 2` pairs): with `--one-machine` (the hosts
 //! are network namespaces or ranks of the machine that was calibrated, as `bench/multihost.sh`
-//! and `bench/sim_check.sh` run them) every network message of a round competes with every
-//! other; otherwise only those leaving the same host do (its link and CPUs). The shared-memory
+//! and `bench/sim_check.sh` run them) every message of a round, network or shared memory,
+//! competes with every other (they copy through the same memory on the same CPUs); otherwise
+//! only the network messages leaving the same host do (its link and CPUs). The shared-memory
 //! engine's times are taken as measured, whatever else runs beside it.
 
 use crate::calibrate::{fit, points};
@@ -140,17 +141,20 @@ impl Profile {
     ) -> Result<f64, String> {
         let algo = tuner::select(coll, world, 4, &CostModel::tcp());
         let host = |r: usize| r / per_host;
+        // On one machine a round's shared-memory copies compete with its network messages for
+        // the same memory and CPUs: they count in the crowd and are slowed by it too.
+        let crowded = |local: bool| !local || place.one_machine;
         let message = |m: &sim::Message| {
             let local = host(m.src) == host(m.dst);
             let t = self.message(local, m.bytes, m.exchange);
-            match local {
-                true => t,
-                false => t * self.slowdown((m.crowd * streams) as f64 / 2.0, m.bytes),
+            match crowded(local) {
+                true => t * self.slowdown((m.crowd * streams) as f64 / 2.0, m.bytes),
+                false => t,
             }
         };
         let domain = |s: usize, d: usize| match (host(s) == host(d), place.one_machine) {
-            (true, _) => None,
-            (false, true) => Some(0),
+            (_, true) => Some(0),
+            (true, false) => None,
             (false, false) => Some(host(s)),
         };
         let gamma = self.tcp.gamma_us_per_byte;
@@ -392,6 +396,26 @@ mod tests {
         // A ring allgather: each host sends one message a round, 8 in all on one machine.
         let (apart, together) = (at(false), at(true));
         assert!(together > 2.5 * apart, "{together} vs {apart}");
+    }
+
+    #[test]
+    fn on_one_machine_shared_memory_copies_crowd_the_round_too() {
+        let p = profile();
+        let gather = Collective::AllGather {
+            counts: vec![1 << 18; 4],
+        };
+        let at = |one_machine| {
+            let place = Placement {
+                hosts: 2,
+                per_host: 2,
+                one_machine,
+            };
+            p.schedule(&gather, 4, 2, &place, 1).unwrap()
+        };
+        // Over 2 x 2 ranks a round inside the hosts moves four messages through shared memory:
+        // apart they cost what one exchange costs; together they crowd like network messages.
+        let (apart, together) = (at(false), at(true));
+        assert!(together > 1.8 * apart, "{together} vs {apart}");
     }
 
     #[test]
