@@ -8,9 +8,10 @@
 //! - several ranks per host: allreduce and broadcast hierarchically (the engine inside each
 //!   host, the leaders' schedule between hosts; from 64 KiB allreduce striped: the engine's
 //!   reduce-scatter, one slice's allreduce per local rank between hosts, the engine's
-//!   allgather, from 32 MiB in four pieces whose host and network steps overlap); reduce-scatter and allgather below 1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) over
-//!   the stripes (the engine's step inside each host, one schedule per local rank between
-//!   hosts, all at once); everything else as one schedule over all ranks whose messages cost
+//!   allgather, from 32 MiB in four pieces whose host and network steps overlap); reduce-scatter
+//!   and allgather below 1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) and all-to-all below 128 KiB
+//!   (`ACCORD_HIER_ALLTOALL_BYTES`) over the stripes (the engine's step inside each host, one
+//!   schedule per local rank between hosts, all at once); everything else as one schedule over all ranks whose messages cost
 //!   the shared-memory rings' price inside a host and TCP's between hosts (ranks placed host by
 //!   host).
 //!
@@ -234,6 +235,17 @@ impl Profile {
                         "hosts' engines, stripes between hosts",
                     ));
                 }
+                "alltoall" if bytes < accord::config::get().hier_alltoall_bytes => {
+                    // Each stripe carries a host's blocks for its hosts' ranks: the same bytes
+                    // per rank in `R` times fewer, larger messages.
+                    let stripe = crate::bench::collective_of(op, hosts, count)
+                        .ok_or_else(|| format!("unknown operation {op:?}"))?;
+                    let net = self.schedule(&stripe, hosts, 1, place, per_host)?;
+                    return Ok((
+                        eng(op, bytes) + net,
+                        "hosts' engines, stripes between hosts",
+                    ));
+                }
                 _ => {}
             }
         }
@@ -419,10 +431,10 @@ mod tests {
     }
 
     #[test]
-    fn reduce_scatter_and_allgather_take_the_stripes_below_a_megabyte() {
+    fn reduce_scatter_allgather_and_alltoall_take_the_stripes_below_their_limits() {
         let p = profile();
         let place = Placement::new(8, 2, true).unwrap();
-        for op in ["reduce_scatter", "allgather"] {
+        for op in ["reduce_scatter", "allgather", "alltoall"] {
             let (small, path) = p.predict(op, &place, 64 << 10).unwrap();
             assert_eq!(path, "hosts' engines, stripes between hosts", "{op}");
             let (_, path) = p.predict(op, &place, 4 << 20).unwrap();

@@ -138,6 +138,9 @@ pub struct Config {
     /// `ACCORD_HIER_BLOCKS_BYTES`: reduce-scatters and allgathers across hosts below this size
     /// (the whole buffer) go over the stripes.
     pub hier_blocks_bytes: usize,
+    /// `ACCORD_HIER_ALLTOALL_BYTES`: all-to-alls across hosts below this size (one rank's whole
+    /// send buffer) go over the stripes.
+    pub hier_alltoall_bytes: usize,
     /// `ACCORD_HIER_PIPELINE_BYTES`: striped allreduces from this size are pipelined.
     pub hier_pipeline_bytes: usize,
     /// `ACCORD_SHM_SPIN_US` (the default depends on whether the host is crowded).
@@ -261,6 +264,8 @@ impl Config {
                 .unwrap_or(crate::comm::STRIPE_MIN_BYTES),
             hier_blocks_bytes: trimmed("ACCORD_HIER_BLOCKS_BYTES")
                 .unwrap_or(crate::comm::BLOCKS_MAX_BYTES),
+            hier_alltoall_bytes: trimmed("ACCORD_HIER_ALLTOALL_BYTES")
+                .unwrap_or(crate::comm::ALLTOALL_MAX_BYTES),
             hier_pipeline_bytes: trimmed("ACCORD_HIER_PIPELINE_BYTES")
                 .unwrap_or(crate::comm::PIPELINE_MIN_BYTES),
             shm_spin: micros("ACCORD_SHM_SPIN_US"),
@@ -347,6 +352,7 @@ mod tests {
         assert_eq!(c.tcp_stripe_bytes, 256 << 10);
         assert_eq!(c.hier_stripe_bytes, 64 << 10);
         assert_eq!(c.hier_blocks_bytes, 1 << 20);
+        assert_eq!(c.hier_alltoall_bytes, 128 << 10);
         assert_eq!(c.hier_pipeline_bytes, 32 << 20);
         assert!(c.hierarchy);
         assert_eq!(

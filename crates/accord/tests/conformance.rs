@@ -142,13 +142,15 @@ fn shared_memory_across_two_simulated_hosts() {
 #[test]
 fn shared_memory_across_three_simulated_hosts() {
     // Consecutive ranks share a host: stripes of three hosts, blocks reordered by stripe; the
-    // large reduce-scatters and allgathers too, and allreduces from 256 KiB pipelined.
+    // large reduce-scatters, allgathers and all-to-alls too, and allreduces from 256 KiB
+    // pipelined.
     run_ranks(
         6,
         |r| ["a", "b", "c"][r / 2].into(),
         &[
             ("CONFORMANCE_STRIPES", "1"),
             ("ACCORD_HIER_BLOCKS_BYTES", "67108864"),
+            ("ACCORD_HIER_ALLTOALL_BYTES", "67108864"),
             ("ACCORD_HIER_PIPELINE_BYTES", "262144"),
         ],
     );
@@ -243,8 +245,8 @@ fn rank_main() {
     println!("RANK-OK ({calls} calls)");
 }
 
-/// Reduce-scatter and allgather of equal blocks run on the hierarchy's stripes where hosts have
-/// equal rank counts (`stripes`), else on a schedule over the transport.
+/// Reduce-scatter and allgather of equal blocks, and all-to-all, run on the hierarchy's stripes
+/// where hosts have equal rank counts (`stripes`), else on a schedule over the transport.
 fn assert_blocks_route(comm: &accord::Communicator, stripes: bool) {
     use accord::observe::Route;
     let n = comm.size();
@@ -254,8 +256,18 @@ fn assert_blocks_route(comm: &accord::Communicator, stripes: bool) {
     assert_eq!(block, vec![n as f32; 5]);
     let mut all = vec![0f32; 5 * n];
     comm.all_gather(&block, &mut all).unwrap();
+    let sent: Vec<f32> = (0..3 * n)
+        .map(|i| (comm.rank() * 1000 + i) as f32)
+        .collect();
+    let mut got = vec![0f32; 3 * n];
+    comm.all_to_all(&sent, &mut got).unwrap();
+    let from = |q: usize, k: usize| (q * 1000 + 3 * comm.rank() + k) as f32;
+    let want: Vec<f32> = (0..n)
+        .flat_map(|q| (0..3).map(move |k| from(q, k)))
+        .collect();
+    assert_eq!(got, want, "all-to-all");
     let records = comm.flight_record();
-    for kind in [OpKind::ReduceScatter, OpKind::AllGather] {
+    for kind in [OpKind::ReduceScatter, OpKind::AllGather, OpKind::AllToAll] {
         let last = records.iter().rfind(|r| r.fp.kind == kind).unwrap();
         let on_engine = matches!(last.route, Route::Engine(_));
         assert_eq!(on_engine, stripes, "{kind} ran on {:?}", last.route);

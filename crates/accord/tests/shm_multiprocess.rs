@@ -296,7 +296,8 @@ fn ranks_that_disagree_on_the_root_all_fail_over_shared_memory() {
 /// whose sizes put them on different paths (the stripes or the leaders' path for allreduce, the
 /// stripes or one schedule for the others), at once rather than at the deadline, also when the
 /// ranks of one host take different paths; hosts that disagree in the middle of a pipelined
-/// striped allreduce (4 MiB and more); and per-rank counts against equal blocks.
+/// striped allreduce (4 MiB and more); and per-rank counts against equal blocks; all-to-alls
+/// of other blocks, on either side of the stripes' limit, or of the v variant.
 #[test]
 fn hosts_that_disagree_about_a_striped_call_all_fail() {
     // Ranks 0 and 2 on host a, 1 and 3 on host b: host b's ranks call differently.
@@ -317,6 +318,10 @@ fn hosts_that_disagree_about_a_striped_call_all_fail() {
         ("allreduce", "large:0,3"),
         // Per-rank counts on one host, equal blocks on the other.
         ("allgatherv", "block"),
+        ("alltoall", "block"),
+        ("alltoall", "large"),
+        ("alltoall", "large:0,3"),
+        ("alltoallv", "block"),
     ] {
         let extra = [
             ("BLOCKS_OP", op),
@@ -597,6 +602,15 @@ fn rank_main() {
                     let send = vec![1f32; counts[comm.rank()]];
                     comm.all_gather(&send, accord::Parts::new(&mut out, &counts))
                 }
+                "alltoall" => comm.all_to_all(&vec![1f32; block * n], &mut vec![0f32; block * n]),
+                // Odd ranks call the v variant with the counts the others use.
+                "alltoallv" if odd => {
+                    let (send, counts) = (vec![1f32; 4 * n], vec![4; n]);
+                    let mut out = vec![0f32; 4 * n];
+                    let send = accord::Parts::new(&send, &counts);
+                    comm.all_to_all(send, accord::Parts::new(&mut out, &counts))
+                }
+                "alltoallv" => comm.all_to_all(&vec![1f32; 4 * n], &mut vec![0f32; 4 * n]),
                 _ => comm.all_gather(&vec![1f32; block], &mut vec![0f32; block * n]),
             }
             .expect_err("hosts disagree");

@@ -1,7 +1,7 @@
 //! The steps inside one host that collectives spanning several hosts are built from (see
 //! `comm::hierarchy`): each runs on this host's group, serialised with its other calls; on a
-//! rank alone on its host the reduce-scatter and allgather copy its one block, the others do
-//! nothing.
+//! rank alone on its host the reduce-scatter, allgather and all-to-all copy its one block, the
+//! others do nothing.
 
 use super::*;
 
@@ -87,6 +87,20 @@ impl ShmWorld {
     ) -> Result<()> {
         self.alone(inp, out, block * call.dtype.size());
         self.on_host(call, deadline, &|c| c.allgather(inp, out, block))
+    }
+
+    /// Block `i` (of `block` elements) of local rank `j`'s `inp` lands in block `j` of local rank
+    /// `i`'s `out`.
+    pub(crate) fn host_alltoall(
+        &self,
+        call: &Call<'_>,
+        deadline: Instant,
+        inp: *const u8,
+        out: *mut u8,
+        block: usize,
+    ) -> Result<()> {
+        self.alone(inp, out, block * call.dtype.size());
+        self.on_host(call, deadline, &|c| c.alltoall(inp, out, block))
     }
 
     /// Wait for every local rank (comparing fingerprints, like every step).

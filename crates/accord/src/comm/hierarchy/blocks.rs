@@ -10,6 +10,11 @@
 //! stripe gathers its `H` blocks, the host gathers its `R` segments, and the blocks are put
 //! back in world order. Each host sends `(H - 1) / H` of the data once, in `R` streams at
 //! once, where one schedule over all ranks would pass blocks through other hosts' ranks.
+//!
+//! An **all-to-all** regroups every rank's blocks by the stripe of their destination, exchanges
+//! the segments inside the host (local rank `i` collects its host's blocks for stripe `i`), and
+//! each stripe sends one message per pair of hosts carrying `R` ranks' blocks, `R` times fewer
+//! messages than one schedule over all ranks; its copies pay off for small buffers only.
 
 use super::*;
 use crate::scratch;
@@ -57,7 +62,7 @@ pub(super) fn stripe_slots(host_of: &[usize], hosts: usize) -> Vec<usize> {
 
 impl Hierarchy {
     /// A reduce-scatter or allgather too large for the stripes ([`super::BLOCKS_MAX_BYTES`]),
-    /// or of unequal blocks: one schedule over every rank, after the host's ranks and then
+    /// or of unequal blocks, or a large all-to-all: one schedule over every rank, after the host's ranks and then
     /// each stripe have compared the call. Every path of the hierarchy starts with a step
     /// inside the host and then one on this rank's stripe (stripe 0 is the leaders'), so ranks
     /// whose calls put them on different paths meet there and fail with a desync, without
@@ -113,6 +118,61 @@ impl Hierarchy {
         })?;
         dtype::finalize(call.dtype, call.op, output, self.size);
         Ok(())
+    }
+
+    /// All-to-all of `block` elements per pair over the stripes: the host regroups its ranks'
+    /// blocks by the stripe of their destination (a shared-memory all-to-all of segments), each
+    /// stripe sends one message per pair of hosts carrying the blocks of all `R` ranks of the
+    /// host (where one schedule over every rank sends `R` messages of one block), and the
+    /// blocks are put back in world order.
+    pub(super) fn alltoall(
+        &self,
+        call: &Call<'_>,
+        op: &Op,
+        deadline: Instant,
+        input: &[u8],
+        output: &mut [u8],
+        block: usize,
+    ) -> Result<()> {
+        let s = self.stripe.as_ref().expect("supports checked the stripes");
+        let bytes = block * call.dtype.size();
+        let (hosts, per_host, n) = (s.hosts(), s.per_host, self.size);
+        with_scratch(3 * n * bytes, |scratch| {
+            let (by_stripe, rest) = scratch.split_at_mut(n * bytes);
+            let (mid, send) = rest.split_at_mut(n * bytes);
+            // Segment `i`: the blocks for the ranks of stripe `i`, host by host.
+            for (r, &slot) in s.slots.iter().enumerate() {
+                by_stripe[slot * bytes..][..bytes].copy_from_slice(&input[r * bytes..][..bytes]);
+            }
+            // Local rank `i` gets segment `i` of every local rank `j`, at `j`: `mid[j * H + h]`
+            // is `j`'s block for rank `i` of host `h`.
+            let (from, into) = (by_stripe.as_ptr(), mid.as_mut_ptr());
+            self.world
+                .host_alltoall(call, deadline, from, into, hosts * block)?;
+            // One message to each host `h`: every local rank's block for it, by local rank.
+            for j in 0..per_host {
+                for h in 0..hosts {
+                    send[(h * per_host + j) * bytes..][..bytes]
+                        .copy_from_slice(&mid[(j * hosts + h) * bytes..][..bytes]);
+                }
+            }
+            let counts = vec![per_host * block; hosts];
+            let step = Op {
+                coll: Collective::AllToAll {
+                    send_counts: counts.clone(),
+                    recv_counts: counts,
+                },
+                ..op.clone()
+            };
+            // From host `h`: its local ranks' blocks for this rank, at `h * R + j`.
+            s.comm.run_as(&step, Some(send), mid)?;
+            for (r, &slot) in s.slots.iter().enumerate() {
+                let (j, h) = (slot / hosts, slot % hosts);
+                output[r * bytes..][..bytes]
+                    .copy_from_slice(&mid[(h * per_host + j) * bytes..][..bytes]);
+            }
+            Ok(())
+        })
     }
 
     /// Allreduce of `count` elements, striped (see [`super`]): the host reduce-scatters, the
