@@ -100,9 +100,7 @@ impl Hierarchy {
         let hosts = s.hosts();
         with_scratch((self.size + hosts) * bytes, |scratch| {
             let (by_stripe, partial) = scratch.split_at_mut(self.size * bytes);
-            for (r, &slot) in s.slots.iter().enumerate() {
-                by_stripe[slot * bytes..][..bytes].copy_from_slice(&input[r * bytes..][..bytes]);
-            }
+            s.order_by_stripe(input, by_stripe, bytes);
             let (from, into) = (by_stripe.as_ptr(), partial.as_mut_ptr());
             self.world
                 .host_reduce_scatter(call, deadline, from, into, hosts * block)?;
@@ -141,9 +139,7 @@ impl Hierarchy {
             let (by_stripe, rest) = scratch.split_at_mut(n * bytes);
             let (mid, send) = rest.split_at_mut(n * bytes);
             // Segment `i`: the blocks for the ranks of stripe `i`, host by host.
-            for (r, &slot) in s.slots.iter().enumerate() {
-                by_stripe[slot * bytes..][..bytes].copy_from_slice(&input[r * bytes..][..bytes]);
-            }
+            s.order_by_stripe(input, by_stripe, bytes);
             // Local rank `i` gets segment `i` of every local rank `j`, at `j`: `mid[j * H + h]`
             // is `j`'s block for rank `i` of host `h`.
             let (from, into) = (by_stripe.as_ptr(), mid.as_mut_ptr());
@@ -342,9 +338,7 @@ impl Hierarchy {
             let own = unsafe { at.add(s.index * segment) } as *const u8;
             self.world
                 .host_allgather(call, deadline, own, at, hosts * block)?;
-            for (r, &slot) in s.slots.iter().enumerate() {
-                output[r * bytes..][..bytes].copy_from_slice(&by_stripe[slot * bytes..][..bytes]);
-            }
+            s.order_by_rank(by_stripe, output, bytes);
             Ok(())
         })
     }

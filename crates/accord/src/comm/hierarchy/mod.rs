@@ -59,6 +59,21 @@ impl Stripe {
     pub fn hosts(&self) -> usize {
         self.slots.len() / self.per_host
     }
+
+    /// Copy the world-ordered blocks of `bytes` bytes in `input` into `out` ordered by stripe,
+    /// then host ([`Stripe::slots`]).
+    pub fn order_by_stripe(&self, input: &[u8], out: &mut [u8], bytes: usize) {
+        for (r, &slot) in self.slots.iter().enumerate() {
+            out[slot * bytes..][..bytes].copy_from_slice(&input[r * bytes..][..bytes]);
+        }
+    }
+
+    /// The reverse of [`Stripe::order_by_stripe`].
+    pub fn order_by_rank(&self, by_stripe: &[u8], out: &mut [u8], bytes: usize) {
+        for (r, &slot) in self.slots.iter().enumerate() {
+            out[r * bytes..][..bytes].copy_from_slice(&by_stripe[slot * bytes..][..bytes]);
+        }
+    }
 }
 
 /// Allreduces of at least this many bytes are striped (where hosts have equal rank counts;
