@@ -335,6 +335,18 @@ fn hosts_that_disagree_about_a_striped_call_all_fail() {
     }
 }
 
+/// A deadline set with `set_timeout` holds on every step of a call across hosts, the steps
+/// between hosts too: with one host's ranks absent, the other host's all-to-alls (over the
+/// stripes, and large ones after the stripes' barrier) and striped allreduce end within it.
+#[test]
+fn set_timeout_bounds_the_steps_between_hosts() {
+    let host = |r: usize| ["a", "b", "a", "b"][r].to_string();
+    for op in ["alltoall", "alltoall_large", "allreduce_striped"] {
+        let (_s, ch) = spawn("hier-timeout", 4, host, &[("HIER_TIMEOUT_OP", op)]);
+        all_ok(&collect(ch, Duration::from_secs(60)));
+    }
+}
+
 /// The child side: does nothing unless started by one of the tests above.
 #[test]
 fn rank_main() {
@@ -620,6 +632,27 @@ fn rank_main() {
                 "{e:?}"
             );
             assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        }
+        "hier-timeout" => {
+            // Host b (odd ranks) stays away; host a's ranks must give up after 2 s.
+            if comm.rank() % 2 == 1 {
+                std::thread::sleep(Duration::from_secs(8));
+                println!("RANK-OK");
+                std::process::exit(0);
+            }
+            comm.set_timeout(Duration::from_secs(2));
+            let n = comm.size();
+            let t = Instant::now();
+            let e = match std::env::var("HIER_TIMEOUT_OP").unwrap().as_str() {
+                "alltoall" => comm.all_to_all(&vec![1f32; 4 * n], &mut vec![0f32; 4 * n]),
+                "alltoall_large" => {
+                    comm.all_to_all(&vec![1f32; 70_000 * n], &mut vec![0f32; 70_000 * n])
+                }
+                _ => comm.all_reduce(&mut vec![1f32; 100_000], ReduceOp::Sum),
+            }
+            .expect_err("host b never calls");
+            println!("error: {e}");
+            assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
         }
         "desync" => {
             let mut v = vec![1.0f32; if comm.rank() == 1 { 5 } else { 4 }];

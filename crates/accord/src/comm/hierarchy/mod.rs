@@ -8,8 +8,8 @@
 //! leader's stream of everything, and the reductions inside and between hosts are shared. Every
 //! rank takes part in a stripe, so ranks of different hosts that disagree about the call all
 //! fail.
-//! Reduce-scatter and allgather of equal blocks, and all-to-all, go over the same stripes
-//! (`blocks`).
+//! Reduce-scatter and allgather of equal blocks, and regular all-to-all, go over the same
+//! stripes below their limits (`blocks`).
 //!
 //! Other collectives, and worlds whose hosts have different rank counts for the striped ones,
 //! take a schedule over the point-to-point transport.
@@ -23,7 +23,7 @@ use crate::engine::HostEngine;
 use crate::op::Call;
 use crate::shm_coll::ShmWorld;
 
-/// Allreduce, broadcast, reduce-scatter and allgather over hosts: `world` places the ranks,
+/// Allreduce, broadcast, reduce-scatter, allgather and all-to-all over hosts: `world` places the ranks,
 /// `leaders` is the communicator of the lowest rank of each host (present on leaders only).
 ///
 /// Ranks that disagree about a call must meet somewhere to hear it: every path starts with a
@@ -41,7 +41,8 @@ pub(super) struct Hierarchy {
     pub size: usize,
 }
 
-/// A rank's place among the stripes (striped allreduce, reduce-scatter and allgather).
+/// A rank's place among the stripes (striped allreduce, reduce-scatter, allgather and
+/// all-to-all).
 pub(super) struct Stripe {
     pub comm: Communicator,
     /// This rank's index on its host, and the number of ranks per host.
@@ -49,8 +50,8 @@ pub(super) struct Stripe {
     pub per_host: usize,
     /// Every world rank's block's place when blocks are ordered by stripe, then host.
     pub slots: Vec<usize>,
-    /// Every rank of the world without its engines, for the reduce-scatters and allgathers
-    /// too large for the stripes or of unequal blocks.
+    /// Every rank of the world without its engines, for the reduce-scatters, allgathers and
+    /// all-to-alls too large for the stripes, of unequal blocks or of the v variant.
     pub flat: Communicator,
 }
 
@@ -118,6 +119,18 @@ impl Hierarchy {
         }
     }
 
+    /// Give the communicators the steps run on the deadline of the call (the world's, which
+    /// `set_timeout` may have changed since they were made).
+    fn follow_timeout(&self, t: std::time::Duration) {
+        let children = self
+            .leaders
+            .iter()
+            .chain((self.stripe.iter()).flat_map(|s| [&s.comm, &s.flat]));
+        for c in children.filter(|c| c.timeout() != t) {
+            c.set_timeout(t);
+        }
+    }
+
     /// The stripe communicator of rank `me` of `comm`, if hosts have equal rank counts `> 1`.
     pub(super) fn stripe_of(comm: &Communicator, world: &ShmWorld, me: usize) -> Option<Stripe> {
         let hosts = world.leaders.len();
@@ -162,6 +175,7 @@ impl HostEngine for Hierarchy {
     }
 
     fn run(&self, call: &Call<'_>, op: &Op, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
+        self.follow_timeout(call.timeout);
         let (world, leaders, me) = (&*self.world, self.leaders.as_ref(), self.me);
         let host = world.host_of[me];
         let leader = world.leaders[host];
