@@ -20,6 +20,8 @@ pub(crate) struct Routed<'a> {
     pub transport: &'a dyn Transport,
     /// Communicator rank -> transport rank.
     pub ranks: &'a [usize],
+    /// Communicator rank -> the rank errors name (a step's communicator names its caller's).
+    pub shown_as: Option<&'a [usize]>,
     /// This rank in the communicator.
     pub me: usize,
 }
@@ -41,6 +43,11 @@ pub(crate) struct Buffers {
 }
 
 impl Routed<'_> {
+    /// Communicator rank `c` as errors name it.
+    fn shown(&self, c: usize) -> usize {
+        self.shown_as.map_or(c, |s| s[c])
+    }
+
     fn envelope(&self) -> Envelope {
         Envelope {
             comm: self.comm_id,
@@ -53,12 +60,13 @@ impl Routed<'_> {
     /// that stalls the call, found by following what `waiting_for` are blocked on in turn
     /// ([`crate::blame`]).
     pub fn wait_error(&self, err: WaitError, waiting_for: Vec<usize>) -> Error {
+        let shown = |c: usize| self.shown(c);
         match err {
             WaitError::Timeout { elsewhere } => {
                 let mut hint = match elsewhere.first() {
                     Some(seq) => format!(
                         "; rank {} has sent data for op #{seq} instead (did it skip or add a call?)",
-                        waiting_for.first().copied().unwrap_or(0)
+                        shown(waiting_for.first().copied().unwrap_or(0))
                     ),
                     None => String::new(),
                 };
@@ -72,7 +80,7 @@ impl Routed<'_> {
                 }
                 let member = |w: usize| self.ranks.iter().position(|&r| r == w);
                 hint.push_str(&blame::describe(&finding, &|w| match member(w) {
-                    Some(c) => format!("rank {c}"),
+                    Some(c) => format!("rank {}", shown(c)),
                     None => format!("world rank {w}"),
                 }));
                 // Culprits outside this communicator are named by the hint alone.
@@ -91,7 +99,10 @@ impl Routed<'_> {
                     op,
                     seq,
                     comm: self.comm_name.to_string(),
-                    waiting_for: culprits.filter(|c| !c.is_empty()).unwrap_or(waiting_for),
+                    waiting_for: (culprits.filter(|c| !c.is_empty()).unwrap_or(waiting_for))
+                        .into_iter()
+                        .map(shown)
+                        .collect(),
                     after: self.timeout,
                     hint,
                 }
@@ -104,9 +115,9 @@ impl Routed<'_> {
                 cause,
             },
             WaitError::Mismatch { src, theirs } => Error::Desync {
-                me: self.me,
+                me: shown(self.me),
                 mine: self.fp.to_string(),
-                peer: self.ranks.iter().position(|&r| r == src).unwrap_or(src),
+                peer: (self.ranks.iter().position(|&r| r == src)).map_or(src, shown),
                 theirs: theirs.to_string(),
                 comm: self.comm_name.to_string(),
                 seq: self.seq,
@@ -386,9 +397,10 @@ fn check_frame(
     total: u64,
     want: usize,
 ) -> Result<()> {
+    let (me, peer) = (call.shown(call.me), call.shown(peer));
     if *theirs != call.fp {
         return Err(Error::Desync {
-            me: call.me,
+            me,
             mine: call.fp.to_string(),
             peer,
             theirs: theirs.to_string(),
@@ -399,7 +411,7 @@ fn check_frame(
     if total as usize != want {
         let esz = call.dtype.size() as u64;
         return Err(Error::Desync {
-            me: call.me,
+            me,
             mine: format!(
                 "{} expecting {} elements from rank {peer}",
                 call.fp,

@@ -337,7 +337,8 @@ fn hosts_that_disagree_about_a_striped_call_all_fail() {
 
 /// A deadline set with `set_timeout` holds on every step of a call across hosts, the steps
 /// between hosts too: with one host's ranks absent, the other host's all-to-alls (over the
-/// stripes, and large ones after the stripes' barrier) and striped allreduce end within it.
+/// stripes, and large ones after the stripes' barrier) and striped allreduce end within it,
+/// naming the missing rank by its world rank.
 #[test]
 fn set_timeout_bounds_the_steps_between_hosts() {
     let host = |r: usize| ["a", "b", "a", "b"][r].to_string();
@@ -653,6 +654,11 @@ fn rank_main() {
             .expect_err("host b never calls");
             println!("error: {e}");
             assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+            // The step between hosts names the missing rank as the world does: this rank's
+            // stripe partner on host b (unless the other host-a rank's abort came first).
+            if let Error::Timeout { waiting_for, .. } = &e {
+                assert_eq!(waiting_for, &[comm.rank() + 1], "{e}");
+            }
         }
         "desync" => {
             let mut v = vec![1.0f32; if comm.rank() == 1 { 5 } else { 4 }];

@@ -79,6 +79,29 @@ impl Communicator {
         label: &str,
         salt: u64,
     ) -> Communicator {
+        self.child_shown(members, split_no, label, salt, false)
+    }
+
+    /// Like [`Communicator::child`], for a communicator that runs steps of this one's calls (the
+    /// hierarchy's leaders and stripes): its errors name ranks as this communicator does.
+    pub(super) fn step_child(
+        &self,
+        members: &[usize],
+        split_no: u64,
+        label: &str,
+        salt: u64,
+    ) -> Communicator {
+        self.child_shown(members, split_no, label, salt, true)
+    }
+
+    fn child_shown(
+        &self,
+        members: &[usize],
+        split_no: u64,
+        label: &str,
+        salt: u64,
+        shown: bool,
+    ) -> Communicator {
         let p = &self.inner;
         let ranks: Vec<usize> = members.iter().map(|&r| p.ranks[r]).collect();
         let rank = members
@@ -90,7 +113,11 @@ impl Communicator {
         if id <= 1 {
             id = 2; // 1 is the world
         }
-        let c = p.derived(ranks, rank, id, format!("{}/{label}", p.name));
+        let mut c = p.derived(ranks, rank, id, format!("{}/{label}", p.name));
+        if shown {
+            let inner = Arc::get_mut(&mut c.inner).expect("just made");
+            inner.shown_as = Some(members.to_vec());
+        }
         c.register();
         c
     }
@@ -111,6 +138,7 @@ impl Inner {
             inner: Arc::new(Inner {
                 transport: self.transport.clone(),
                 ranks,
+                shown_as: None,
                 rank,
                 id,
                 name,

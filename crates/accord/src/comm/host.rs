@@ -147,6 +147,7 @@ impl Communicator {
             call,
             transport: &*self.inner.transport,
             ranks: &self.inner.ranks,
+            shown_as: self.inner.shown_as.as_deref(),
             me: self.rank(),
         }
     }

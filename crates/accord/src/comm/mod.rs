@@ -117,6 +117,9 @@ struct Inner {
     transport: Arc<dyn Transport>,
     /// Communicator rank -> transport rank.
     ranks: Vec<usize>,
+    /// For a communicator that runs steps of another's calls (the hierarchy's leaders and
+    /// stripes): its ranks as the other communicator numbers them, which its errors use.
+    shown_as: Option<Vec<usize>>,
     rank: usize,
     id: u64,
     name: String,
@@ -180,6 +183,7 @@ impl Communicator {
             inner: Arc::new(Inner {
                 transport,
                 ranks,
+                shown_as: None,
                 rank,
                 id: 1,
                 name: "world".into(),

@@ -108,7 +108,7 @@ impl Hierarchy {
             None => world
                 .leaders
                 .contains(&me)
-                .then(|| comm.child(&world.leaders, u64::MAX, "leaders", 0x5348_4d4c)),
+                .then(|| comm.step_child(&world.leaders, u64::MAX, "leaders", 0x5348_4d4c)),
         };
         Hierarchy {
             world,
@@ -147,11 +147,11 @@ impl Hierarchy {
         let label = format!("stripe{index}");
         let everyone: Vec<usize> = (0..comm.size()).collect();
         Some(Stripe {
-            comm: comm.child(&members, u64::MAX - 1, &label, 0x5354_5250 + index as u64),
+            comm: comm.step_child(&members, u64::MAX - 1, &label, 0x5354_5250 + index as u64),
             index,
             per_host,
             slots: blocks::stripe_slots(&world.host_of, hosts),
-            flat: comm.child(&everyone, u64::MAX - 2, "flat", 0x464c_4154),
+            flat: comm.step_child(&everyone, u64::MAX - 2, "flat", 0x464c_4154),
         })
     }
 }
