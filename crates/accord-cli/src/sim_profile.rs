@@ -11,9 +11,9 @@
 //!   allgather, from 32 MiB in four pieces whose host and network steps overlap); reduce-scatter
 //!   and allgather below 1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) and all-to-all below 128 KiB
 //!   (`ACCORD_HIER_ALLTOALL_BYTES`) over the stripes (the engine's step inside each host, one
-//!   schedule per local rank between hosts, all at once); everything else as one schedule over all ranks whose messages cost
-//!   the shared-memory rings' price inside a host and TCP's between hosts (ranks placed host by
-//!   host).
+//!   schedule per local rank between hosts, all at once); everything else as one schedule over
+//!   all ranks whose messages cost the shared-memory rings' price inside a host and TCP's
+//!   between hosts (ranks placed host by host).
 //!
 //! Messages of one round that compete for the same resource cost more, by the slowdown the
 //! calibration measured with several pairs of ranks exchanging at once (the profile's `crowd`:

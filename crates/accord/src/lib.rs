@@ -63,7 +63,8 @@
 //!    operation, dtype, count, root and reduce operator, which every frame carries so that ranks
 //!    that disagree get [`Error::Desync`] naming both calls instead of wrong data. Rooted
 //!    operations also carry zero-byte tokens where no data flows ([`schedule`]'s agreement), so
-//!    a rank that wrongly believes it is the root hears it too. Each call takes the next sequence number of its communicator.
+//!    a rank that wrongly believes it is the root hears it too. Each call takes the next
+//!    sequence number of its communicator.
 //! 3. **The engine** ([`comm`]). Device buffers go to the device engine attached to the
 //!    communicator (below). Host buffers go to the first host engine that supports the op —
 //!    shared memory for the ranks of one host, or the hierarchy (shared memory inside each

@@ -83,7 +83,8 @@ impl Communicator {
     }
 
     /// Like [`Communicator::child`], for a communicator that runs steps of this one's calls (the
-    /// hierarchy's leaders and stripes): its errors name ranks as this communicator does.
+    /// hierarchy's leaders and stripes): its errors name ranks as this communicator does, and it
+    /// shares this one's deadline.
     pub(super) fn step_child(
         &self,
         members: &[usize],
@@ -117,6 +118,7 @@ impl Communicator {
         if shown {
             let inner = Arc::get_mut(&mut c.inner).expect("just made");
             inner.shown_as = Some(members.to_vec());
+            inner.timeout = p.timeout.clone();
         }
         c.register();
         c
@@ -144,7 +146,7 @@ impl Inner {
                 name,
                 seq: AtomicU64::new(0),
                 splits: AtomicU64::new(0),
-                timeout: AtomicDuration::new(self.timeout.get()),
+                timeout: Arc::new(AtomicDuration::new(self.timeout.get())),
                 poison: Mutex::new(None),
                 poisoned: Default::default(),
                 closed: Default::default(),

@@ -125,7 +125,9 @@ struct Inner {
     name: String,
     seq: AtomicU64,
     splits: AtomicU64,
-    timeout: AtomicDuration,
+    /// The deadline of every blocking call: shared with the communicators that run steps of
+    /// this one's calls (the hierarchy's), so that `set_timeout` reaches them too.
+    timeout: Arc<AtomicDuration>,
     poison: Mutex<Option<Error>>,
     /// Whether `poison` holds an error: every call checks this, without taking the lock.
     poisoned: std::sync::atomic::AtomicBool,
@@ -189,7 +191,7 @@ impl Communicator {
                 name: "world".into(),
                 seq: AtomicU64::new(0),
                 splits: AtomicU64::new(0),
-                timeout: AtomicDuration::new(timeout_from_env()),
+                timeout: Arc::new(AtomicDuration::new(timeout_from_env())),
                 poison: Mutex::new(None),
                 poisoned: Default::default(),
                 closed: Default::default(),

@@ -63,10 +63,10 @@ pub(super) fn stripe_slots(host_of: &[usize], hosts: usize) -> Vec<usize> {
 impl Hierarchy {
     /// A reduce-scatter or allgather too large for the stripes ([`super::BLOCKS_MAX_BYTES`]) or
     /// of unequal blocks, or an all-to-all too large for them or of the v variant: one schedule
-    /// over every rank, after the host's ranks and then each stripe have compared the call. Every path of the hierarchy starts with a step
-    /// inside the host and then one on this rank's stripe (stripe 0 is the leaders'), so ranks
-    /// whose calls put them on different paths meet there and fail with a desync, without
-    /// waiting for each other in a cycle.
+    /// over every rank, after the host's ranks and then each stripe have compared the call.
+    /// Every path of the hierarchy starts with a step inside the host and then one on this
+    /// rank's stripe (stripe 0 is the leaders'), so ranks whose calls put them on different
+    /// paths meet there and fail with a desync, without waiting for each other in a cycle.
     pub(super) fn flat_blocks(
         &self,
         call: &Call<'_>,

@@ -23,8 +23,9 @@ use crate::engine::HostEngine;
 use crate::op::Call;
 use crate::shm_coll::ShmWorld;
 
-/// Allreduce, broadcast, reduce-scatter, allgather and all-to-all over hosts: `world` places the ranks,
-/// `leaders` is the communicator of the lowest rank of each host (present on leaders only).
+/// Allreduce, broadcast, reduce-scatter, allgather and all-to-all over hosts: `world` places
+/// the ranks, `leaders` is the communicator of the lowest rank of each host (present on leaders
+/// only).
 ///
 /// Ranks that disagree about a call must meet somewhere to hear it: every path starts with a
 /// step inside the host that compares the call, and its first step between hosts runs on the
@@ -119,18 +120,6 @@ impl Hierarchy {
         }
     }
 
-    /// Give the communicators the steps run on the deadline of the call (the world's, which
-    /// `set_timeout` may have changed since they were made).
-    fn follow_timeout(&self, t: std::time::Duration) {
-        let children = self
-            .leaders
-            .iter()
-            .chain((self.stripe.iter()).flat_map(|s| [&s.comm, &s.flat]));
-        for c in children.filter(|c| c.timeout() != t) {
-            c.set_timeout(t);
-        }
-    }
-
     /// The stripe communicator of rank `me` of `comm`, if hosts have equal rank counts `> 1`.
     pub(super) fn stripe_of(comm: &Communicator, world: &ShmWorld, me: usize) -> Option<Stripe> {
         let hosts = world.leaders.len();
@@ -175,7 +164,6 @@ impl HostEngine for Hierarchy {
     }
 
     fn run(&self, call: &Call<'_>, op: &Op, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
-        self.follow_timeout(call.timeout);
         let (world, leaders, me) = (&*self.world, self.leaders.as_ref(), self.me);
         let host = world.host_of[me];
         let leader = world.leaders[host];
