@@ -208,11 +208,22 @@ pub(crate) fn execute(call: &Routed<'_>, sched: &Schedule, bufs: &Buffers) -> Re
         for (i, step) in round.iter().enumerate() {
             match *step {
                 Step::Send { .. } => {}
-                Step::Recv { peer, dst } | Step::RecvReduce { peer, dst } => {
-                    let reduce = matches!(step, Step::RecvReduce { .. });
+                Step::Recv { peer, dst } | Step::RecvReduce { peer, dst, .. } => {
                     let (p, n) = mem.range(dst)?;
+                    let into = match *step {
+                        Step::RecvReduce { src, .. } => {
+                            let (s, m) = mem.range(src)?;
+                            if m != n {
+                                return Err(Error::Unsupported(format!(
+                                    "internal: schedule reduces {src:?} into {dst:?}"
+                                )));
+                            }
+                            Delivery::Reduce(s)
+                        }
+                        _ => Delivery::Copy,
+                    };
                     let deadline = *deadline.get_or_insert_with(|| Instant::now() + call.timeout);
-                    receive(call, peer, p, n, reduce, deadline, || {
+                    receive(call, peer, p, n, into, deadline, || {
                         pending_peers(&round[i..])
                     })?;
                 }
@@ -290,7 +301,7 @@ fn trace_round(no: usize, round: &[Step], esz: usize, began: u64) {
     for s in round {
         match *s {
             Step::Send { peer, src } => sends.push([peer, src.len * esz]),
-            Step::Recv { peer, dst } | Step::RecvReduce { peer, dst } => {
+            Step::Recv { peer, dst } | Step::RecvReduce { peer, dst, .. } => {
                 recvs.push([peer, dst.len * esz])
             }
             _ => {}
@@ -323,6 +334,17 @@ fn message_bytes(call: &Routed<'_>, len: usize) -> usize {
     len.max(per_rank)
 }
 
+/// What a receive does with a message's bytes.
+#[derive(Clone, Copy)]
+pub(crate) enum Delivery {
+    /// Copies them to the destination.
+    Copy,
+    /// Reduces them with the `len` bytes at this operand (which may be the destination) into
+    /// the destination, chunk by chunk: the operand's chunk is copied while the message's
+    /// chunk is in cache, instead of the whole operand in a pass of its own before.
+    Reduce(*const u8),
+}
+
 /// Receive one message of exactly `len` bytes from communicator rank `peer` into `dst`, copying
 /// or reducing chunk by chunk. `waiting_for` lists the ranks to name if the deadline passes.
 pub(crate) fn receive(
@@ -330,7 +352,7 @@ pub(crate) fn receive(
     peer: usize,
     dst: *mut u8,
     len: usize,
-    reduce: bool,
+    into: Delivery,
     deadline: Instant,
     waiting_for: impl Fn() -> Vec<usize>,
 ) -> Result<()> {
@@ -375,10 +397,15 @@ pub(crate) fn receive(
         }
         // SAFETY: off + data.len() <= len, the destination's length.
         let d = unsafe { std::slice::from_raw_parts_mut(dst.add(off), frame.data.len()) };
-        if reduce {
-            dtype::reduce_into(call.dtype, call.op, d, &frame.data);
-        } else {
-            d.copy_from_slice(&frame.data);
+        match into {
+            Delivery::Copy => d.copy_from_slice(&frame.data),
+            Delivery::Reduce(operand) => {
+                if operand != dst.cast_const() {
+                    // SAFETY: the operand holds `len` bytes too; `copy` tolerates overlap.
+                    unsafe { std::ptr::copy(operand.add(off), d.as_mut_ptr(), d.len()) };
+                }
+                dtype::reduce_into(call.dtype, call.op, d, &frame.data);
+            }
         }
         got += frame.data.len();
         mailbox.recycle(frame.data);

@@ -7,17 +7,24 @@ use super::recursive::{doubling, halving, segs};
 use super::{Buf, Schedule, Span};
 
 /// Ring: a reduce-scatter around the ring (block `b` ends complete on rank `b`) followed by a
-/// ring allgather; `2 (p - 1)` rounds moving `count / p` elements each.
+/// ring allgather; `2 (p - 1)` rounds moving `count / p` elements each. The reduce-scatter
+/// reads this rank's contribution from `In` as it adds it: no copy of the input first.
 pub(crate) fn ring(count: usize, p: usize, r: usize) -> Schedule {
     let blocks = Layout::even(count, p);
     let (next, prev) = ((r + 1) % p, (r + p - 1) % p);
-    let block = |k: usize| blocks.span(Buf::Out, (r + 2 * p - k) % p);
+    let block_of = |buf: Buf, k: usize| blocks.span(buf, (r + 2 * p - k) % p);
+    let block = |k: usize| block_of(Buf::Out, k);
     let mut plan = Plan::new();
-    plan.copy(all(Buf::In, count), all(Buf::Out, count));
-    plan.next();
+    if p == 1 {
+        plan.copy(all(Buf::In, count), all(Buf::Out, count));
+    }
     for s in 0..p - 1 {
-        plan.send(next, block(s + 1));
-        plan.recv_reduce(prev, block(s + 2));
+        // Block `s + 1` reached its last reduction here in the round before (or is the input).
+        plan.send(
+            next,
+            block_of(if s == 0 { Buf::In } else { Buf::Out }, s + 1),
+        );
+        plan.recv_reduce_from(prev, block_of(Buf::In, s + 2), block(s + 2));
         plan.next();
     }
     plan.finalize(blocks.span(Buf::Out, r));
@@ -30,8 +37,11 @@ pub(crate) fn ring(count: usize, p: usize, r: usize) -> Schedule {
     plan.finish()
 }
 
-/// Where a folded rank's data goes, and where the result comes back from.
-fn fold_in(plan: &mut Plan, role: Role, count: usize) -> Option<(usize, Option<usize>)> {
+/// Where a folded rank's data goes, and where the result comes back from. An active rank
+/// learns its member id, its buddy, and which buffer holds its contribution (its buddy's added
+/// in): `Out` after a buddy's data, else still `In`, which its first exchange reads instead of
+/// a copy.
+fn fold_in(plan: &mut Plan, role: Role, count: usize) -> Option<(usize, Option<usize>, Buf)> {
     let acc = all(Buf::Out, count);
     match role {
         Role::Dropped { keeper } => {
@@ -41,12 +51,15 @@ fn fold_in(plan: &mut Plan, role: Role, count: usize) -> Option<(usize, Option<u
             None
         }
         Role::Active { id, buddy } => {
-            plan.copy(all(Buf::In, count), acc);
-            if let Some(b) = buddy {
-                plan.recv_reduce(b, acc);
-            }
+            let own = match buddy {
+                Some(b) => {
+                    plan.recv_reduce_from(b, all(Buf::In, count), acc);
+                    Buf::Out
+                }
+                None => Buf::In,
+            };
             plan.next();
-            Some((id, buddy))
+            Some((id, buddy, own))
         }
     }
 }
@@ -65,17 +78,19 @@ pub(crate) fn recursive_doubling(count: usize, p: usize, r: usize) -> Schedule {
     let fold = Fold::new(p);
     let acc = all(Buf::Out, count);
     let mut plan = Plan::new();
-    let Some((id, buddy)) = fold_in(&mut plan, fold.role(r), count) else {
+    let Some((id, buddy, mut own)) = fold_in(&mut plan, fold.role(r), count) else {
         return plan.finish();
     };
     let mut d = 1;
     while d < fold.pow {
         let peer = fold.member(id ^ d);
-        plan.send(peer, acc);
-        plan.recv_reduce(peer, acc);
+        plan.send(peer, all(own, count));
+        plan.recv_reduce_from(peer, all(own, count), acc);
         plan.next();
+        own = Buf::Out;
         d *= 2;
     }
+    plan.copy(all(own, count), acc);
     plan.finalize(acc);
     fold_out(&mut plan, buddy, count);
     plan.finish()
@@ -87,10 +102,13 @@ pub(crate) fn rabenseifner(count: usize, p: usize, r: usize) -> Schedule {
     let (fold, blocks) = (Fold::new(p), Layout::even(count, p));
     let peer = |id| fold.member(id);
     let mut plan = Plan::new();
-    let Some((id, buddy)) = fold_in(&mut plan, fold.role(r), count) else {
+    let Some((id, buddy, own)) = fold_in(&mut plan, fold.role(r), count) else {
         return plan.finish();
     };
-    halving(&mut plan, &fold, &blocks, Buf::Out, id, peer);
+    if fold.pow == 1 {
+        plan.copy(all(own, count), all(Buf::Out, count));
+    }
+    halving(&mut plan, &fold, &blocks, own, Buf::Out, id, peer);
     plan.finalize(segs(&fold, &blocks, Buf::Out, id, id + 1));
     plan.next();
     doubling(&mut plan, &fold, &blocks, Buf::Out, id, peer);

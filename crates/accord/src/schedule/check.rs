@@ -322,11 +322,20 @@ impl<'a> Sim<'a> {
         let rk = &self.ranks[r];
         match *s {
             Step::Send { .. } => {}
-            Step::Recv { peer, dst } | Step::RecvReduce { peer, dst } => {
+            Step::Recv { peer, dst } | Step::RecvReduce { peer, dst, .. } => {
                 if peer == r || peer >= p {
                     return Err(format!("receives from rank {peer} (world of {p})"));
                 }
                 rk.writable(dst)?;
+                if let Step::RecvReduce { src, .. } = *s {
+                    rk.check(src)?;
+                    if src.len != dst.len {
+                        return Err("operand and destination lengths differ".into());
+                    }
+                    if rk.overlap(src, dst, true) {
+                        return Err("operand and destination overlap".into());
+                    }
+                }
                 let Some(msg) = self.queues[peer * p + r].pop_front() else {
                     return Ok(false);
                 };
@@ -338,10 +347,13 @@ impl<'a> Sim<'a> {
                     ));
                 }
                 let rk = &mut self.ranks[r];
-                if matches!(s, Step::Recv { .. }) {
-                    rk.write(dst, msg);
-                } else {
-                    rk.reduce_into(dst, &msg);
+                match *s {
+                    Step::RecvReduce { src, .. } => {
+                        let own = rk.read(src);
+                        rk.write(dst, own);
+                        rk.reduce_into(dst, &msg);
+                    }
+                    _ => rk.write(dst, msg),
                 }
             }
             Step::Copy { src, dst } | Step::Reduce { src, dst } => {

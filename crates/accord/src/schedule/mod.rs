@@ -86,11 +86,15 @@ pub enum Step {
         /// Where it goes.
         dst: Span,
     },
-    /// Receive a message from `peer` and reduce it into `dst` (`dst = dst op msg`).
+    /// Receive a message from `peer` and reduce it with `src` into `dst` (`dst = src op msg`):
+    /// `src` is `dst` where `dst` accumulates, another range of equal length (the input) where
+    /// the first reduction of a range would otherwise follow a copy of it.
     RecvReduce {
         /// Source rank.
         peer: usize,
-        /// Accumulator.
+        /// The local operand.
+        src: Span,
+        /// Where the result goes.
         dst: Span,
     },
     /// Local copy, `src` and `dst` of equal length.

@@ -48,7 +48,14 @@ impl Plan {
 
     /// Receive from `peer` and reduce into `dst`.
     pub fn recv_reduce(&mut self, peer: usize, dst: Span) {
-        self.cur.push(Step::RecvReduce { peer, dst });
+        self.recv_reduce_from(peer, dst, dst);
+    }
+
+    /// Receive from `peer` and reduce with `src` into `dst` (`dst = src op msg`): a copy of
+    /// `src` to `dst` and a [`Plan::recv_reduce`] in one pass over the memory.
+    pub fn recv_reduce_from(&mut self, peer: usize, src: Span, dst: Span) {
+        debug_assert_eq!(src.len, dst.len);
+        self.cur.push(Step::RecvReduce { peer, src, dst });
     }
 
     /// Local copy; empty and identity copies are dropped (they cannot matter).

@@ -15,17 +15,19 @@ pub(crate) fn segs(fold: &Fold, blocks: &Layout, buf: Buf, a: usize, b: usize) -
 
 /// Recursive halving reduce-scatter: in each round a member swaps the half of its current
 /// segment range it will not keep for the partner's copy of the half it keeps, halving the
-/// range, until member `id` holds segment `id` reduced over every member.
-/// `peer(id)` maps a member to its rank.
+/// range, until member `id` holds segment `id` reduced over every member, in `buf`. The first
+/// round reads the member's contribution from `first` (`buf` itself, or the input, which spares
+/// a copy of it to `buf`). `peer(id)` maps a member to its rank.
 pub(crate) fn halving(
     plan: &mut Plan,
     fold: &Fold,
     blocks: &Layout,
+    first: Buf,
     buf: Buf,
     id: usize,
     peer: impl Fn(usize) -> usize,
 ) {
-    let (mut lo, mut size) = (0, fold.pow);
+    let (mut lo, mut size, mut from) = (0, fold.pow, first);
     while size > 1 {
         let half = size / 2;
         let (keep, give) = if id < lo + half {
@@ -33,11 +35,11 @@ pub(crate) fn halving(
         } else {
             (lo + half, lo)
         };
-        plan.send(peer(id ^ half), segs(fold, blocks, buf, give, give + half));
-        plan.recv_reduce(peer(id ^ half), segs(fold, blocks, buf, keep, keep + half));
+        let kept = |b| segs(fold, blocks, b, keep, keep + half);
+        plan.send(peer(id ^ half), segs(fold, blocks, from, give, give + half));
+        plan.recv_reduce_from(peer(id ^ half), kept(from), kept(buf));
         plan.next();
-        lo = keep;
-        size = half;
+        (lo, size, from) = (keep, half, buf);
     }
 }
 

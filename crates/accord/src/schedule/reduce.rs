@@ -46,12 +46,19 @@ pub(crate) fn rabenseifner(count: usize, root: usize, p: usize, r: usize) -> Sch
     match fold.role(rel(r, root, p)) {
         Role::Dropped { keeper } => plan.send(abs(keeper, root, p), all(Buf::In, count)),
         Role::Active { id, buddy } => {
-            plan.copy(all(Buf::In, count), acc);
-            if let Some(b) = buddy {
-                plan.recv_reduce(abs(b, root, p), acc);
+            // The first exchange reads the input where no buddy's data was added to a copy.
+            let own = match buddy {
+                Some(b) => {
+                    plan.recv_reduce_from(abs(b, root, p), all(Buf::In, count), acc);
+                    Buf::Out
+                }
+                None => Buf::In,
+            };
+            if fold.pow == 1 {
+                plan.copy(all(own, count), acc);
             }
             plan.next();
-            halving(&mut plan, &fold, &blocks, Buf::Out, id, peer);
+            halving(&mut plan, &fold, &blocks, own, Buf::Out, id, peer);
             gather_to_first(&mut plan, &fold, &blocks, Buf::Out, id, peer);
             if r == root {
                 plan.finalize(acc);

@@ -34,16 +34,16 @@ pub(crate) fn ring(counts: &[usize], p: usize, r: usize) -> Schedule {
         } else {
             slot(s, counts[got])
         };
-        plan.recv(prev, dst);
-        plan.reduce(blocks.span(Buf::In, got), dst);
+        plan.recv_reduce_from(prev, blocks.span(Buf::In, got), dst);
         plan.next();
     }
     plan.finalize(out);
     plan.finish()
 }
 
-/// Rabenseifner: fold onto a power of two, recursive halving over a scratch copy of the input,
-/// then each member finalizes its segment and hands the folded rank its block.
+/// Rabenseifner: fold onto a power of two, recursive halving into scratch (its first round
+/// reads the input), then each member finalizes its segment and hands the folded rank its
+/// block.
 pub(crate) fn rabenseifner(counts: &[usize], p: usize, r: usize) -> Schedule {
     let (fold, blocks) = (Fold::new(p), Layout::from_counts(counts.iter().copied()));
     let (input, out) = (all(Buf::In, blocks.total()), all(Buf::Out, counts[r]));
@@ -57,12 +57,21 @@ pub(crate) fn rabenseifner(counts: &[usize], p: usize, r: usize) -> Schedule {
         Role::Active { id, buddy } => {
             let work = all(Buf::Tmp, blocks.total());
             plan.need_tmp(work.len);
-            plan.copy(input, work);
-            if let Some(b) = buddy {
-                plan.recv_reduce(b, work);
+            // The first exchange reads the input where no buddy's data was added to a copy.
+            let own = match buddy {
+                Some(b) => {
+                    plan.recv_reduce_from(b, input, work);
+                    Buf::Tmp
+                }
+                None => Buf::In,
+            };
+            if fold.pow == 1 {
+                plan.copy(all(own, work.len), work);
             }
             plan.next();
-            halving(&mut plan, &fold, &blocks, Buf::Tmp, id, |m| fold.member(m));
+            halving(&mut plan, &fold, &blocks, own, Buf::Tmp, id, |m| {
+                fold.member(m)
+            });
             plan.finalize(segs(&fold, &blocks, Buf::Tmp, id, id + 1));
             plan.copy(blocks.span(Buf::Tmp, r), out);
             plan.next();

@@ -188,7 +188,7 @@ fn run(
                 let mut blocked = false;
                 while let Some(step) = others.get(r.step) {
                     match **step {
-                        Step::Recv { peer, dst } | Step::RecvReduce { peer, dst } => {
+                        Step::Recv { peer, dst } | Step::RecvReduce { peer, dst, .. } => {
                             let Some(arrival) =
                                 wires.get_mut(&(peer, me)).and_then(VecDeque::pop_front)
                             else {
