@@ -384,12 +384,21 @@ arith_int!(i8, i16, i32, i64, u8, u16, u32, u64);
 
 macro_rules! arith_float {
     ($($t:ty),*) => {$(
+
         impl Arith for $t {
             #[inline(always)] fn add(self, o: Self) -> Self { self + o }
             #[inline(always)] fn mul(self, o: Self) -> Self { self * o }
-            // NaN-propagating min/max, like torch: a NaN anywhere stays visible.
-            #[inline(always)] fn min(self, o: Self) -> Self { if self < o || self.is_nan() { self } else { o } }
-            #[inline(always)] fn max(self, o: Self) -> Self { if self > o || self.is_nan() { self } else { o } }
+            // NaN-propagating min/max, like torch: a NaN anywhere stays visible. Both operand
+            // orders give the same bits (two ranks of a recursive doubling reduce a pair in
+            // opposite orders): -0 is below +0, and of two NaNs the larger bit pattern wins.
+            #[inline(always)] fn min(self, o: Self) -> Self {
+                if self.is_nan() || o.is_nan() { self.either_nan(o) }
+                else if self < o || (self == o && self.is_sign_negative()) { self } else { o }
+            }
+            #[inline(always)] fn max(self, o: Self) -> Self {
+                if self.is_nan() || o.is_nan() { self.either_nan(o) }
+                else if self > o || (self == o && self.is_sign_positive()) { self } else { o }
+            }
             fn band(self, _: Self) -> Self { unreachable!("bitwise op on float") }
             fn bor(self, _: Self) -> Self { unreachable!("bitwise op on float") }
             fn bxor(self, _: Self) -> Self { unreachable!("bitwise op on float") }
@@ -397,6 +406,23 @@ macro_rules! arith_float {
     )*};
 }
 arith_float!(f32, f64);
+
+/// Of two floats at least one of which is NaN, the NaN with the larger bit pattern: the same
+/// whichever comes first.
+trait EitherNan: Sized {
+    fn either_nan(self, o: Self) -> Self;
+}
+macro_rules! either_nan {
+    ($($t:ty),*) => {$(
+        impl EitherNan for $t {
+            #[inline(always)]
+            fn either_nan(self, o: Self) -> Self {
+                if o.is_nan() && (!self.is_nan() || o.to_bits() > self.to_bits()) { o } else { self }
+            }
+        }
+    )*};
+}
+either_nan!(f32, f64);
 
 macro_rules! arith_complex {
     ($($t:ty),*) => {$(
@@ -542,6 +568,48 @@ fn with_typed_mut<T: bytemuck::Pod>(buf: &mut [u8], f: impl FnOnce(&mut [T])) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two ranks of a recursive doubling reduce a pair in opposite orders and must still end
+    /// with the same bits: signed zeros and NaN payloads included.
+    #[test]
+    fn min_and_max_give_the_same_bits_in_either_order() {
+        let nan_a = f64::from_bits(0x7ff8_0000_0000_0001);
+        let nan_b = f64::from_bits(0xfff8_0000_0000_0002);
+        let vals = [
+            0.0,
+            -0.0,
+            1.5,
+            -1.5,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            nan_a,
+            nan_b,
+        ];
+        for op in [ReduceOp::Min, ReduceOp::Max] {
+            for a in vals {
+                for b in vals {
+                    for dtype in [DataType::F64, DataType::F32, DataType::F16, DataType::BF16] {
+                        let bytes = |v: f64| -> Vec<u8> {
+                            match dtype {
+                                DataType::F64 => v.to_le_bytes().to_vec(),
+                                DataType::F32 => (v as f32).to_le_bytes().to_vec(),
+                                DataType::F16 => f16::from_f64(v).to_le_bytes().to_vec(),
+                                _ => bf16::from_f64(v).to_le_bytes().to_vec(),
+                            }
+                        };
+                        let (mut ab, mut ba) = (bytes(a), bytes(b));
+                        reduce_into(dtype, op, &mut ab, &bytes(b));
+                        reduce_into(dtype, op, &mut ba, &bytes(a));
+                        assert_eq!(ab, ba, "{op:?} {dtype:?} of {a} and {b}");
+                    }
+                }
+            }
+            let mut lo = 0.0f64.to_le_bytes();
+            reduce_into(DataType::F64, op, &mut lo, &(-0.0f64).to_le_bytes());
+            let want = if op == ReduceOp::Min { -0.0f64 } else { 0.0 };
+            assert_eq!(lo, want.to_le_bytes(), "{op:?} of signed zeros");
+        }
+    }
 
     #[test]
     fn sizes_and_names_round_trip() {
