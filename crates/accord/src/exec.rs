@@ -116,9 +116,9 @@ impl Routed<'_> {
             },
             WaitError::Mismatch { src, theirs } => Error::Desync {
                 me: shown(self.me),
-                mine: self.fp.to_string(),
+                mine: self.fp.shown_beside(&theirs),
                 peer: (self.ranks.iter().position(|&r| r == src)).map_or(src, shown),
-                theirs: theirs.to_string(),
+                theirs: theirs.shown_beside(&self.fp),
                 comm: self.comm_name.to_string(),
                 seq: self.seq,
             },
@@ -428,9 +428,9 @@ fn check_frame(
     if *theirs != call.fp {
         return Err(Error::Desync {
             me,
-            mine: call.fp.to_string(),
+            mine: call.fp.shown_beside(theirs),
             peer,
-            theirs: theirs.to_string(),
+            theirs: theirs.shown_beside(&call.fp),
             comm: call.comm_name.to_string(),
             seq: call.seq,
         });

@@ -3,9 +3,13 @@
 //! Every frame on the wire carries its operation's fingerprint. A receiver compares the frame's
 //! fingerprint to its own call's, so two ranks that call different operations (or the same one
 //! with a different dtype, count, root or reduce op) get a [`crate::Error::Desync`] naming both
-//! calls instead of wrong data or a hang.
+//! calls instead of wrong data or a hang. A call that runs a message schedule also carries its
+//! algorithm: ranks that chose different ones (`ACCORD_ALGO_<OP>` or
+//! [`crate::Communicator::force_algorithm`] set differently) would exchange blocks of the same
+//! size that mean different things.
 
 use crate::dtype::{DataType, ReduceOp};
+use crate::schedule::Algorithm;
 use std::fmt;
 
 /// Which operation a frame belongs to.
@@ -110,10 +114,15 @@ pub struct Fingerprint {
     pub count: u64,
     /// Hash of a count vector all ranks must agree on (allgatherv, reduce_scatterv), else 0.
     pub counts_hash: u64,
+    /// The algorithm of a call that runs a message schedule.
+    pub algo: Option<Algorithm>,
 }
 
 /// Size of a fingerprint on the wire.
 pub const FINGERPRINT_WIRE_LEN: usize = 24;
+
+// The algorithm's place is encoded in four bits.
+const _: () = assert!(Algorithm::ALL.len() < 16);
 
 impl Fingerprint {
     /// A fingerprint with only kind, dtype and count set.
@@ -125,7 +134,14 @@ impl Fingerprint {
             root: None,
             count: count as u64,
             counts_hash: 0,
+            algo: None,
         }
+    }
+
+    /// Set the algorithm.
+    pub fn with_algorithm(mut self, algo: Algorithm) -> Self {
+        self.algo = Some(algo);
+        self
     }
 
     /// Set the reduce operator.
@@ -146,13 +162,28 @@ impl Fingerprint {
         self
     }
 
+    /// This call as an error names it beside `other`: with its algorithm where that is all
+    /// the two differ in (elsewhere the algorithm would only hide the difference that matters).
+    pub fn shown_beside(&self, other: &Fingerprint) -> String {
+        let call = |f: &Fingerprint| Fingerprint { algo: None, ..*f };
+        match self.algo {
+            Some(a) if call(self) == call(other) => format!("{self} by {a}"),
+            _ => self.to_string(),
+        }
+    }
+
     /// Encode to the fixed wire form.
     pub fn encode(&self) -> [u8; FINGERPRINT_WIRE_LEN] {
         let mut b = [0u8; FINGERPRINT_WIRE_LEN];
         b[0] = self.kind as u8;
         b[1] = self.dtype as u8;
         b[2] = self.op.map_or(0, |o| o as u8);
-        b[3] = self.root.is_some() as u8;
+        // Bit 0: a root follows; bits 1-4: the algorithm's place in `Algorithm::ALL`, plus 1.
+        let algo = self
+            .algo
+            .and_then(|a| Algorithm::ALL.iter().position(|&x| x == a))
+            .map_or(0, |i| i as u8 + 1);
+        b[3] = self.root.is_some() as u8 | algo << 1;
         b[4..8].copy_from_slice(&self.root.unwrap_or(0).to_le_bytes());
         b[8..16].copy_from_slice(&self.count.to_le_bytes());
         b[16..24].copy_from_slice(&self.counts_hash.to_le_bytes());
@@ -167,10 +198,13 @@ impl Fingerprint {
             0 => None,
             v => Some(ReduceOp::from_u8(v)?),
         };
-        let root = match b[3] {
+        let root = match b[3] & 1 {
             0 => None,
-            1 => Some(u32::from_le_bytes(b[4..8].try_into().ok()?)),
-            _ => return None,
+            _ => Some(u32::from_le_bytes(b[4..8].try_into().ok()?)),
+        };
+        let algo = match (b[3] >> 1) as usize {
+            0 => None,
+            i => Some(*Algorithm::ALL.get(i - 1)?),
         };
         Some(Fingerprint {
             kind,
@@ -179,6 +213,7 @@ impl Fingerprint {
             root,
             count: u64::from_le_bytes(b[8..16].try_into().ok()?),
             counts_hash: u64::from_le_bytes(b[16..24].try_into().ok()?),
+            algo,
         })
     }
 }
@@ -229,6 +264,23 @@ mod tests {
         assert_eq!(Fingerprint::decode(&fp.encode()), Some(fp));
         let mut bad = fp.encode();
         bad[0] = 200;
+        assert_eq!(Fingerprint::decode(&bad), None);
+        for algo in Algorithm::ALL {
+            let by = fp.with_root(3).with_algorithm(algo);
+            assert_eq!(Fingerprint::decode(&by.encode()), Some(by));
+            assert_ne!(by, fp.with_root(3), "{algo}");
+        }
+        let by = fp.with_algorithm(Algorithm::Ring);
+        assert_eq!(by.to_string(), "allreduce(f32 x 1024, sum)");
+        let direct = fp.with_algorithm(Algorithm::Direct);
+        assert_eq!(
+            by.shown_beside(&direct),
+            "allreduce(f32 x 1024, sum) by ring"
+        );
+        let other = Fingerprint::new(OpKind::Broadcast, DataType::F32, 1024).with_root(0);
+        assert_eq!(by.shown_beside(&other), "allreduce(f32 x 1024, sum)");
+        let mut bad = fp.encode();
+        bad[3] = (Algorithm::ALL.len() as u8 + 1) << 1;
         assert_eq!(Fingerprint::decode(&bad), None);
     }
 }

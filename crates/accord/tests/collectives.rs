@@ -3,7 +3,7 @@
 
 use accord::fingerprint::OpKind;
 use accord::schedule::Algorithm;
-use accord::testing::run_world;
+use accord::testing::{run_world, run_world_with_timeout};
 use accord::ReduceOp;
 
 /// Tags keep messages apart even when they are received in another order than sent.
@@ -46,4 +46,29 @@ fn force_algorithm_is_per_kind() {
         comm.all_reduce(&mut v, ReduceOp::Max).unwrap();
         assert_eq!(v, [2.0; 5]);
     });
+}
+
+/// Ranks that force different algorithms for one call fail, naming both, instead of reading
+/// each other's blocks: with three ranks, a ring reduce-scatter's first message (rank 0's block
+/// 2, to rank 1) has the size of the direct algorithm's (rank 0's block 1, to rank 1).
+#[test]
+fn ranks_forcing_different_algorithms_all_fail() {
+    let errors = run_world_with_timeout(3, std::time::Duration::from_secs(20), |comm| {
+        let algo = match comm.rank() {
+            0 => Algorithm::Ring,
+            _ => Algorithm::Direct,
+        };
+        comm.force_algorithm(OpKind::ReduceScatter, Some(algo));
+        let input = vec![1f32 + comm.rank() as f32; 3 * 64];
+        let mut out = vec![0f32; 64];
+        comm.reduce_scatter(&input, &mut out, ReduceOp::Sum)
+            .expect_err("ranks that forced different algorithms")
+            .to_string()
+    });
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("by ring") && e.contains("by direct")),
+        "{errors:?}"
+    );
 }

@@ -137,7 +137,10 @@ impl Communicator {
                 output_len: output.len(),
             },
         };
-        let routed = self.routed(op.call(self.inner.id, &self.inner.name, seq, self.timeout()));
+        let mut call = op.call(self.inner.id, &self.inner.name, seq, self.timeout());
+        // Ranks that chose other algorithms (forced differently) fail on the first frame.
+        call.fp = call.fp.with_algorithm(algo);
+        let routed = self.routed(call);
         exec::execute(&routed, &sched, &bufs).map_err(|e| self.fail(e))
     }
 

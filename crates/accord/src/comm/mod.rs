@@ -133,8 +133,10 @@ struct Inner {
     poisoned: std::sync::atomic::AtomicBool,
     /// `close` was called.
     closed: std::sync::atomic::AtomicBool,
-    /// Plans by (collective, element size): the algorithm choice depends on both.
-    cache: Mutex<HashMap<(Collective, usize), Plan>>,
+    /// Plans by (operation, collective, element size): the algorithm choice depends on all
+    /// three (an all-to-all-v takes pairwise whatever its counts, which a regular all-to-all of
+    /// the same counts need not).
+    cache: Mutex<HashMap<(OpKind, Collective, usize), Plan>>,
     /// `ACCORD_EXPLAIN=1`: say which engine and algorithm run each operation.
     explain: bool,
     /// The (operation, engine) pairs `ACCORD_EXPLAIN` has reported.
@@ -341,7 +343,8 @@ impl Communicator {
 
     /// Use `algo` for every later `kind` operation on this communicator (`None`: let the tuner
     /// choose again). An algorithm that does not apply to a call makes that call fail with
-    /// [`Error::Unsupported`].
+    /// [`Error::Unsupported`]; ranks whose calls run different algorithms fail with
+    /// [`Error::Desync`] naming both (their blocks could match in size but not in meaning).
     pub fn force_algorithm(&self, kind: OpKind, algo: Option<Algorithm>) {
         let mut f = self.inner.forced.lock().unwrap();
         match algo {
@@ -453,7 +456,7 @@ impl Communicator {
         kind: OpKind,
         dtype: DataType,
     ) -> Result<(Arc<Schedule>, Algorithm)> {
-        let key = (coll.clone(), dtype.size());
+        let key = (kind, coll.clone(), dtype.size());
         if let Some(s) = self.inner.cache.lock().unwrap().get(&key) {
             return Ok(s.clone());
         }

@@ -132,7 +132,7 @@ impl Communicator {
         if !trace::enabled() {
             return None;
         }
-        let key = (op.coll.clone(), op.dtype.size());
+        let key = (op.kind(), op.coll.clone(), op.dtype.size());
         self.inner.cache.lock().unwrap().get(&key).map(|(_, a)| *a)
     }
 }

@@ -464,6 +464,8 @@ fn read(s: &Slot) -> Option<(u64, Record)> {
         root: ((head >> 24) & 1 == 1).then_some((head >> 32) as u32),
         count,
         counts_hash: hash,
+        // Records keep the caller's call; its route names the algorithm.
+        algo: None,
     };
     let record = Record {
         lane: Lane::from_u8(meta as u8)?,
