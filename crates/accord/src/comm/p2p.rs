@@ -244,7 +244,8 @@ impl Communicator {
         let routed = self.routed(self.p2p_call(dtype, count, tag));
         let deadline = Instant::now() + self.timeout();
         let r = self.await_turn(&turn, "recv", dtype, count, deadline).and_then(|()| {
-            exec::receive(&routed, peer, buf.as_mut_ptr(), buf.len(), exec::Delivery::Copy, deadline, || {
+            let copy = exec::Delivery::Copy;
+            exec::receive(&routed, peer, buf.as_mut_ptr(), buf.len(), copy, deadline, || {
                 vec![peer]
             })
             .map_err(|e| match e {

@@ -224,7 +224,7 @@ pub fn predict(
             fold(2.0, n + blk, true)
                 + m.msgs(s.lg_pow, s.pow_share())
                 + m.reduce(s.pow_share())
-                + m.copy(n)
+                + m.copy(blk)
         }
         (Collective::ReduceScatter { .. }, _) => {
             m.msgs(p - 1.0, (p - 1.0) * blk) + m.reduce((p - 1.0) * blk)
