@@ -195,6 +195,22 @@ fn a_rank_with_the_wrong_token_is_refused() {
 }
 
 #[test]
+fn a_setting_that_must_be_alike_set_otherwise_on_one_rank_fails_every_rank() {
+    let outs = spawn_world(3, "ops", |r| match r {
+        1 => vec![("ACCORD_HIER_STRIPE_BYTES".into(), "1048576".into())],
+        _ => vec![],
+    });
+    for (r, o) in outs.iter().enumerate() {
+        let err = text(&o.stderr);
+        assert!(!o.status.success(), "rank {r}: {err}");
+        assert!(
+            err.contains("ACCORD_HIER_STRIPE_BYTES is 65536 on rank 0 and 1048576 on rank 1"),
+            "rank {r}: {err}"
+        );
+    }
+}
+
+#[test]
 fn different_calls_are_a_desync_on_every_rank() {
     let outs = spawn_world(3, "desync", |_| vec![]);
     for (r, o) in outs.iter().enumerate() {

@@ -2,12 +2,13 @@
 //! then connect the transport.
 
 use crate::comm::{timeout_from_env, Communicator, Resources};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::rendezvous::{self, InitMethod, Rendezvous};
 use crate::shm_coll::ShmWorld;
 use crate::transport::hybrid::{shm_p2p_enabled, HybridTransport};
 use crate::transport::shm::{host_id, shm_enabled, ShmGroup};
 use crate::transport::tcp::{TcpOptions, TcpTransport};
+use crate::transport::wire::PROTOCOL;
 use crate::transport::Transport;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +68,14 @@ pub fn from_rendezvous(rdv: Rendezvous, timeout: Duration) -> Result<Communicato
             return Err(e);
         }
     };
+    // Once every rank is known to be there (a rank that ends before it connects is named by
+    // the mesh, within the join deadline).
+    if let Err(e) = check_alike(&rdv, timeout) {
+        if rdv.server.is_some() {
+            std::thread::sleep(STORE_LINGER); // the others may still be reading what differs
+        }
+        return Err(e);
+    }
     let mut transport: Arc<dyn Transport> = tcp.clone();
     let mut resources = Resources::default();
     if let Some(w) = shm_world(&rdv, &transport, timeout)? {
@@ -120,6 +129,75 @@ fn shm_world(
     Ok(Some(ShmWorld::new(group, &hosts)))
 }
 
+/// Every rank publishes its frames' format version and the settings all ranks must share
+/// ([`crate::config::Config::shared`]), and reads everyone's: ranks of another build, or that
+/// set one of them differently, would misread each other's frames or take paths that never
+/// meet, so every rank fails here naming the first difference.
+fn check_alike(rdv: &Rendezvous, timeout: Duration) -> Result<()> {
+    let store = rdv.store.with_prefix("accord/alike");
+    let mut mine = vec![("frame format", PROTOCOL.to_string())];
+    mine.extend(crate::config::get().shared());
+    let line =
+        |v: &[(&str, String)]| -> String { v.iter().map(|(k, v)| format!("{k}={v}\n")).collect() };
+    store.set(&rdv.rank.to_string(), line(&mine))?;
+    let keys: Vec<String> = (0..rdv.world_size).map(|r| r.to_string()).collect();
+    let all: Vec<String> = store
+        .multi_get(&keys, timeout)?
+        .into_iter()
+        .map(|v| String::from_utf8_lossy(&v).into_owned())
+        .collect();
+    match first_difference(&all) {
+        None => Ok(()),
+        Some(d) if d.name == "frame format" => Err(Error::Protocol(format!(
+            "rank {} speaks frame format {} and rank {} format {}: every rank must run the \
+             same Accord release",
+            d.ranks.0, d.values.0, d.ranks.1, d.values.1
+        ))),
+        Some(d) => Err(Error::invalid(format!(
+            "{} is {} on rank {} and {} on rank {}: every rank must set it alike",
+            d.name, d.values.0, d.ranks.0, d.values.1, d.ranks.1
+        ))),
+    }
+}
+
+/// Where two ranks' published settings first differ.
+#[derive(Debug, PartialEq)]
+struct Difference {
+    name: String,
+    /// The lowest rank, and the lowest rank that differs from it.
+    ranks: (usize, usize),
+    values: (String, String),
+}
+
+/// The first setting (in publication order) on which some rank differs from rank 0; each entry
+/// of `all` is one rank's `name=value` lines.
+fn first_difference(all: &[String]) -> Option<Difference> {
+    let parse = |s: &str| -> Vec<(String, String)> {
+        s.lines()
+            .map(|l| l.split_once('=').unwrap_or((l, "")))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let first = parse(all.first()?);
+    for (name, value) in &first {
+        for (r, other) in all.iter().enumerate().skip(1) {
+            let theirs = parse(other);
+            let got = theirs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str());
+            if got != Some(value.as_str()) {
+                return Some(Difference {
+                    name: name.clone(),
+                    ranks: (0, r),
+                    values: (value.clone(), got.unwrap_or("unknown").to_string()),
+                });
+            }
+        }
+    }
+    None
+}
+
 /// Whether every rank says `yes` to `what`: settings that change the transport or the cost model
 /// must be the same everywhere, whatever each rank's environment says.
 fn agree(rdv: &Rendezvous, what: &str, yes: bool, timeout: Duration) -> Result<bool> {
@@ -130,4 +208,26 @@ fn agree(rdv: &Rendezvous, what: &str, yes: bool, timeout: Duration) -> Result<b
         .multi_get(&keys, timeout)?
         .iter()
         .all(|v| v.as_slice() == b"1"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_setting_a_rank_sets_otherwise_is_named() {
+        let rank = |stripe: &str| format!("frame format=2\nACCORD_HIER_STRIPE_BYTES={stripe}\n");
+        assert_eq!(first_difference(&[rank("65536"), rank("65536")]), None);
+        let d = first_difference(&[rank("65536"), rank("65536"), rank("1024")]).unwrap();
+        assert_eq!(d.name, "ACCORD_HIER_STRIPE_BYTES");
+        assert_eq!(d.ranks, (0, 2));
+        assert_eq!(d.values, ("65536".to_string(), "1024".to_string()));
+        let old = "frame format=1\n".to_string();
+        let d = first_difference(&[rank("1"), old]).unwrap();
+        assert_eq!(
+            (d.name.as_str(), d.values.1.as_str()),
+            ("frame format", "1")
+        );
+        assert_eq!(first_difference(&[]), None);
+    }
 }

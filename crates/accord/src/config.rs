@@ -21,10 +21,11 @@
 //! | `ACCORD_SHM_CMA` | `0`/`off`/`no` (trimmed) | on | single-copy transfers with `process_vm_readv` |
 //! | `ACCORD_SHM_CHUNK_BYTES` | bytes (trimmed) | 1 MiB | one staging half; rounded down to a multiple of 64 within 4 KiB..256 MiB |
 //! | `ACCORD_SHM_RING_BYTES` | bytes (trimmed) | 512 KiB | one point-to-point ring; rounded down to a multiple of 4096 within 16 KiB..256 MiB |
-//! | `ACCORD_HIERARCHY` | `0`/`off`/`no` (trimmed) | on | collectives of ranks on several hosts compose shared memory inside hosts with the host leaders' (or stripes') steps over the network (`comm::hierarchy`); off: one schedule over the point-to-point transport (shared-memory rings between local ranks, TCP between hosts) |
+//! | `ACCORD_HIERARCHY` | `0`/`off`/`no` (trimmed) | on | collectives of ranks on several hosts compose shared memory inside hosts with the host leaders' (or stripes') steps over the network (`comm::hierarchy`); off: one schedule over the point-to-point transport (shared-memory rings between local ranks, TCP between hosts); the same on every rank |
 //! | `ACCORD_HIER_STRIPE_BYTES` | bytes (trimmed) | 64 KiB | allreduces across hosts from this size are striped, one slice per local rank (`comm::hierarchy`); the same on every rank |
 //! | `ACCORD_HIER_PIPELINE_BYTES` | bytes (trimmed) | 32 MiB | striped allreduces from this size run in 4 pieces, each piece's step between hosts overlapping the host steps of the others (`comm::hierarchy`); the same on every rank |
 //! | `ACCORD_HIER_BLOCKS_BYTES` | bytes (trimmed) | 1 MiB | reduce-scatters and allgathers across hosts (equal blocks, hosts of equal rank counts) whose whole buffer is below this size go over the stripes; larger ones take one schedule over the transport; the same on every rank |
+//! | `ACCORD_HIER_ALLTOALL_BYTES` | bytes (trimmed) | 128 KiB | all-to-alls across hosts (hosts of equal rank counts) whose send buffer is below this size go over the stripes; larger ones take one schedule over every rank; the same on every rank |
 //! | `ACCORD_TCP_POLL_US` | microseconds (trimmed) | 50 | how long a wait for a small TCP message reads its peer's socket itself (renewed while bytes come) before sleeping; 0: sleep at once |
 //! | `ACCORD_TCP_PUMP_BYTES` | bytes (trimmed) | 1 MiB | waits for TCP messages below this size read the peer's socket themselves; from 64 KiB only where every rank of the host and its reader thread can have a CPU of their own |
 //! | `ACCORD_TCP_LANES` | count 1-8 (trimmed) | this host's CPUs / its ranks, 1 to 4 | TCP connections a rank opens to each lower rank; messages from `ACCORD_TCP_STRIPE_BYTES` are dealt over them ([`crate::transport::tcp`]) |
@@ -37,8 +38,8 @@
 //! | `ACCORD_SHM_SLOT_BYTES` | bytes (trimmed) | 64 KiB | slot size of pipelined shared-memory broadcasts |
 //! | `ACCORD_GPU_WATCHDOG` | `0` | on | the watchdog that aborts NCCL on timeouts and errors |
 //! | `ACCORD_GPU_ENGINE` | `auto`, `accord` or `nccl` (trimmed, any case) | `auto` | who runs collectives on GPU memory: `auto` picks Accord's own kernels or NCCL per call by size (see [`crate::gpu`]), `accord` runs Accord's kernels wherever they apply, `nccl` never uses them |
-//! | `ACCORD_GPU_CHUNK_BYTES` | bytes (trimmed) | 1 MiB | bytes one round of Accord's GPU kernels moves per pair of ranks; rounded down to a multiple of 4 KiB within 64 KiB..64 MiB |
-//! | `ACCORD_GPU_LL_BYTES` | bytes (trimmed) | 256 KiB | the largest call Accord's GPU kernels send as LL packets (a one-shot allreduce's message; an allgather's, reduce-scatter's or alltoall's block per rank); at most 256 KiB |
+//! | `ACCORD_GPU_CHUNK_BYTES` | bytes (trimmed) | 1 MiB | bytes one round of Accord's GPU kernels moves per pair of ranks; rounded down to a multiple of 4 KiB within 64 KiB..64 MiB; the same on every rank |
+//! | `ACCORD_GPU_LL_BYTES` | bytes (trimmed) | 256 KiB | the largest call Accord's GPU kernels send as LL packets (a one-shot allreduce's message; an allgather's, reduce-scatter's or alltoall's block per rank); at most 256 KiB; the same on every rank |
 //! | `ACCORD_GPU_ALLTOALL_SELF` | `copy` (any case) | inside the NCCL group | how alltoall moves a rank's own block |
 //! | `ACCORD_NCCL_INIT` | `blocking` | with a deadline | NCCL's plain blocking communicator init |
 //! | `ACCORD_NCCL_LIBRARY` | path | search | the NCCL library to load |
@@ -53,6 +54,10 @@
 //! | `ACCORD_FLIGHT_SIGNAL` | `0` (trimmed) | on | `SIGUSR1` writes the flight records |
 //! | `ACCORD_JOB_ID` | string | the store's address | names the job in flight-record files (`accord run` sets it) |
 //! | `ACCORD_TRACE` | path | off | a Chrome-trace timeline per rank ([`crate::observe::trace`]) |
+//!
+//! The settings marked "the same on every rank" ([`Config::shared`]) are compared when a world
+//! forms, with the frames' format version: a rank that sets one otherwise (or runs another
+//! release) makes every rank's init fail naming the setting and two ranks that differ.
 //!
 //! Joining a job reads its own variables at every init, because the process environment may
 //! change between inits (and [`crate::rendezvous::init_with_vars`] takes them from the caller):
@@ -215,6 +220,34 @@ fn switched_off(v: Option<&str>) -> bool {
 }
 
 impl Config {
+    /// The settings every rank of a job must share, as (variable, value): they choose the
+    /// paths across hosts and the rounds of the GPU kernels, so ranks that set them differently
+    /// would take paths that never meet. Compared when a world forms.
+    pub fn shared(&self) -> Vec<(&'static str, String)> {
+        let on = |b: bool| if b { "on" } else { "off" }.to_string();
+        vec![
+            ("ACCORD_HIERARCHY", on(self.hierarchy)),
+            (
+                "ACCORD_HIER_STRIPE_BYTES",
+                self.hier_stripe_bytes.to_string(),
+            ),
+            (
+                "ACCORD_HIER_BLOCKS_BYTES",
+                self.hier_blocks_bytes.to_string(),
+            ),
+            (
+                "ACCORD_HIER_ALLTOALL_BYTES",
+                self.hier_alltoall_bytes.to_string(),
+            ),
+            (
+                "ACCORD_HIER_PIPELINE_BYTES",
+                self.hier_pipeline_bytes.to_string(),
+            ),
+            ("ACCORD_GPU_CHUNK_BYTES", self.gpu_chunk_bytes.to_string()),
+            ("ACCORD_GPU_LL_BYTES", self.gpu_ll_bytes.to_string()),
+        ]
+    }
+
     /// Parse the variables as `lookup` returns them (`None`: unset).
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Config {
         let raw = |k: &str| lookup(k);

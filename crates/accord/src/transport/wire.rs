@@ -16,6 +16,10 @@ use super::Envelope;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FINGERPRINT_WIRE_LEN};
 
+/// The version of the frames' format, which ranks compare when a world forms: raise it with
+/// any change to a header's or a fingerprint's encoding (2: fingerprints carry the algorithm).
+pub const PROTOCOL: u32 = 2;
+
 /// Header size on the wire.
 pub const HEADER_LEN: usize = 72;
 const MAGIC: [u8; 4] = *b"ACD1";
