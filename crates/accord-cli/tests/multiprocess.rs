@@ -196,17 +196,26 @@ fn a_rank_with_the_wrong_token_is_refused() {
 
 #[test]
 fn a_setting_that_must_be_alike_set_otherwise_on_one_rank_fails_every_rank() {
-    let outs = spawn_world(3, "ops", |r| match r {
-        1 => vec![("ACCORD_HIER_STRIPE_BYTES".into(), "1048576".into())],
-        _ => vec![],
-    });
-    for (r, o) in outs.iter().enumerate() {
-        let err = text(&o.stderr);
-        assert!(!o.status.success(), "rank {r}: {err}");
-        assert!(
-            err.contains("ACCORD_HIER_STRIPE_BYTES is 65536 on rank 0 and 1048576 on rank 1"),
-            "rank {r}: {err}"
-        );
+    // A path across hosts, and the layout of a shared-memory broadcast's slots (which gave
+    // a reader with larger slots than the root stale bytes).
+    for (var, default, other) in [
+        ("ACCORD_HIER_STRIPE_BYTES", "65536", "1048576"),
+        ("ACCORD_SHM_SLOT_BYTES", "65536", "131072"),
+    ] {
+        let outs = spawn_world(3, "ops", |r| match r {
+            1 => vec![(var.into(), other.into())],
+            _ => vec![],
+        });
+        for (r, o) in outs.iter().enumerate() {
+            let err = text(&o.stderr);
+            assert!(!o.status.success(), "{var}, rank {r}: {err}");
+            assert!(
+                err.contains(&format!(
+                    "{var} is {default} on rank 0 and {other} on rank 1"
+                )),
+                "{var}, rank {r}: {err}"
+            );
+        }
     }
 }
 

@@ -130,33 +130,42 @@ fn shm_world(
 }
 
 /// Every rank publishes its frames' format version and the settings all ranks must share
-/// ([`crate::config::Config::shared`]), and reads everyone's: ranks of another build, or that
-/// set one of them differently, would misread each other's frames or take paths that never
-/// meet, so every rank fails here naming the first difference.
+/// ([`crate::config::Config::shared`]); rank 0 compares them and publishes a verdict the others
+/// read (one key each, where reading everyone's would move `N^2` values through the store).
+/// Ranks of another build, or that set one of them differently, would misread each other's
+/// frames or take paths that never meet, so every rank fails here naming the first difference.
 fn check_alike(rdv: &Rendezvous, timeout: Duration) -> Result<()> {
     let store = rdv.store.with_prefix("accord/alike");
     let mut mine = vec![("frame format", PROTOCOL.to_string())];
     mine.extend(crate::config::get().shared());
-    let line =
-        |v: &[(&str, String)]| -> String { v.iter().map(|(k, v)| format!("{k}={v}\n")).collect() };
-    store.set(&rdv.rank.to_string(), line(&mine))?;
-    let keys: Vec<String> = (0..rdv.world_size).map(|r| r.to_string()).collect();
-    let all: Vec<String> = store
-        .multi_get(&keys, timeout)?
-        .into_iter()
-        .map(|v| String::from_utf8_lossy(&v).into_owned())
-        .collect();
-    match first_difference(&all) {
-        None => Ok(()),
-        Some(d) if d.name == "frame format" => Err(Error::Protocol(format!(
-            "rank {} speaks frame format {} and rank {} format {}: every rank must run the \
-             same Accord release",
-            d.ranks.0, d.values.0, d.ranks.1, d.values.1
-        ))),
-        Some(d) => Err(Error::invalid(format!(
-            "{} is {} on rank {} and {} on rank {}: every rank must set it alike",
-            d.name, d.values.0, d.ranks.0, d.values.1, d.ranks.1
-        ))),
+    let line: String = mine.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+    store.set(&rdv.rank.to_string(), line)?;
+    if rdv.rank == 0 {
+        let keys: Vec<String> = (0..rdv.world_size).map(|r| r.to_string()).collect();
+        let all: Vec<String> = store
+            .multi_get(&keys, timeout)?
+            .into_iter()
+            .map(|v| String::from_utf8_lossy(&v).into_owned())
+            .collect();
+        let verdict = match first_difference(&all) {
+            None => String::new(),
+            Some(d) if d.name == "frame format" => format!(
+                "Prank {} speaks frame format {} and rank {} format {}: every rank must run \
+                 the same Accord release",
+                d.ranks.0, d.values.0, d.ranks.1, d.values.1
+            ),
+            Some(d) => format!(
+                "I{} is {} on rank {} and {} on rank {}: every rank must set it alike",
+                d.name, d.values.0, d.ranks.0, d.values.1, d.ranks.1
+            ),
+        };
+        store.set("verdict", verdict)?;
+    }
+    let verdict = String::from_utf8_lossy(&store.get_timeout("verdict", timeout)?).into_owned();
+    match verdict.split_at(verdict.len().min(1)) {
+        ("", _) => Ok(()),
+        ("P", why) => Err(Error::Protocol(why.to_string())),
+        (_, why) => Err(Error::invalid(why)),
     }
 }
 

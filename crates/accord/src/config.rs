@@ -18,9 +18,9 @@
 //! | `ACCORD_TRANSPORT` | `tcp` (trimmed) | shared memory allowed | `tcp` on any rank turns shared memory off for all |
 //! | `ACCORD_HOST_ID` | string | host name + boot id | ranks with equal ids share memory |
 //! | `ACCORD_SHM_P2P` | `0`/`off`/`no` (trimmed) | on | point-to-point traffic between local ranks through shared-memory rings |
-//! | `ACCORD_SHM_CMA` | `0`/`off`/`no` (trimmed) | on | single-copy transfers with `process_vm_readv` |
-//! | `ACCORD_SHM_CHUNK_BYTES` | bytes (trimmed) | 1 MiB | one staging half; rounded down to a multiple of 64 within 4 KiB..256 MiB |
-//! | `ACCORD_SHM_RING_BYTES` | bytes (trimmed) | 512 KiB | one point-to-point ring; rounded down to a multiple of 4096 within 16 KiB..256 MiB |
+//! | `ACCORD_SHM_CMA` | `0`/`off`/`no` (trimmed) | on | single-copy transfers with `process_vm_readv`; the same on every rank |
+//! | `ACCORD_SHM_CHUNK_BYTES` | bytes (trimmed) | 1 MiB | one staging half; rounded down to a multiple of 64 within 4 KiB..256 MiB; the same on every rank |
+//! | `ACCORD_SHM_RING_BYTES` | bytes (trimmed) | 512 KiB | one point-to-point ring; rounded down to a multiple of 4096 within 16 KiB..256 MiB; the same on every rank |
 //! | `ACCORD_HIERARCHY` | `0`/`off`/`no` (trimmed) | on | collectives of ranks on several hosts compose shared memory inside hosts with the host leaders' (or stripes') steps over the network (`comm::hierarchy`); off: one schedule over the point-to-point transport (shared-memory rings between local ranks, TCP between hosts); the same on every rank |
 //! | `ACCORD_HIER_STRIPE_BYTES` | bytes (trimmed) | 64 KiB | allreduces across hosts from this size are striped, one slice per local rank (`comm::hierarchy`); the same on every rank |
 //! | `ACCORD_HIER_PIPELINE_BYTES` | bytes (trimmed) | 32 MiB | striped allreduces from this size run in 4 pieces, each piece's step between hosts overlapping the host steps of the others (`comm::hierarchy`); the same on every rank |
@@ -32,14 +32,14 @@
 //! | `ACCORD_TCP_STRIPE_BYTES` | bytes (trimmed) | 256 KiB | TCP messages from this size are dealt over a pair's connections, in at least one frame per connection |
 //! | `ACCORD_SHM_SPIN_US` | microseconds (trimmed) | 50 (crowded: 0, rings 2) | how long a shared-memory wait spins before yielding |
 //! | `ACCORD_SHM_YIELD_US` | microseconds (trimmed) | 500 (crowded: 5000) | how long it then yields before sleeping |
-//! | `ACCORD_SHM_SMALL_BYTES` | bytes (trimmed) | 16 KiB | shared-memory allreduces up to this size take the one-barrier path (the shared-memory collectives) |
-//! | `ACCORD_SHM_CMA_BYTES` | bytes (trimmed) | off | from this size, broadcast and allgather readers copy straight out of the owner's buffer |
+//! | `ACCORD_SHM_SMALL_BYTES` | bytes (trimmed) | 16 KiB | shared-memory allreduces up to this size take the one-barrier path (the shared-memory collectives); the same on every rank |
+//! | `ACCORD_SHM_CMA_BYTES` | bytes (trimmed) | off | from this size, broadcast and allgather readers copy straight out of the owner's buffer; the same on every rank |
 //! | `ACCORD_SHM_STREAM_BYTES` | bytes (trimmed) | 2 MiB | copies into user buffers from this size use non-temporal stores |
-//! | `ACCORD_SHM_SLOT_BYTES` | bytes (trimmed) | 64 KiB | slot size of pipelined shared-memory broadcasts |
+//! | `ACCORD_SHM_SLOT_BYTES` | bytes (trimmed) | 64 KiB | slot size of pipelined shared-memory broadcasts; the same on every rank |
 //! | `ACCORD_GPU_WATCHDOG` | `0` | on | the watchdog that aborts NCCL on timeouts and errors |
 //! | `ACCORD_GPU_ENGINE` | `auto`, `accord` or `nccl` (trimmed, any case) | `auto` | who runs collectives on GPU memory: `auto` picks Accord's own kernels or NCCL per call by size (see [`crate::gpu`]), `accord` runs Accord's kernels wherever they apply, `nccl` never uses them |
-//! | `ACCORD_GPU_CHUNK_BYTES` | bytes (trimmed) | 1 MiB | bytes one round of Accord's GPU kernels moves per pair of ranks; rounded down to a multiple of 4 KiB within 64 KiB..64 MiB; the same on every rank |
-//! | `ACCORD_GPU_LL_BYTES` | bytes (trimmed) | 256 KiB | the largest call Accord's GPU kernels send as LL packets (a one-shot allreduce's message; an allgather's, reduce-scatter's or alltoall's block per rank); at most 256 KiB; the same on every rank |
+//! | `ACCORD_GPU_CHUNK_BYTES` | bytes (trimmed) | 1 MiB | bytes one round of Accord's GPU kernels moves per pair of ranks; rounded down to a multiple of 4 KiB within 64 KiB..64 MiB; equal on the ranks of a GPU communicator, which compares them |
+//! | `ACCORD_GPU_LL_BYTES` | bytes (trimmed) | 256 KiB | the largest call Accord's GPU kernels send as LL packets (a one-shot allreduce's message; an allgather's, reduce-scatter's or alltoall's block per rank); at most 256 KiB; equal on the ranks of a GPU communicator, which compares them |
 //! | `ACCORD_GPU_ALLTOALL_SELF` | `copy` (any case) | inside the NCCL group | how alltoall moves a rank's own block |
 //! | `ACCORD_NCCL_INIT` | `blocking` | with a deadline | NCCL's plain blocking communicator init |
 //! | `ACCORD_NCCL_LIBRARY` | path | search | the NCCL library to load |
@@ -221,30 +221,34 @@ fn switched_off(v: Option<&str>) -> bool {
 
 impl Config {
     /// The settings every rank of a job must share, as (variable, value): they choose the
-    /// paths across hosts and the rounds of the GPU kernels, so ranks that set them differently
-    /// would take paths that never meet. Compared when a world forms.
+    /// paths across hosts and the layout and algorithms of the shared-memory collectives, so
+    /// ranks that set them differently would take paths that never meet or read each other's
+    /// staging at the wrong places. Compared when a world forms. (The GPU kernels' sizes are
+    /// compared by the communicators that use them.)
     pub fn shared(&self) -> Vec<(&'static str, String)> {
         let on = |b: bool| if b { "on" } else { "off" }.to_string();
+        let bytes = |n: usize| match n {
+            usize::MAX => "off".to_string(),
+            n => n.to_string(),
+        };
         vec![
             ("ACCORD_HIERARCHY", on(self.hierarchy)),
-            (
-                "ACCORD_HIER_STRIPE_BYTES",
-                self.hier_stripe_bytes.to_string(),
-            ),
-            (
-                "ACCORD_HIER_BLOCKS_BYTES",
-                self.hier_blocks_bytes.to_string(),
-            ),
+            ("ACCORD_HIER_STRIPE_BYTES", bytes(self.hier_stripe_bytes)),
+            ("ACCORD_HIER_BLOCKS_BYTES", bytes(self.hier_blocks_bytes)),
             (
                 "ACCORD_HIER_ALLTOALL_BYTES",
-                self.hier_alltoall_bytes.to_string(),
+                bytes(self.hier_alltoall_bytes),
             ),
             (
                 "ACCORD_HIER_PIPELINE_BYTES",
-                self.hier_pipeline_bytes.to_string(),
+                bytes(self.hier_pipeline_bytes),
             ),
-            ("ACCORD_GPU_CHUNK_BYTES", self.gpu_chunk_bytes.to_string()),
-            ("ACCORD_GPU_LL_BYTES", self.gpu_ll_bytes.to_string()),
+            ("ACCORD_SHM_CMA", on(self.shm_cma)),
+            ("ACCORD_SHM_CHUNK_BYTES", bytes(self.shm_half_bytes)),
+            ("ACCORD_SHM_RING_BYTES", bytes(self.shm_ring_bytes)),
+            ("ACCORD_SHM_SMALL_BYTES", bytes(self.shm_small_bytes)),
+            ("ACCORD_SHM_CMA_BYTES", bytes(self.shm_cma_bytes)),
+            ("ACCORD_SHM_SLOT_BYTES", bytes(self.shm_slot_bytes)),
         ]
     }
 
