@@ -187,10 +187,10 @@ fn first_difference(all: &[String]) -> Option<Difference> {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
     };
-    let first = parse(all.first()?);
-    for (name, value) in &first {
-        for (r, other) in all.iter().enumerate().skip(1) {
-            let theirs = parse(other);
+    let ranks: Vec<Vec<(String, String)>> = all.iter().map(|s| parse(s)).collect();
+    let first = ranks.first()?;
+    for (name, value) in first {
+        for (r, theirs) in ranks.iter().enumerate().skip(1) {
             let got = theirs
                 .iter()
                 .find(|(k, _)| k == name)

@@ -384,7 +384,6 @@ arith_int!(i8, i16, i32, i64, u8, u16, u32, u64);
 
 macro_rules! arith_float {
     ($($t:ty),*) => {$(
-
         impl Arith for $t {
             #[inline(always)] fn add(self, o: Self) -> Self { self + o }
             #[inline(always)] fn mul(self, o: Self) -> Self { self * o }

@@ -3,7 +3,7 @@
 //! copied, or by commutative pairwise swaps).
 
 use super::plan::{all, Fold, Layout, Plan, Role};
-use super::recursive::{doubling, halving, segs};
+use super::recursive::{doubling, halving, segs, with_buddy};
 use super::{Buf, Schedule, Span};
 
 /// Ring: a reduce-scatter around the ring (block `b` ends complete on rank `b`) followed by a
@@ -51,13 +51,7 @@ fn fold_in(plan: &mut Plan, role: Role, count: usize) -> Option<(usize, Option<u
             None
         }
         Role::Active { id, buddy } => {
-            let own = match buddy {
-                Some(b) => {
-                    plan.recv_reduce_from(b, all(Buf::In, count), acc);
-                    Buf::Out
-                }
-                None => Buf::In,
-            };
+            let own = with_buddy(plan, buddy, all(Buf::In, count), acc);
             plan.next();
             Some((id, buddy, own))
         }
@@ -105,9 +99,6 @@ pub(crate) fn rabenseifner(count: usize, p: usize, r: usize) -> Schedule {
     let Some((id, buddy, own)) = fold_in(&mut plan, fold.role(r), count) else {
         return plan.finish();
     };
-    if fold.pow == 1 {
-        plan.copy(all(own, count), all(Buf::Out, count));
-    }
     halving(&mut plan, &fold, &blocks, own, Buf::Out, id, peer);
     plan.finalize(segs(&fold, &blocks, Buf::Out, id, id + 1));
     plan.next();

@@ -13,11 +13,24 @@ pub(crate) fn segs(fold: &Fold, blocks: &Layout, buf: Buf, a: usize, b: usize) -
     blocks.range(buf, lo, hi)
 }
 
+/// Where an active member's contribution is when its exchanges start: its folded buddy's data
+/// (from rank `buddy`) reduced with `input` into `acc`, whose buffer is returned, or, without a
+/// buddy, still `input`'s, which the first exchange reads instead of a copy.
+pub(crate) fn with_buddy(plan: &mut Plan, buddy: Option<usize>, input: Span, acc: Span) -> Buf {
+    match buddy {
+        Some(b) => {
+            plan.recv_reduce_from(b, input, acc);
+            acc.buf
+        }
+        None => input.buf,
+    }
+}
+
 /// Recursive halving reduce-scatter: in each round a member swaps the half of its current
 /// segment range it will not keep for the partner's copy of the half it keeps, halving the
 /// range, until member `id` holds segment `id` reduced over every member, in `buf`. The first
 /// round reads the member's contribution from `first` (`buf` itself, or the input, which spares
-/// a copy of it to `buf`). `peer(id)` maps a member to its rank.
+/// a copy of it to `buf`; a lone member copies it). `peer(id)` maps a member to its rank.
 pub(crate) fn halving(
     plan: &mut Plan,
     fold: &Fold,
@@ -27,6 +40,12 @@ pub(crate) fn halving(
     id: usize,
     peer: impl Fn(usize) -> usize,
 ) {
+    if fold.pow == 1 {
+        plan.copy(
+            segs(fold, blocks, first, 0, 1),
+            segs(fold, blocks, buf, 0, 1),
+        );
+    }
     let (mut lo, mut size, mut from) = (0, fold.pow, first);
     while size > 1 {
         let half = size / 2;

@@ -2,7 +2,7 @@
 //! their `Out` as scratch, which the collective allows.
 
 use super::plan::{abs, all, rel, Fold, Layout, Plan, Role, TOKEN};
-use super::recursive::{gather_to_first, halving};
+use super::recursive::{gather_to_first, halving, with_buddy};
 use super::{Buf, Schedule};
 
 /// Binomial tree in dissemination rounds, the mirror of [`super::broadcast::binomial`]: in round
@@ -46,17 +46,12 @@ pub(crate) fn rabenseifner(count: usize, root: usize, p: usize, r: usize) -> Sch
     match fold.role(rel(r, root, p)) {
         Role::Dropped { keeper } => plan.send(abs(keeper, root, p), all(Buf::In, count)),
         Role::Active { id, buddy } => {
-            // The first exchange reads the input where no buddy's data was added to a copy.
-            let own = match buddy {
-                Some(b) => {
-                    plan.recv_reduce_from(abs(b, root, p), all(Buf::In, count), acc);
-                    Buf::Out
-                }
-                None => Buf::In,
-            };
-            if fold.pow == 1 {
-                plan.copy(all(own, count), acc);
-            }
+            let own = with_buddy(
+                &mut plan,
+                buddy.map(|b| abs(b, root, p)),
+                all(Buf::In, count),
+                acc,
+            );
             plan.next();
             halving(&mut plan, &fold, &blocks, own, Buf::Out, id, peer);
             gather_to_first(&mut plan, &fold, &blocks, Buf::Out, id, peer);

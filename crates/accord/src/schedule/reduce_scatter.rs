@@ -1,7 +1,7 @@
 //! Reduce-scatter algorithms (uneven block sizes allowed). Only the final block is finalized.
 
 use super::plan::{all, Fold, Layout, Plan, Role};
-use super::recursive::{halving, segs};
+use super::recursive::{halving, segs, with_buddy};
 use super::{Buf, Schedule, Span};
 
 /// Ring: the partial sum of block `b` travels `b + 1, b + 2, ...` around the ring, each rank
@@ -57,17 +57,7 @@ pub(crate) fn rabenseifner(counts: &[usize], p: usize, r: usize) -> Schedule {
         Role::Active { id, buddy } => {
             let work = all(Buf::Tmp, blocks.total());
             plan.need_tmp(work.len);
-            // The first exchange reads the input where no buddy's data was added to a copy.
-            let own = match buddy {
-                Some(b) => {
-                    plan.recv_reduce_from(b, input, work);
-                    Buf::Tmp
-                }
-                None => Buf::In,
-            };
-            if fold.pow == 1 {
-                plan.copy(all(own, work.len), work);
-            }
+            let own = with_buddy(&mut plan, buddy, input, work);
             plan.next();
             halving(&mut plan, &fold, &blocks, own, Buf::Tmp, id, |m| {
                 fold.member(m)
