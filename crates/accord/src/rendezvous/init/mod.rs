@@ -49,7 +49,9 @@ pub struct Rendezvous {
     /// Number of processes on this host: from the launcher's variable where set, else computed
     /// from the registered host names. `None` only where it could not be determined.
     pub local_world_size: Option<usize>,
-    /// Client of the job's store (root namespace).
+    /// Client of the job's store, in this world's namespace: `ACCORD_STORE_PREFIX` where that
+    /// is set, else the root. What the world keeps there (addresses, placement, settings) is
+    /// never seen by another world on the store under another prefix.
     pub store: Arc<StoreClient>,
     /// The store server, on the rank that hosts it.
     pub server: Option<StoreServer>,
@@ -220,12 +222,20 @@ pub fn init_with_vars(
         hosting = server.is_some(),
         "rendezvous complete"
     );
+    // Everything the world keeps in the store after joining lives in the world's namespace, so
+    // that worlds sharing an external store under different prefixes never read each other's
+    // addresses or settings. The default prefix keeps the root.
+    let world = if prefix.trim_matches('/') == INIT_PREFIX {
+        ""
+    } else {
+        prefix.as_str()
+    };
     Ok(Rendezvous {
         rank,
         world_size,
         local_rank,
         local_world_size,
-        store: Arc::new(client),
+        store: Arc::new(client.with_prefix(world)),
         server,
         token,
         join_deadline: deadline,

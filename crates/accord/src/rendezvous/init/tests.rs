@@ -370,3 +370,43 @@ fn wrong_token_fails_init() {
     .unwrap_err();
     assert!(matches!(e, Error::Unauthorized(_)), "{e:?}");
 }
+
+/// Two worlds of two ranks share one external store and one token under different
+/// `ACCORD_STORE_PREFIX`es, forming at the same time: each connects only to its own ranks (the
+/// addresses they publish live under their prefix) and sums only its own values.
+#[test]
+fn worlds_under_different_prefixes_share_a_store_without_meeting() {
+    let (server, addr) = external_store();
+    let ranks: Vec<_> = ["jobA", "jobB"]
+        .iter()
+        .enumerate()
+        .flat_map(|(w, prefix)| (0..2).map(move |r| (w, *prefix, r)))
+        .map(|(w, prefix, r)| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let env = vars(&[
+                    ("ACCORD_STORE", &addr),
+                    ("ACCORD_STORE_EXTERNAL", "1"),
+                    ("ACCORD_TOKEN", "job"),
+                    ("ACCORD_STORE_PREFIX", prefix),
+                    ("ACCORD_TRANSPORT", "tcp"),
+                ]);
+                let rdv = init_with_vars(&InitMethod::Env, Some(r), Some(2), Some(T), env)?;
+                let comm = crate::bootstrap::from_rendezvous(rdv, T)?;
+                let mut v = vec![(10 * w + r) as u64];
+                comm.all_reduce(&mut v, crate::ReduceOp::Sum)?;
+                Ok::<_, Error>((w, v[0]))
+            })
+        })
+        .collect();
+    for h in ranks {
+        let (w, sum) = h.join().unwrap().unwrap();
+        assert_eq!(sum, (20 * w + 1) as u64, "world {w}");
+    }
+    let root = StoreClient::connect(&addr, &Token::new("job"), T).unwrap();
+    for prefix in ["jobA", "jobB"] {
+        assert!(root.check(&[format!("{prefix}/accord/tcp/addr/0")]).unwrap());
+    }
+    assert!(!root.check(&["accord/tcp/addr/0"]).unwrap());
+    drop(server);
+}
