@@ -9,9 +9,9 @@ use crate::transport::hybrid::{shm_p2p_enabled, HybridTransport};
 use crate::transport::shm::{host_id, shm_enabled, ShmGroup};
 use crate::transport::tcp::{TcpOptions, TcpTransport};
 use crate::transport::wire::PROTOCOL;
-use crate::transport::Transport;
+use crate::transport::{Directory, Mailbox, Transport};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Join the job described by the environment (`env://`): `accord run`, torchrun, mpirun or Slurm
 /// variables. See [`crate::rendezvous`] for the variables read.
@@ -69,8 +69,13 @@ pub fn from_rendezvous(rdv: Rendezvous, timeout: Duration) -> Result<Communicato
         }
     };
     // Once every rank is known to be there (a rank that ends before it connects is named by
-    // the mesh, within the join deadline).
-    if let Err(e) = check_alike(&rdv, timeout) {
+    // the mesh, within the join deadline); from here a rank that ends is named by the mesh too.
+    let store = Watched {
+        store: &rdv.store,
+        mailbox: tcp.mailbox(),
+        size: rdv.world_size,
+    };
+    if let Err(e) = check_alike(&store, rdv.rank, rdv.world_size, timeout) {
         if rdv.server.is_some() {
             std::thread::sleep(STORE_LINGER); // the others may still be reading what differs
         }
@@ -78,11 +83,11 @@ pub fn from_rendezvous(rdv: Rendezvous, timeout: Duration) -> Result<Communicato
     }
     let mut transport: Arc<dyn Transport> = tcp.clone();
     let mut resources = Resources::default();
-    if let Some(w) = shm_world(&rdv, &transport, timeout)? {
+    if let Some(w) = shm_world(&store, &rdv, &transport, timeout)? {
         // Point-to-point traffic (and every collective that runs a message schedule) between
         // ranks of this host goes through shared-memory rings; TCP stays for the other hosts,
         // aborts and liveness.
-        let p2p = agree(&rdv, "p2p", shm_p2p_enabled(), timeout)?;
+        let p2p = agree(&store, &rdv, "p2p", shm_p2p_enabled(), timeout)?;
         if let Some(g) = w.group.as_ref().filter(|_| p2p) {
             transport = HybridTransport::new(tcp, g.ring_area(), timeout)?;
         }
@@ -98,20 +103,21 @@ pub fn from_rendezvous(rdv: Rendezvous, timeout: Duration) -> Result<Communicato
 /// wants TCP only: `ACCORD_TRANSPORT=tcp` on any rank turns shared memory off for all); ranks
 /// with equal ids share memory. `None` when shared memory is off or no two ranks share a host.
 fn shm_world(
+    store: &Watched,
     rdv: &Rendezvous,
     transport: &Arc<dyn Transport>,
     timeout: Duration,
 ) -> Result<Option<ShmWorld>> {
-    let store = rdv.store.with_prefix("accord/shm");
+    let store = store.within("accord/shm");
     let me = if shm_enabled() {
         host_id()
     } else {
         String::new()
     };
-    store.set(&format!("host/{}", rdv.rank), &me)?;
+    store.put(&format!("host/{}", rdv.rank), me.as_bytes())?;
     let keys: Vec<String> = (0..rdv.world_size).map(|r| format!("host/{r}")).collect();
     let hosts: Vec<String> = store
-        .multi_get(&keys, timeout)?
+        .get_all(&keys, timeout)?
         .into_iter()
         .map(|v| String::from_utf8_lossy(&v).into_owned())
         .collect();
@@ -129,21 +135,87 @@ fn shm_world(
     Ok(Some(ShmWorld::new(group, &hosts)))
 }
 
+/// How often a wait for other ranks' keys looks whether the mesh lost one of them.
+const WATCH_SLICE: Duration = Duration::from_millis(100);
+
+/// The store as the ranks see it once their mesh has formed: a wait for keys others publish
+/// ends as soon as the mesh reports a rank lost (its process ended, its connection broke),
+/// naming that rank, instead of when the operation timeout (minutes) passes.
+struct Watched<'a> {
+    store: &'a crate::rendezvous::StoreClient,
+    mailbox: &'a Mailbox,
+    size: usize,
+}
+
+impl Watched<'_> {
+    /// The same watch over the namespace `prefix`.
+    fn within(&self, prefix: &str) -> WatchedIn<'_> {
+        WatchedIn {
+            store: self.store.with_prefix(prefix),
+            watch: self,
+        }
+    }
+
+    /// The first rank the mesh lost, and why.
+    fn lost(&self) -> Option<Error> {
+        (0..self.size).find_map(|rank| {
+            let cause = self.mailbox.lost(rank)?;
+            Some(Error::PeerLost { rank, cause })
+        })
+    }
+}
+
+/// [`Watched`] in one namespace of the store.
+struct WatchedIn<'a> {
+    store: crate::rendezvous::StoreClient,
+    watch: &'a Watched<'a>,
+}
+
+impl Directory for WatchedIn<'_> {
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.store.set(key, value)
+    }
+
+    fn get_all(&self, keys: &[String], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if let Ok(values) = self
+                .store
+                .multi_get_or_missing(keys, left.min(WATCH_SLICE))?
+            {
+                return Ok(values);
+            }
+            if let Some(e) = self.watch.lost() {
+                return Err(e);
+            }
+            if Instant::now() >= deadline {
+                // The store's own error names the keys still missing.
+                return self.store.multi_get(keys, Duration::ZERO);
+            }
+        }
+    }
+
+    fn wait_all(&self, keys: &[String], timeout: Duration) -> Result<()> {
+        self.get_all(keys, timeout).map(drop)
+    }
+}
+
 /// Every rank publishes its frames' format version and the settings all ranks must share
 /// ([`crate::config::Config::shared`]); rank 0 compares them and publishes a verdict the others
 /// read (one key each, where reading everyone's would move `N^2` values through the store).
 /// Ranks of another build, or that set one of them differently, would misread each other's
 /// frames or take paths that never meet, so every rank fails here naming the first difference.
-fn check_alike(rdv: &Rendezvous, timeout: Duration) -> Result<()> {
-    let store = rdv.store.with_prefix("accord/alike");
+fn check_alike(store: &Watched, rank: usize, size: usize, timeout: Duration) -> Result<()> {
+    let store = store.within("accord/alike");
     let mut mine = vec![("frame format", PROTOCOL.to_string())];
     mine.extend(crate::config::get().shared());
     let line: String = mine.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
-    store.set(&rdv.rank.to_string(), line)?;
-    if rdv.rank == 0 {
-        let keys: Vec<String> = (0..rdv.world_size).map(|r| r.to_string()).collect();
+    store.put(&rank.to_string(), line.as_bytes())?;
+    if rank == 0 {
+        let keys: Vec<String> = (0..size).map(|r| r.to_string()).collect();
         let all: Vec<String> = store
-            .multi_get(&keys, timeout)?
+            .get_all(&keys, timeout)?
             .into_iter()
             .map(|v| String::from_utf8_lossy(&v).into_owned())
             .collect();
@@ -159,9 +231,10 @@ fn check_alike(rdv: &Rendezvous, timeout: Duration) -> Result<()> {
                 d.name, d.values.0, d.ranks.0, d.values.1, d.ranks.1
             ),
         };
-        store.set("verdict", verdict)?;
+        store.put("verdict", verdict.as_bytes())?;
     }
-    let verdict = String::from_utf8_lossy(&store.get_timeout("verdict", timeout)?).into_owned();
+    let verdict = store.get_all(&["verdict".to_string()], timeout)?.remove(0);
+    let verdict = String::from_utf8_lossy(&verdict).into_owned();
     match verdict.split_at(verdict.len().min(1)) {
         ("", _) => Ok(()),
         ("P", why) => Err(Error::Protocol(why.to_string())),
@@ -209,12 +282,21 @@ fn first_difference(all: &[String]) -> Option<Difference> {
 
 /// Whether every rank says `yes` to `what`: settings that change the transport or the cost model
 /// must be the same everywhere, whatever each rank's environment says.
-fn agree(rdv: &Rendezvous, what: &str, yes: bool, timeout: Duration) -> Result<bool> {
-    let store = rdv.store.with_prefix("accord/agree");
-    store.set(&format!("{what}/{}", rdv.rank), if yes { "1" } else { "0" })?;
+fn agree(
+    store: &Watched,
+    rdv: &Rendezvous,
+    what: &str,
+    yes: bool,
+    timeout: Duration,
+) -> Result<bool> {
+    let store = store.within("accord/agree");
+    store.put(
+        &format!("{what}/{}", rdv.rank),
+        if yes { b"1" } else { b"0" },
+    )?;
     let keys: Vec<String> = (0..rdv.world_size).map(|r| format!("{what}/{r}")).collect();
     Ok(store
-        .multi_get(&keys, timeout)?
+        .get_all(&keys, timeout)?
         .iter()
         .all(|v| v.as_slice() == b"1"))
 }

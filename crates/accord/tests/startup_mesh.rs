@@ -1,5 +1,6 @@
-//! A rank that registers and then ends before it connects to its peers: the others name it
-//! within the join deadline (`ACCORD_JOIN_TIMEOUT`), not the operation timeout. The binary
+//! A rank that ends during start-up after it registered, before it connects to its peers or
+//! after: the others name it within the join deadline (`ACCORD_JOIN_TIMEOUT`) or at once, not
+//! at the operation timeout. The binary
 //! re-executes itself as the ranks (`MESH_TEST_SCENARIO`), joining through `env://` with rank 0
 //! hosting the store.
 
@@ -58,6 +59,35 @@ fn a_rank_that_ends_after_registering_is_named_at_the_join_deadline() {
     );
 }
 
+/// Rank 2 of 4 forms the mesh with the others and ends before it publishes its settings: the
+/// others, waiting in the store for its settings (rank 0) or for rank 0's verdict on them, name
+/// rank 2 as soon as the mesh sees it gone, not when the operation timeout (60 s) passes.
+#[test]
+fn a_rank_that_ends_after_the_mesh_formed_is_named_at_once() {
+    let store = format!("127.0.0.1:{}", free_port());
+    let start = Instant::now();
+    let ranks: Vec<Child> = (0..4)
+        .map(|r| {
+            let what = if r == 2 { "connect-then-exit" } else { "init" };
+            rank(what, r, 4, &store)
+        })
+        .collect();
+    for (r, child) in ranks.into_iter().enumerate() {
+        let (code, err) = finish(child, Duration::from_secs(40));
+        if r == 2 {
+            assert_eq!(code, Some(0), "rank 2: {err}");
+            continue;
+        }
+        assert_eq!(code, Some(3), "rank {r}: {err}");
+        assert!(err.contains("rank 2 is lost"), "rank {r}: {err}");
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        start.elapsed()
+    );
+}
+
 /// What a rank process does; a no-op when this binary runs as the test suite.
 #[test]
 fn rank_main() {
@@ -68,6 +98,21 @@ fn rank_main() {
         "register-then-exit" => {
             let method = accord::rendezvous::InitMethod::parse("env://").unwrap();
             drop(accord::rendezvous::init(&method, None, None, None).unwrap());
+            std::process::exit(0)
+        }
+        "connect-then-exit" => {
+            // What `accord::init` does up to the mesh, then the process ends.
+            use accord::transport::tcp::{lanes_for, TcpOptions, TcpTransport};
+            let method = accord::rendezvous::InitMethod::parse("env://").unwrap();
+            let rdv = accord::rendezvous::init(&method, None, None, None).unwrap();
+            let opts = TcpOptions {
+                form_deadline: Some(rdv.join_deadline),
+                lanes: lanes_for(rdv.local_world_size),
+                ..TcpOptions::default()
+            };
+            let book = rdv.store.with_prefix("accord/tcp");
+            let mesh = TcpTransport::connect(rdv.rank, rdv.world_size, &rdv.token, &book, opts);
+            std::mem::forget(mesh.unwrap());
             std::process::exit(0)
         }
         "init" => accord::init().and_then(|c| c.barrier()),

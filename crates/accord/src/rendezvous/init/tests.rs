@@ -405,7 +405,9 @@ fn worlds_under_different_prefixes_share_a_store_without_meeting() {
     }
     let root = StoreClient::connect(&addr, &Token::new("job"), T).unwrap();
     for prefix in ["jobA", "jobB"] {
-        assert!(root.check(&[format!("{prefix}/accord/tcp/addr/0")]).unwrap());
+        assert!(root
+            .check(&[format!("{prefix}/accord/tcp/addr/0")])
+            .unwrap());
     }
     assert!(!root.check(&["accord/tcp/addr/0"]).unwrap());
     drop(server);
