@@ -3,6 +3,7 @@
 use accord::auth::{self, HandshakeLimits, Role, Token};
 use accord::fingerprint::{Fingerprint, OpKind};
 use accord::transport::tcp::{MemoryAddressBook, TcpOptions, TcpTransport};
+use accord::transport::wire::PROTOCOL;
 use accord::transport::{chunk_bytes, AddressBook, Envelope, LinkKind, Transport, WaitError};
 use accord::{DataType, Error};
 use std::io::{Read, Write};
@@ -498,6 +499,38 @@ fn timeout_names_missing_lower_and_higher_ranks() {
     }
 }
 
+/// A rank of a release from before the frames' format travelled in the introduction (lanes as
+/// a u16, so format 0) or of another format is refused, told why, and named by rank 0.
+#[test]
+fn an_introduction_from_another_release_is_refused_naming_it() {
+    for (format, says) in [
+        (0, "runs a release older"),
+        (PROTOCOL as u8 + 1, "speaks frame format"),
+    ] {
+        let book = Arc::new(MemoryAddressBook::new());
+        let token = Token::new("t");
+        let (b0, t0) = (book.clone(), token.clone());
+        let short = Duration::from_secs(2);
+        let r0 = std::thread::spawn(move || TcpTransport::connect(0, 2, &t0, &*b0, opts(short)));
+        let addr = book.lookup(0, Instant::now() + TIMEOUT).unwrap();
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(TIMEOUT)).unwrap();
+        auth::connect(&mut s, &token, Role::Peer, "old rank 1").unwrap();
+        s.write_all(&[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, format])
+            .unwrap();
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).unwrap();
+        assert_eq!(answer.first(), Some(&1), "introduction refused");
+        let why = String::from_utf8_lossy(&answer[3..]).into_owned();
+        assert!(
+            why.contains(says) && why.contains("same Accord release"),
+            "{why}"
+        );
+        let e = r0.join().unwrap().unwrap_err();
+        assert!(e.to_string().contains("same Accord release"), "{e}");
+    }
+}
+
 /// A client that completes the handshake as rank 1 and then sends a malformed header: rank 0
 /// reports rank 1 lost with the protocol error and keeps running.
 #[test]
@@ -510,7 +543,8 @@ fn garbage_after_handshake_is_a_protocol_error() {
     let mut s = TcpStream::connect(&addr).unwrap();
     s.set_read_timeout(Some(TIMEOUT)).unwrap();
     auth::connect(&mut s, &token, Role::Peer, "fake rank 1").unwrap();
-    s.write_all(&[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, 0]).unwrap();
+    s.write_all(&[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, PROTOCOL as u8])
+        .unwrap();
     let mut status = [9u8];
     s.read_exact(&mut status).unwrap();
     assert_eq!(status[0], 0, "introduction accepted");
@@ -549,7 +583,8 @@ fn oversized_frame_is_refused() {
     let mut s = TcpStream::connect(&addr).unwrap();
     s.set_read_timeout(Some(TIMEOUT)).unwrap();
     auth::connect(&mut s, &token, Role::Peer, "fake rank 1").unwrap();
-    s.write_all(&[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, 0]).unwrap();
+    s.write_all(&[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, PROTOCOL as u8])
+        .unwrap();
     let mut status = [9u8];
     s.read_exact(&mut status).unwrap();
     let t0 = r0.join().unwrap().unwrap();

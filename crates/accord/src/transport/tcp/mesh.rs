@@ -3,6 +3,7 @@
 //! long waits on the formed mesh poll.
 
 use super::*;
+use crate::transport::wire::PROTOCOL;
 
 /// Listen on `bind_host` if given, else on the advertised address, as the
 /// [module documentation](self) describes.
@@ -181,7 +182,8 @@ pub(super) fn dial(
     hello[..4].copy_from_slice(&(rank as u32).to_le_bytes());
     hello[4..8].copy_from_slice(&(size as u32).to_le_bytes());
     hello[8..10].copy_from_slice(&(lane as u16).to_le_bytes());
-    hello[10..].copy_from_slice(&(lanes as u16).to_le_bytes());
+    hello[10] = lanes as u8;
+    hello[11] = PROTOCOL as u8;
     stream
         .write_all(&hello)
         .map_err(|e| Error::io(format!("{what}: introducing this rank"), e))?;
@@ -192,9 +194,21 @@ pub(super) fn dial(
         read_or_timeout(&mut stream, &mut len, &what)?;
         let mut reason = vec![0u8; u16::from_le_bytes(len) as usize];
         read_or_timeout(&mut stream, &mut reason, &what)?;
+        let reason = String::from_utf8_lossy(&reason);
+        // A release from before the format travelled here reads it as part of the lane count.
+        let older = reason.contains(&format!(
+            "of {}",
+            u16::from_le_bytes([hello[10], hello[11]])
+        ));
+        let hint = match older {
+            true => format!(
+                " (rank {peer} reads this introduction as a release older than this rank's \
+                 does: every rank must run the same Accord release)"
+            ),
+            false => String::new(),
+        };
         return Err(Error::invalid(format!(
-            "rank {peer} refused the connection from rank {rank}: {}",
-            String::from_utf8_lossy(&reason)
+            "rank {peer} refused the connection from rank {rank}: {reason}{hint}"
         )));
     }
     Ok(stream)
@@ -236,8 +250,10 @@ fn try_connect(addr: &str, within: Duration) -> io::Result<TcpStream> {
     }))
 }
 
-/// The introduction: rank u32 | world size u32 | lane u16 | lanes u16.
+/// The introduction: rank u32 | world size u32 | lane u16 | lanes u8 | frame format u8
+/// ([`PROTOCOL`]; releases before it sent lanes as a u16, so theirs reads 0).
 const HELLO_LEN: usize = 12;
+const _: () = assert!(PROTOCOL < 256 && MAX_LANES < 256);
 
 /// Everything the thread that reads an authenticated connection's introduction needs.
 pub(super) struct AcceptCtx {
@@ -279,8 +295,22 @@ impl AcceptCtx {
         let peer = u32::from_le_bytes(hello[..4].try_into().unwrap()) as usize;
         let their_size = u32::from_le_bytes(hello[4..8].try_into().unwrap()) as usize;
         let lane = u16::from_le_bytes(hello[8..10].try_into().unwrap()) as usize;
-        let lanes = u16::from_le_bytes(hello[10..].try_into().unwrap()) as usize;
-        let verdict = if their_size != self.size {
+        let lanes = hello[10] as usize;
+        let format = hello[11] as u32;
+        let verdict = if format != PROTOCOL {
+            Err(match format {
+                0 => format!(
+                    "rank {peer} runs a release older than rank {}'s, whose frames are format \
+                     {PROTOCOL}: every rank must run the same Accord release",
+                    self.rank
+                ),
+                f => format!(
+                    "rank {peer} speaks frame format {f} and rank {} format {PROTOCOL}: every \
+                     rank must run the same Accord release",
+                    self.rank
+                ),
+            })
+        } else if their_size != self.size {
             Err(format!(
                 "rank {peer} was started with a world of {their_size} ranks but rank {} with {}; \
                  every rank must be given the same world size",

@@ -22,16 +22,18 @@
 //! timeout error. After the handshake the connector introduces itself:
 //!
 //! ```text
-//! connector -> acceptor : rank u32 | world size u32 | lane u16 | lanes u16   (little-endian)
+//! connector -> acceptor : rank u32 | world size u32 | lane u16 | lanes u8 | format u8
 //! acceptor  -> connector: 0                                                  (accepted)
 //!                         1 | reason length u16 | reason (UTF-8)             (refused)
 //! ```
 //!
-//! The acceptor refuses a different world size, a rank that is not above its own or not below
-//! the world size, and a rank (or one of its lanes) that is already connected, so two processes
-//! started with the same rank get a clear error instead of a scrambled world. A pair of ranks
-//! has as many connections ("lanes", [`TcpOptions::lanes`], 1 to 8) as the higher rank asks
-//! for; the world is formed once every lane of every pair is.
+//! Integers are little-endian; `format` is the frames' format version ([`wire::PROTOCOL`]). The
+//! acceptor refuses another format (a rank of another release: the message says so), a different
+//! world size, a rank that is not above its own or not below the world size, and a rank (or one of
+//! its lanes) that is already connected, so two processes started with the same rank get a clear
+//! error instead of a scrambled world. A pair of ranks has as many connections ("lanes",
+//! [`TcpOptions::lanes`], 1 to 8) as the higher rank asks for; the world is formed once every lane
+//! of every pair is.
 //!
 //! # Moving bytes
 //!
