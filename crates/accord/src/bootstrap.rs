@@ -156,12 +156,17 @@ impl Watched<'_> {
         }
     }
 
-    /// The first rank the mesh lost, and why.
+    /// A rank the mesh lost, and why: one whose process ended or connection broke before one
+    /// that closed its communicator (which it does when its own start-up failed, often because
+    /// of the first).
     fn lost(&self) -> Option<Error> {
-        (0..self.size).find_map(|rank| {
-            let cause = self.mailbox.lost(rank)?;
-            Some(Error::PeerLost { rank, cause })
-        })
+        let lost = |left: bool| {
+            (0..self.size).find_map(|rank| {
+                let cause = self.mailbox.lost(rank)?;
+                (self.mailbox.left(rank) == left).then_some(Error::PeerLost { rank, cause })
+            })
+        };
+        lost(false).or_else(|| lost(true))
     }
 }
 
