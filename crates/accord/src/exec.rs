@@ -334,6 +334,11 @@ fn message_bytes(call: &Routed<'_>, len: usize) -> usize {
     len.max(per_rank)
 }
 
+/// Receives of a whole message into one destination from this size let frames be read
+/// straight into it ([`crate::transport::placement`]); a transport reads there only frames of
+/// at least 32 KiB.
+const PLACE_MIN_BYTES: usize = 32 << 10;
+
 /// What a receive does with a message's bytes.
 #[derive(Clone, Copy)]
 pub(crate) enum Delivery {
@@ -359,6 +364,11 @@ pub(crate) fn receive(
     let src = call.ranks[peer];
     let mailbox = call.transport.mailbox();
     let mut got = 0usize;
+    // Frames that arrive from now on may be read straight into the destination. (Not for
+    // point-to-point receives, which may leave a message for another receive.)
+    let _posted =
+        (matches!(into, Delivery::Copy) && call.seq & P2P_LANE == 0 && len >= PLACE_MIN_BYTES)
+            .then(|| mailbox.post(src, call.comm_id, call.seq, &call.fp, dst, len));
     loop {
         let frame = mailbox
             .take(
@@ -389,15 +399,17 @@ pub(crate) fn receive(
             return Err(e);
         }
         let off = frame.offset as usize;
-        if off != got || off + frame.data.len() > len {
+        if off != got || off + frame.len() > len {
             return Err(Error::Protocol(format!(
                 "rank {peer} sent a chunk at {off}+{} while {got} of {len} bytes had arrived",
-                frame.data.len()
+                frame.len()
             )));
         }
-        // SAFETY: off + data.len() <= len, the destination's length.
-        let d = unsafe { std::slice::from_raw_parts_mut(dst.add(off), frame.data.len()) };
+        // SAFETY: off + len() <= len, the destination's length.
+        let d = unsafe { std::slice::from_raw_parts_mut(dst.add(off), frame.len()) };
         match into {
+            // Placed frames are in the destination already.
+            Delivery::Copy if frame.placed > 0 => {}
             Delivery::Copy => d.copy_from_slice(&frame.data),
             Delivery::Reduce(operand) => {
                 if operand != dst.cast_const() {
@@ -407,7 +419,7 @@ pub(crate) fn receive(
                 dtype::reduce_into(call.dtype, call.op, d, &frame.data);
             }
         }
-        got += frame.data.len();
+        got += frame.len();
         mailbox.recycle(frame.data);
         if got == len {
             return Ok(());

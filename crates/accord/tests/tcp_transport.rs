@@ -725,3 +725,155 @@ fn loopback_bandwidth() {
         (rounds as f64 * data.len() as f64) / secs / 1e9
     );
 }
+
+/// Receive the message of `len` bytes from `src` on `seq` into a destination posted for it;
+/// the bytes, and how many of them were read straight into it.
+fn recv_into_posted(t: &TcpTransport, src: usize, seq: u64, len: usize) -> (Vec<u8>, usize) {
+    let mut dest = vec![0u8; len];
+    let posted = t.mailbox().post(src, 1, seq, &fp(), dest.as_mut_ptr(), len);
+    let deadline = Instant::now() + TIMEOUT;
+    let (mut got, mut placed) = (0, 0);
+    while got < len || got == 0 {
+        let f = t.mailbox().take(src, 1, seq, &fp(), deadline, len).unwrap();
+        assert_eq!((f.total_len as usize, f.offset as usize), (len, got));
+        if f.placed == 0 {
+            dest[got..got + f.data.len()].copy_from_slice(&f.data);
+        }
+        placed += f.placed;
+        got += f.len();
+        if len == 0 {
+            break;
+        }
+    }
+    drop(posted);
+    (dest, placed)
+}
+
+/// Frames read straight into posted destinations land where they belong, over one connection
+/// and over several lanes, while the next message of the same key (and the same length) is
+/// already on its way and a message of another key travels between: every message arrives
+/// whole and intact, and a large message sent after its receive was posted is mostly never
+/// copied by the receive.
+#[test]
+fn frames_read_into_posted_destinations_land_in_their_own_message() {
+    const SIZES: [usize; 8] = [
+        3 << 20,
+        3 << 20,
+        1 << 20,
+        1 << 20,
+        100_000,
+        5 << 20 | 7,
+        40_000,
+        0,
+    ];
+    for lanes in [1, 3] {
+        let ts = world_with(2, |_| lanes);
+        let (go, went) = std::sync::mpsc::channel::<usize>();
+        let sender = {
+            let t = ts[1].clone();
+            std::thread::spawn(move || {
+                // Message i is sent once its receive is posted; an even one's successor right
+                // after it, while that receive still runs.
+                let mut sent = 0;
+                while let Ok(i) = went.recv() {
+                    let last = if i % 2 == 0 { i + 1 } else { i };
+                    while sent <= last.min(SIZES.len() - 1) {
+                        let len = SIZES[sent];
+                        t.send(0, &env(7, len), &pattern(1, 0, sent as u64, len))
+                            .unwrap();
+                        t.send(0, &env(8, 64), &pattern(1, 0, 99, 64)).unwrap();
+                        sent += 1;
+                    }
+                }
+            })
+        };
+        for (i, &len) in SIZES.iter().enumerate() {
+            let t = ts[0].clone();
+            let receiver = std::thread::spawn(move || recv_into_posted(&t, 1, 7, len));
+            std::thread::sleep(Duration::from_millis(20)); // posted by now, mostly
+            go.send(i).unwrap();
+            let (got, placed) = receiver.join().unwrap();
+            assert!(
+                got == pattern(1, 0, i as u64, len),
+                "message {i} over {lanes} lane(s)"
+            );
+            if i % 2 == 0 && len >= 1 << 20 {
+                assert!(
+                    placed >= len / 2,
+                    "{placed} of message {i}'s {len} bytes placed"
+                );
+            }
+        }
+        drop(go);
+        sender.join().unwrap();
+        for _ in 0..SIZES.len() {
+            let (small, _) = recv_message(&ts[0], 1, 8);
+            assert!(small == pattern(1, 0, 99, 64));
+        }
+    }
+}
+
+/// A receive that gives up while a frame is being read into its destination (the sender
+/// stopped in the middle of it) withdraws the destination at once; the frame gets a buffer of
+/// its own, and once its sender goes on it arrives whole for whoever takes it.
+#[test]
+fn a_withdrawn_destination_is_left_at_once_and_its_frame_kept() {
+    let book = Arc::new(MemoryAddressBook::new());
+    let token = Token::new("t");
+    let (b0, t0) = (book.clone(), token.clone());
+    let r0 = std::thread::spawn(move || TcpTransport::connect(0, 2, &t0, &*b0, opts(TIMEOUT)));
+    let addr = book.lookup(0, Instant::now() + TIMEOUT).unwrap();
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    auth::connect(&mut s, &token, Role::Peer, "rank 1").unwrap();
+    s.write_all(&[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, PROTOCOL as u8])
+        .unwrap();
+    let mut status = [9u8];
+    s.read_exact(&mut status).unwrap();
+    let t0 = r0.join().unwrap().unwrap();
+    let len = 256 << 10;
+    let body = pattern(1, 0, 3, len);
+    let h = accord::transport::wire::Header {
+        kind: accord::transport::wire::FrameKind::Data,
+        src: 1,
+        chunk_len: len as u32,
+        env: env(3, len),
+        total_len: len as u64,
+        offset: 0,
+        order: 0,
+    }
+    .encode();
+    // Unlike the frame's bytes everywhere, so that their arrival shows.
+    let mut dest: Vec<u8> = body.iter().map(|b| !b).collect();
+    let posted = t0.mailbox().post(1, 1, 3, &fp(), dest.as_mut_ptr(), len);
+    s.write_all(&h).unwrap();
+    s.write_all(&body[..len / 2]).unwrap();
+    // The first half lands in the destination.
+    let deadline = Instant::now() + TIMEOUT;
+    let probe = dest[len / 2 - 1..].as_ptr();
+    // SAFETY: in bounds; the reader thread writes this byte, so it is read afresh each time.
+    while unsafe { std::ptr::read_volatile(probe) } != body[len / 2 - 1] {
+        assert!(
+            Instant::now() < deadline,
+            "the frame was not read into the destination"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let start = Instant::now();
+    drop(posted);
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        start.elapsed()
+    );
+    dest.fill(0); // the destination is the caller's again
+    s.write_all(&body[len / 2..]).unwrap();
+    let f = t0.mailbox().take(1, 1, 3, &fp(), deadline, len).unwrap();
+    assert_eq!(f.placed, 0);
+    assert!(f.data == body, "the frame arrived whole");
+    assert!(
+        dest.iter().all(|&b| b == 0),
+        "nothing was written after the withdrawal"
+    );
+    drop(s); // before rank 0 closes, which would wait for its goodbye
+}

@@ -205,12 +205,7 @@ impl Communicator {
                 |off, b| {
                     mailbox.deliver_own(
                         me,
-                        Frame {
-                            env,
-                            total_len: data.len() as u64,
-                            offset: off as u64,
-                            data: b.to_vec(),
-                        },
+                        Frame::new(env, data.len() as u64, off as u64, b.to_vec()),
                     );
                     Ok(())
                 },

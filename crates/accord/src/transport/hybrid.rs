@@ -190,15 +190,7 @@ impl Receiver {
                 if ring.u32(R_WAITING).load(Ordering::SeqCst) != 0 {
                     futex_wake(freed);
                 }
-                mailbox.deliver(
-                    src,
-                    Frame {
-                        env: h.env,
-                        total_len: h.total_len,
-                        offset: h.offset,
-                        data,
-                    },
-                );
+                mailbox.deliver(src, Frame::new(h.env, h.total_len, h.offset, data));
                 any = true;
             }
         }

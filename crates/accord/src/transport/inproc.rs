@@ -71,12 +71,7 @@ impl Transport for InProcess {
         for_each_chunk(data, chunk_bytes(), |off, bytes| {
             dst.deliver(
                 self.rank,
-                Frame {
-                    env: *env,
-                    total_len: data.len() as u64,
-                    offset: off as u64,
-                    data: bytes.to_vec(),
-                },
+                Frame::new(*env, data.len() as u64, off as u64, bytes.to_vec()),
             );
             Ok(())
         })

@@ -7,6 +7,7 @@
 //! floods us, is treated as lost with a cause that says so, its frames are freed, and waits on
 //! it fail naming it, instead of this process growing without bound.
 
+use super::placement::{Claim, Incoming, Posted, Posting};
 use super::waits::{Blocked, Waits};
 use super::{Envelope, P2P_LANE};
 use crate::fingerprint::Fingerprint;
@@ -24,8 +25,38 @@ pub struct Frame {
     pub total_len: u64,
     /// Where this chunk starts within the message.
     pub offset: u64,
-    /// The chunk's bytes.
+    /// The chunk's bytes (empty where they were `placed`).
     pub data: Vec<u8>,
+    /// How many of the chunk's bytes were read straight into the destination of the receive
+    /// that posted it (see [`super::placement`]), which therefore copies nothing.
+    pub placed: usize,
+    /// The frame's place among all data frames from its sender, where the transport numbers
+    /// them (TCP).
+    pub order: Option<u32>,
+}
+
+impl Frame {
+    /// A frame carrying its bytes.
+    pub fn new(env: Envelope, total_len: u64, offset: u64, data: Vec<u8>) -> Self {
+        Frame {
+            env,
+            total_len,
+            offset,
+            data,
+            placed: 0,
+            order: None,
+        }
+    }
+
+    /// The chunk's length.
+    pub fn len(&self) -> usize {
+        self.data.len() + self.placed
+    }
+
+    /// Whether the chunk is empty (a message of no bytes).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// Why [`Mailbox::take`] returned without a frame.
@@ -80,6 +111,8 @@ struct State {
     /// Sources lost by saying goodbye (they closed their communicator), not by failing.
     left: std::collections::HashSet<usize>,
     aborted: Option<(usize, String)>,
+    /// Destinations receives posted for frames to be read into (see [`super::placement`]).
+    posted: HashMap<Key, Posting>,
 }
 
 impl State {
@@ -145,6 +178,8 @@ pub struct Mailbox {
     /// Payload buffers of large frames, returned by receivers for the next frames: a fresh
     /// allocation of that size is mapped and faulted in page by page, and zeroed.
     spare: Mutex<Vec<Vec<u8>>>,
+    /// Signalled when a reader stops writing into a posted destination.
+    released: Condvar,
 }
 
 /// Frames from this size have their payload buffers recycled ([`Mailbox::recycle`]).
@@ -177,6 +212,7 @@ impl Mailbox {
             pump: std::sync::OnceLock::new(),
             pump_below: std::sync::atomic::AtomicUsize::new(POLL_MAX_BYTES),
             spare: Mutex::default(),
+            released: Condvar::new(),
         }
     }
 
@@ -235,6 +271,12 @@ impl Mailbox {
         let mut st = self.state.lock().unwrap();
         if st.flooded.contains(&src) {
             return;
+        }
+        match st.posted.get_mut(&(src, frame.env.comm, frame.env.seq)) {
+            Some(p) => p.delivered(&frame),
+            // Its receive gave up before it came: the bytes went where nothing reads them.
+            None if frame.placed > 0 => return,
+            None => {}
         }
         let held = st.buffered.entry(src).or_default();
         *held += frame.data.len();
@@ -526,6 +568,115 @@ impl Mailbox {
         self.ready.notify_all();
     }
 
+    /// Let frames of the message from `src` for (`comm`, `seq`) be read straight into `dest`,
+    /// the `len` bytes a receive of that whole message (fingerprint `fp`) fills, until the
+    /// returned guard is dropped (see [`super::placement`]). The caller keeps `dest` valid and
+    /// neither reads nor writes it while the guard lives, except through frames it takes.
+    pub fn post(
+        &self,
+        src: usize,
+        comm: u64,
+        seq: u64,
+        fp: &Fingerprint,
+        dest: *mut u8,
+        len: usize,
+    ) -> Posted<'_> {
+        let key = (src, comm, seq);
+        let mut st = self.state.lock().unwrap();
+        if st.posted.contains_key(&key) {
+            return Posted {
+                mailbox: self,
+                key: None,
+            };
+        }
+        let mut p = Posting::new(dest, len, *fp);
+        for f in st.queues.get(&key).into_iter().flatten() {
+            p.delivered(f);
+        }
+        if p.next >= len {
+            return Posted {
+                mailbox: self,
+                key: None,
+            }; // everything has arrived
+        }
+        st.posted.insert(key, p);
+        Posted {
+            mailbox: self,
+            key: Some(key),
+        }
+    }
+
+    /// Claim the place of the frame `h` from `src`, whose header was just read, in the
+    /// destination posted for it, if it has one; `in_order` says whether every frame `src`
+    /// sent before it has been delivered.
+    pub fn claim(
+        self: &std::sync::Arc<Self>,
+        src: usize,
+        h: &Incoming,
+        in_order: impl FnOnce() -> bool,
+    ) -> Option<Claim> {
+        let key = (src, h.env.comm, h.env.seq);
+        let mut st = self.state.lock().unwrap();
+        let p = st.posted.get_mut(&key)?;
+        if !p.admits(h, in_order) {
+            return None;
+        }
+        p.claimed(h);
+        Some(Claim {
+            mailbox: self.clone(),
+            key,
+            // In bounds: `admits` checked offset + len <= the destination's length.
+            dest: (p.dest + h.offset as usize) as *mut u8,
+            len: h.len,
+            revoked: p.revoked.clone(),
+        })
+    }
+
+    /// A reader stopped writing into the destination posted under `key`.
+    pub(super) fn release(&self, key: Key) {
+        let mut st = self.state.lock().unwrap();
+        if let Some(p) = st.posted.get_mut(&key) {
+            p.claims -= 1;
+        }
+        drop(st);
+        self.released.notify_all();
+    }
+
+    /// Withdraw the destination posted under `key`: once no reader writes into it, frames
+    /// placed there and not taken get buffers of their own (their receive failed, or a later
+    /// one may take them).
+    pub(super) fn unpost(&self, key: Key) {
+        let mut st = self.state.lock().unwrap();
+        let Some(p) = st.posted.get(&key) else {
+            return;
+        };
+        p.revoked.store(true, Ordering::Release);
+        let since = Instant::now();
+        while st.posted.get(&key).is_some_and(|p| p.claims > 0) {
+            // A reader checks at every read (see `tcp::reader`): this is short.
+            st = self
+                .released
+                .wait_timeout(st, std::time::Duration::from_secs(1))
+                .unwrap()
+                .0;
+            if since.elapsed() > std::time::Duration::from_secs(5) {
+                tracing::warn!(?key, "a reader still writes into a withdrawn destination");
+            }
+        }
+        let p = st.posted.remove(&key).expect("posted above");
+        let mut kept = 0;
+        for f in st.queues.get_mut(&key).into_iter().flatten() {
+            if f.placed > 0 {
+                // SAFETY: the frame was read into the destination at its offset; the
+                // destination is still the caller's (see `post`).
+                let at = (p.dest + f.offset as usize) as *const u8;
+                f.data = unsafe { std::slice::from_raw_parts(at, f.placed) }.to_vec();
+                kept += std::mem::take(&mut f.placed);
+            }
+        }
+        *st.buffered.entry(key.0).or_default() += kept;
+    }
+
     /// Payload bytes from `src` waiting untaken.
     pub fn buffered(&self, src: usize) -> usize {
         let st = self.state.lock().unwrap();
@@ -542,16 +693,16 @@ mod tests {
     use std::time::Duration;
 
     fn frame(bytes: usize) -> Frame {
-        Frame {
-            env: Envelope {
+        Frame::new(
+            Envelope {
                 comm: 1,
                 seq: 5,
                 fp: Fingerprint::new(OpKind::AllReduce, DataType::U8, bytes),
             },
-            total_len: bytes as u64,
-            offset: 0,
-            data: vec![7; bytes],
-        }
+            bytes as u64,
+            0,
+            vec![7; bytes],
+        )
     }
 
     /// Whether the wait for a message of `bytes` was recorded as blocked (that is, slept)

@@ -8,7 +8,9 @@
 //!   sequence). The executor takes them from there with a deadline.
 //!
 //! Large messages travel as several frames of at most [`chunk_bytes`] so that the receiver can
-//! reduce one chunk while the next is still on the wire.
+//! reduce one chunk while the next is still on the wire. A receive that copies a whole message
+//! into one place may post that place ([`Mailbox::post`]), so that a transport reading frames
+//! from a socket reads them straight there ([`placement`]).
 //!
 //! Implementations: [`inproc`] (threads in one process, used by most tests), [`tcp`], and
 //! [`hybrid`] (shared-memory rings to ranks of the same host, TCP to the others).
@@ -20,6 +22,7 @@ pub mod cpus;
 pub mod hybrid;
 pub mod inproc;
 pub mod mailbox;
+pub mod placement;
 pub mod shm;
 pub mod tcp;
 pub mod waits;

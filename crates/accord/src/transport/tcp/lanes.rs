@@ -309,6 +309,11 @@ impl Sequencer {
         Ok(())
     }
 
+    /// Whether every data frame before `order` has been delivered.
+    pub(super) fn due(&self, order: u32) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).next == order
+    }
+
     /// A lane said goodbye: `Ok(true)` once every lane has, with every frame delivered.
     pub(super) fn bye(&self) -> std::result::Result<bool, String> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -330,16 +335,16 @@ mod tests {
     use crate::dtype::DataType;
 
     fn frame(i: u8) -> Frame {
-        Frame {
-            env: Envelope {
+        Frame::new(
+            Envelope {
                 comm: 1,
                 seq: 2,
                 fp: Fingerprint::new(OpKind::P2p, DataType::U8, 1),
             },
-            total_len: 256,
-            offset: u64::from(i),
-            data: vec![i],
-        }
+            256,
+            u64::from(i),
+            vec![i],
+        )
     }
 
     fn delivered(m: &Mailbox, n: usize) -> Vec<u8> {

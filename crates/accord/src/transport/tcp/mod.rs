@@ -53,7 +53,9 @@
 //! from C. Where this host's ranks outnumber its CPUs, waits sleep at once (polling took the CPU
 //! from the ranks that had work); where every rank and its reader thread can have a CPU of their
 //! own, waits for messages up to 1 MiB (`ACCORD_TCP_PUMP_BYTES`) read the socket themselves too
-//! (on 16 CPUs, 64-256 KiB calls 1.2-1.9x faster). The reader
+//! (on 16 CPUs, 64-256 KiB calls 1.2-1.9x faster). A frame of at least 32 KiB that a waiting
+//! receive has posted a destination for is read straight into it rather than into a buffer
+//! the receive then copies ([`super::placement`]). The reader
 //! reports a peer as lost as soon as its connection ends: with `rank N closed its communicator`
 //! after a goodbye frame, and with `connection closed (process exited or was killed)` otherwise.
 //! Malformed bytes make the reader report the peer lost with the protocol error and close the

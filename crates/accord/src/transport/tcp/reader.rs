@@ -19,6 +19,7 @@
 use super::lanes::Sequencer;
 use super::*;
 use crate::transport::mailbox::PollTurn;
+use crate::transport::placement::{Claim, Incoming};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicUsize;
 
@@ -30,6 +31,9 @@ const POLL_SLICE_MS: i32 = 500;
 /// Longest the reader thread stays parked while callers poll: how late a frame nobody polls
 /// for (a control frame, or data arriving after the callers left) may be read.
 const PARK_SLICE: Duration = Duration::from_millis(1);
+/// Longest sleep of the reader thread inside a frame read into a posted destination: how late
+/// it may notice that the receive withdrew it (the receive waits for that).
+const PLACING_POLL_MS: i32 = 2;
 
 /// One peer's connection as its receivers see it.
 pub(super) struct Inbound {
@@ -54,6 +58,8 @@ pub(super) struct Inbound {
     polling: AtomicUsize,
     park: (Mutex<()>, Condvar),
     parked: AtomicBool,
+    /// The frame being read goes straight into a receive's destination.
+    placing: AtomicBool,
 }
 
 /// A caller's turn at polling a connection ([`Inbound::enter`]).
@@ -69,6 +75,7 @@ impl PollTurn for Polling {
         };
         let before = d.received;
         if !d.ended && !i.pump(&mut d, false) {
+            d.frame = None; // a claim on a destination ends with the connection
             let _ = i.stream.shutdown(Shutdown::Both);
         }
         d.received != before
@@ -113,6 +120,8 @@ enum Partial {
         data: Vec<u8>,
         got: usize,
     },
+    /// A data frame read straight into the destination of the receive waiting for it.
+    Placed { h: Header, claim: Claim, got: usize },
     /// A control frame of a later version, skipped.
     Skip { left: usize },
 }
@@ -149,6 +158,7 @@ impl Inbound {
             polling: AtomicUsize::new(0),
             park: (Mutex::new(()), Condvar::new()),
             parked: AtomicBool::new(false),
+            placing: AtomicBool::new(false),
             decoder: Mutex::new(Decoder {
                 buf: vec![0; READ_BUFFER_BYTES].into_boxed_slice(),
                 start: 0,
@@ -179,13 +189,18 @@ impl Inbound {
                 events: libc::POLLIN | libc::POLLRDHUP,
                 revents: 0,
             };
+            let slice = match self.placing.load(Ordering::Relaxed) {
+                true => PLACING_POLL_MS,
+                false => POLL_SLICE_MS,
+            };
             // SAFETY: one valid pollfd; the descriptor stays open as long as `self.stream` does.
-            unsafe { libc::poll(&mut p, 1, POLL_SLICE_MS) };
+            unsafe { libc::poll(&mut p, 1, slice) };
             if self.polling.load(Ordering::SeqCst) > 0 {
                 continue; // a polling caller reads it
             }
             let mut d = self.decoder.lock().unwrap_or_else(|e| e.into_inner());
             if d.ended || !self.pump(&mut d, true) {
+                d.frame = None; // a claim on a destination ends with the connection
                 break;
             }
         }
@@ -222,7 +237,7 @@ impl Inbound {
                             let Some(Partial::Body { h, data, .. }) = d.frame.take() else {
                                 unreachable!("a body was being read")
                             };
-                            if !self.dispatch(h, data) {
+                            if !self.dispatch(h, data, 0) {
                                 d.ended = true;
                                 return false;
                             }
@@ -243,6 +258,51 @@ impl Inbound {
                             }
                             continue;
                         }
+                    }
+                    Partial::Placed { claim, got, .. } => {
+                        if claim.revoked() {
+                            // Its receive gave up: the frame takes a buffer of its own.
+                            let Some(Partial::Placed { h, mut claim, got }) = d.frame.take() else {
+                                unreachable!("a placed frame was being read")
+                            };
+                            let mut data = self.mailbox.buffer(h.chunk_len as usize);
+                            data[..got].copy_from_slice(&claim.bytes()[..got]);
+                            drop(claim);
+                            self.placing.store(false, Ordering::Relaxed);
+                            d.frame = Some(Partial::Body { h, data, got });
+                            continue;
+                        }
+                        let dest = claim.bytes();
+                        let n = staged.min(dest.len() - *got);
+                        dest[*got..*got + n].copy_from_slice(&d.buf[d.start..d.start + n]);
+                        (*got, d.start) = (*got + n, d.start + n);
+                        if *got == dest.len() {
+                            let Some(Partial::Placed { h, claim, .. }) = d.frame.take() else {
+                                unreachable!("a placed frame was being read")
+                            };
+                            let delivered = self.dispatch(h, Vec::new(), h.chunk_len as usize);
+                            drop(claim);
+                            self.placing.store(false, Ordering::Relaxed);
+                            if !delivered {
+                                d.ended = true;
+                                return false;
+                            }
+                            continue;
+                        }
+                        // Never blocking, so that a withdrawn destination is noticed soon.
+                        match recv(&self.stream, &mut dest[*got..], false) {
+                            Ok(0) => return self.end(d, "in the middle of a frame".into()),
+                            Ok(n) => {
+                                *got += n;
+                                d.received += n as u64;
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            Err(e) => {
+                                return self.end(d, format!("in the middle of a frame ({e})"))
+                            }
+                        }
+                        continue;
                     }
                     Partial::Skip { left } => {
                         let n = staged.min(*left);
@@ -270,10 +330,16 @@ impl Inbound {
                 match Header::decode(&hb, peer as u32) {
                     // `decode` bounded chunk_len by the frame kind's limit.
                     Ok(h) => {
-                        d.frame = Some(Partial::Body {
-                            data: self.mailbox.buffer(h.chunk_len as usize),
-                            got: 0,
-                            h,
+                        d.frame = Some(match self.claim(&h) {
+                            Some(claim) => {
+                                self.placing.store(true, Ordering::Relaxed);
+                                Partial::Placed { h, claim, got: 0 }
+                            }
+                            None => Partial::Body {
+                                data: self.mailbox.buffer(h.chunk_len as usize),
+                                got: 0,
+                                h,
+                            },
                         })
                     }
                     Err(e) => match wire::unknown_kind_len(&hb, peer as u32) {
@@ -328,6 +394,23 @@ impl Inbound {
         }
     }
 
+    /// The place of data frame `h` in the destination of the receive waiting for it, if one
+    /// was posted and the frame is large enough to be worth reading there.
+    fn claim(&self, h: &Header) -> Option<Claim> {
+        if h.kind != FrameKind::Data || (h.chunk_len as usize) < DIRECT_READ_BYTES {
+            return None;
+        }
+        let incoming = Incoming {
+            env: h.env,
+            total_len: h.total_len,
+            offset: h.offset,
+            len: h.chunk_len as usize,
+            order: h.order,
+        };
+        let in_order = || self.sequencer.as_ref().is_none_or(|s| s.due(h.order));
+        self.mailbox.claim(self.peer, &incoming, in_order)
+    }
+
     /// The connection ended: report the peer lost, saying why.
     fn end(&self, d: &mut Decoder, why: String) -> bool {
         let cause = if self.closing.load(Ordering::SeqCst) {
@@ -340,16 +423,16 @@ impl Inbound {
         false
     }
 
-    /// Act on one whole frame; `false` when it ends the connection.
-    fn dispatch(&self, h: Header, data: Vec<u8>) -> bool {
+    /// Act on one whole frame, whose payload is `data` or, for a data frame, was `placed` in a
+    /// receive's destination; `false` when it ends the connection.
+    fn dispatch(&self, h: Header, data: Vec<u8>, placed: usize) -> bool {
         let peer = self.peer;
         match h.kind {
             FrameKind::Data => {
                 let frame = Frame {
-                    env: h.env,
-                    total_len: h.total_len,
-                    offset: h.offset,
-                    data,
+                    placed,
+                    order: Some(h.order),
+                    ..Frame::new(h.env, h.total_len, h.offset, data)
                 };
                 match &self.sequencer {
                     None => self.mailbox.deliver(peer, frame),

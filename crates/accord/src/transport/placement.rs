@@ -1,0 +1,168 @@
+//! Frames read straight into the destination of the receive waiting for them, instead of into
+//! a buffer of their own that the receive then copies: the copy out of that buffer is one pass
+//! over every received byte on the receiving thread alone, while the connections' reader
+//! threads copy out of the kernel in parallel.
+//!
+//! A receive of a whole message into one destination *posts* it ([`Mailbox::post`]): the key
+//! it waits on, the message's length and fingerprint, and where its bytes go. A reader that
+//! has just read a data frame's header asks the mailbox to *claim* the frame's place
+//! ([`Mailbox::claim`]); a claimed frame's payload is read into the destination, and the frame
+//! is delivered as a marker ([`Frame::placed`]) through the same queues and in the same order
+//! as a buffered one, so the receive takes it as it takes every frame, without the copy.
+//!
+//! Which frames belong to the posted message is decided from what is certain at the moment a
+//! header is read, in [`Posting::admits`]:
+//! - the frame that continues the message where delivered frames end (`offset == next`), when
+//!   every frame the peer sent before it has been delivered (one connection: always; several
+//!   lanes: when its order is the next one due). Frames of one key are delivered in the order
+//!   sent and one message's frames are contiguous among them, so this frame is the message's.
+//! - once the message's first frame is known (its order and size), any frame of the message's
+//!   shape whose order is that first order plus its index: a message dealt over lanes takes
+//!   consecutive orders, and a later message of the same key takes larger ones, so no other
+//!   frame has that order.
+//!
+//! Everything else is buffered as before. A receive that ends (its message complete, or its
+//! wait failed) withdraws the posting ([`Posted`] on drop): it waits until no reader writes into
+//! the destination any more (a reader checks at every read and gives its frame a buffer of its
+//! own once the posting is withdrawn), then copies the bytes of markers nobody took into buffers
+//! of their own; a marker delivered afterwards, whose receive failed, is dropped.
+
+use super::mailbox::{Frame, Mailbox};
+use super::wire::ORDER_MODULUS;
+use super::Envelope;
+use crate::fingerprint::Fingerprint;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// What a reader knows of a data frame once its header is read.
+pub struct Incoming {
+    /// The sender's label: the key a receive posts under, and its call.
+    pub env: Envelope,
+    /// The whole message's length.
+    pub total_len: u64,
+    /// The frame's place in the message.
+    pub offset: u64,
+    /// The frame's payload length.
+    pub len: usize,
+    /// The frame's place among all data frames from its sender.
+    pub order: u32,
+}
+
+/// One receive's posted destination (see the module docs).
+pub(super) struct Posting {
+    /// The destination's address and length.
+    pub dest: usize,
+    pub len: usize,
+    pub fp: Fingerprint,
+    /// Where the next frame of the message to be delivered starts.
+    pub next: usize,
+    /// The order and length of the message's first frame, once known.
+    pub first: Option<(u32, usize)>,
+    /// Frames being read into the destination now.
+    pub claims: usize,
+    /// Set when the receive withdraws the posting; readers stop writing.
+    pub revoked: Arc<AtomicBool>,
+}
+
+impl Posting {
+    pub fn new(dest: *mut u8, len: usize, fp: Fingerprint) -> Self {
+        Posting {
+            dest: dest as usize,
+            len,
+            fp,
+            next: 0,
+            first: None,
+            claims: 0,
+            revoked: Arc::default(),
+        }
+    }
+
+    /// A frame of the posting's key was delivered, in order: follow the message.
+    pub fn delivered(&mut self, f: &Frame) {
+        if f.env.fp == self.fp && f.total_len == self.len as u64 && f.offset == self.next as u64 {
+            if f.offset == 0 && self.first.is_none() {
+                self.first = f.order.map(|o| (o, f.len()));
+            }
+            self.next += f.len();
+        }
+    }
+
+    /// Whether the frame `h`, whose header was just read, belongs to the posted message;
+    /// `in_order` says whether every frame its sender sent before it has been delivered.
+    pub fn admits(&self, h: &Incoming, in_order: impl FnOnce() -> bool) -> bool {
+        let off = h.offset as usize;
+        if h.env.fp != self.fp
+            || h.total_len != self.len as u64
+            || off < self.next
+            || off + h.len > self.len
+            || self.revoked.load(Ordering::Relaxed)
+        {
+            return false;
+        }
+        if off == self.next && in_order() {
+            return true;
+        }
+        match self.first {
+            Some((first, chunk)) if chunk > 0 && off.is_multiple_of(chunk) => {
+                let index = (h.order.wrapping_add(ORDER_MODULUS) - first) % ORDER_MODULUS;
+                index as usize == off / chunk && h.len == chunk.min(self.len - off)
+            }
+            _ => false,
+        }
+    }
+
+    /// `h` was admitted and is being claimed.
+    pub fn claimed(&mut self, h: &Incoming) {
+        if h.offset == 0 && self.first.is_none() {
+            self.first = Some((h.order, h.len));
+        }
+        self.claims += 1;
+    }
+}
+
+/// A frame's place in a posted destination, held by the reader writing it; dropping it tells
+/// the receive that this reader no longer writes there.
+pub struct Claim {
+    pub(super) mailbox: Arc<Mailbox>,
+    pub(super) key: (usize, u64, u64),
+    pub(super) dest: *mut u8,
+    pub(super) len: usize,
+    pub(super) revoked: Arc<AtomicBool>,
+}
+
+// SAFETY: the destination stays valid and written by no one else until the claim is dropped:
+// the receive that posted it waits for that before it returns (`Mailbox::unpost`).
+unsafe impl Send for Claim {}
+
+impl Claim {
+    /// The frame's bytes in the destination.
+    pub fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: see `Send`; `Mailbox::claim` checked the range against the destination.
+        unsafe { std::slice::from_raw_parts_mut(self.dest, self.len) }
+    }
+
+    /// Whether the receive withdrew its posting: write no more, move what was read elsewhere.
+    pub fn revoked(&self) -> bool {
+        self.revoked.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.mailbox.release(self.key);
+    }
+}
+
+/// A posted destination; dropping it withdraws the posting ([`Mailbox::unpost`]).
+pub struct Posted<'a> {
+    pub(super) mailbox: &'a Mailbox,
+    pub(super) key: Option<(usize, u64, u64)>,
+}
+
+impl Drop for Posted<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key {
+            self.mailbox.unpost(key);
+        }
+    }
+}
