@@ -405,11 +405,16 @@ pub(crate) fn receive(
                 frame.len()
             )));
         }
-        // SAFETY: off + len() <= len, the destination's length.
-        let d = unsafe { std::slice::from_raw_parts_mut(dst.add(off), frame.len()) };
+        // Only a receive that copies posts its destination: a placed frame is in place.
+        if frame.placed > 0 && !matches!(into, Delivery::Copy) {
+            return Err(Error::Protocol(format!(
+                "internal: a chunk from rank {peer} was placed for a receive that reduces"
+            )));
+        }
+        // SAFETY: off + data.len() <= len, the destination's length; a reader may still be
+        // writing other frames of the message into the destination, never this chunk.
+        let d = unsafe { std::slice::from_raw_parts_mut(dst.add(off), frame.data.len()) };
         match into {
-            // Placed frames are in the destination already.
-            Delivery::Copy if frame.placed > 0 => {}
             Delivery::Copy => d.copy_from_slice(&frame.data),
             Delivery::Reduce(operand) => {
                 if operand != dst.cast_const() {

@@ -877,3 +877,37 @@ fn a_withdrawn_destination_is_left_at_once_and_its_frame_kept() {
     );
     drop(s); // before rank 0 closes, which would wait for its goodbye
 }
+
+/// Many messages dealt over four lanes, two keys at once, each received into a posted
+/// destination while the next is on its way: every one arrives intact, and the lanes' readers,
+/// which claim places in destinations while others deliver frames in order, never wait for
+/// each other for good (the whole exchange must end well within its deadline).
+#[test]
+fn many_messages_over_lanes_into_posted_destinations_never_stall() {
+    const MESSAGES: usize = 1500;
+    const LEN: usize = 256 << 10;
+    let ts = world_with(2, |_| 4);
+    let (done, finished) = std::sync::mpsc::channel();
+    for seq in [11, 12] {
+        let (t0, t1) = (ts[0].clone(), ts[1].clone());
+        std::thread::spawn(move || {
+            for i in 0..MESSAGES {
+                t1.send(0, &env(seq, LEN), &pattern(1, 0, i as u64, LEN))
+                    .unwrap();
+            }
+        });
+        let done = done.clone();
+        std::thread::spawn(move || {
+            for i in 0..MESSAGES {
+                let (got, _) = recv_into_posted(&t0, 1, seq, LEN);
+                assert!(got == pattern(1, 0, i as u64, LEN), "message {i} of {seq}");
+            }
+            done.send(()).unwrap();
+        });
+    }
+    for _ in 0..2 {
+        finished
+            .recv_timeout(Duration::from_secs(60))
+            .expect("every message received within a minute");
+    }
+}

@@ -608,12 +608,13 @@ impl Mailbox {
 
     /// Claim the place of the frame `h` from `src`, whose header was just read, in the
     /// destination posted for it, if it has one; `in_order` says whether every frame `src`
-    /// sent before it has been delivered.
+    /// sent before it has been delivered. (Found out before the call: a transport that puts
+    /// frames back in order delivers them here under its own lock.)
     pub fn claim(
         self: &std::sync::Arc<Self>,
         src: usize,
         h: &Incoming,
-        in_order: impl FnOnce() -> bool,
+        in_order: bool,
     ) -> Option<Claim> {
         let key = (src, h.env.comm, h.env.seq);
         let mut st = self.state.lock().unwrap();

@@ -89,7 +89,7 @@ impl Posting {
 
     /// Whether the frame `h`, whose header was just read, belongs to the posted message;
     /// `in_order` says whether every frame its sender sent before it has been delivered.
-    pub fn admits(&self, h: &Incoming, in_order: impl FnOnce() -> bool) -> bool {
+    pub fn admits(&self, h: &Incoming, in_order: bool) -> bool {
         let off = h.offset as usize;
         if h.env.fp != self.fp
             || h.total_len != self.len as u64
@@ -99,7 +99,7 @@ impl Posting {
         {
             return false;
         }
-        if off == self.next && in_order() {
+        if off == self.next && in_order {
             return true;
         }
         match self.first {

@@ -407,7 +407,9 @@ impl Inbound {
             len: h.chunk_len as usize,
             order: h.order,
         };
-        let in_order = || self.sequencer.as_ref().is_none_or(|s| s.due(h.order));
+        // Stays true until this frame is delivered; false may be stale, which only costs
+        // the placement.
+        let in_order = self.sequencer.as_ref().is_none_or(|s| s.due(h.order));
         self.mailbox.claim(self.peer, &incoming, in_order)
     }
 
