@@ -107,9 +107,13 @@ pub fn run(job: Launch) -> i32 {
         }
     };
     let store = server.addr().to_string();
-    // Ranks still joining learn at once when a rank's process ends before it joined.
+    // Ranks still joining learn at once when a rank's process ends before it joined (they
+    // register under ACCORD_STORE_PREFIX where the launcher's environment sets it).
+    let prefix = std::env::var("ACCORD_STORE_PREFIX")
+        .map(|p| p.trim().to_string())
+        .unwrap_or_else(|_| INIT_PREFIX.to_string());
     let joining = StoreClient::connect(&store, &token, Duration::from_secs(5))
-        .map(|c| c.with_prefix(INIT_PREFIX))
+        .map(|c| c.with_prefix(&prefix))
         .ok();
     let master_port = free_port().to_string();
     // Names this job's flight records (see `accord::observe`).

@@ -68,35 +68,52 @@ pub fn from_rendezvous(rdv: Rendezvous, timeout: Duration) -> Result<Communicato
             return Err(e);
         }
     };
-    // Once every rank is known to be there (a rank that ends before it connects is named by
-    // the mesh, within the join deadline); from here a rank that ends is named by the mesh too.
+    let (transport, shm) = match after_mesh(&rdv, tcp, timeout) {
+        Ok(t) => t,
+        Err(e) => {
+            if rdv.server.is_some() {
+                // The others may still be reading what differs, or finding out who is gone.
+                std::thread::sleep(STORE_LINGER);
+            }
+            return Err(e);
+        }
+    };
+    let resources = Resources {
+        shm,
+        rendezvous: Some(rdv),
+        ..Resources::default()
+    };
+    let comm = Communicator::with_resources(transport, resources);
+    comm.set_timeout(timeout);
+    Ok(comm)
+}
+
+/// Once every rank is known to be there (a rank that ends before it connects is named by the
+/// mesh, within the join deadline): the settings check, placement and shared memory, where a
+/// rank that ends is named by the mesh too. The transport, and the host's shared-memory world.
+fn after_mesh(
+    rdv: &Rendezvous,
+    tcp: Arc<TcpTransport>,
+    timeout: Duration,
+) -> Result<(Arc<dyn Transport>, Option<Arc<ShmWorld>>)> {
     let store = Watched {
         store: &rdv.store,
         mailbox: tcp.mailbox(),
         size: rdv.world_size,
     };
-    if let Err(e) = check_alike(&store, rdv.rank, rdv.world_size, timeout) {
-        if rdv.server.is_some() {
-            std::thread::sleep(STORE_LINGER); // the others may still be reading what differs
-        }
-        return Err(e);
-    }
+    check_alike(&store, rdv.rank, rdv.world_size, timeout)?;
     let mut transport: Arc<dyn Transport> = tcp.clone();
-    let mut resources = Resources::default();
-    if let Some(w) = shm_world(&store, &rdv, &transport, timeout)? {
-        // Point-to-point traffic (and every collective that runs a message schedule) between
-        // ranks of this host goes through shared-memory rings; TCP stays for the other hosts,
-        // aborts and liveness.
-        let p2p = agree(&store, &rdv, "p2p", shm_p2p_enabled(), timeout)?;
-        if let Some(g) = w.group.as_ref().filter(|_| p2p) {
-            transport = HybridTransport::new(tcp, g.ring_area(), timeout)?;
-        }
-        resources.shm = Some(Arc::new(w));
+    let Some(w) = shm_world(&store, rdv, &transport, timeout)? else {
+        return Ok((transport, None));
+    };
+    // Point-to-point traffic (and every collective that runs a message schedule) between
+    // ranks of this host goes through shared-memory rings; TCP stays for the other hosts,
+    // aborts and liveness.
+    let p2p = agree(&store, rdv, "p2p", shm_p2p_enabled(), timeout)?;
+    if let Some(g) = w.group.as_ref().filter(|_| p2p) {
+        transport = HybridTransport::new(tcp, g.ring_area(), timeout)?;
     }
-    resources.rendezvous = Some(rdv);
-    let comm = Communicator::with_resources(transport, resources);
-    comm.set_timeout(timeout);
-    Ok(comm)
+    Ok((transport, Some(Arc::new(w))))
 }
 
 /// Placement and this host's shared-memory group. Every rank publishes its host id (or that it
@@ -135,8 +152,10 @@ fn shm_world(
     Ok(Some(ShmWorld::new(group, &hosts)))
 }
 
-/// How often a wait for other ranks' keys looks whether the mesh lost one of them.
-const WATCH_SLICE: Duration = Duration::from_millis(100);
+/// How soon a wait for other ranks' keys first looks whether the mesh lost one of them; the
+/// wait doubles up to [`WATCH_SLICE_MAX`] (every look asks the store for all its keys again).
+const WATCH_SLICE: Duration = Duration::from_millis(50);
+const WATCH_SLICE_MAX: Duration = Duration::from_secs(1);
 
 /// The store as the ranks see it once their mesh has formed: a wait for keys others publish
 /// ends as soon as the mesh reports a rank lost (its process ended, its connection broke),
@@ -183,21 +202,27 @@ impl Directory for WatchedIn<'_> {
 
     fn get_all(&self, keys: &[String], timeout: Duration) -> Result<Vec<Vec<u8>>> {
         let deadline = Instant::now() + timeout;
+        let mut slice = WATCH_SLICE;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            if let Ok(values) = self
-                .store
-                .multi_get_or_missing(keys, left.min(WATCH_SLICE))?
-            {
-                return Ok(values);
-            }
+            let missing = match self.store.multi_get_or_missing(keys, left.min(slice)) {
+                Ok(Ok(values)) => return Ok(values),
+                Ok(Err(missing)) => missing,
+                // The store's host may be gone because a rank the mesh lost made it fail.
+                Err(e) => return Err(self.watch.lost().unwrap_or(e)),
+            };
             if let Some(e) = self.watch.lost() {
-                return Err(e);
+                // A rank that published everything and then finished is no reason to fail:
+                // what it published is there now.
+                return match self.store.multi_get_or_missing(keys, Duration::ZERO)? {
+                    Ok(values) => Ok(values),
+                    Err(_) => Err(e),
+                };
             }
             if Instant::now() >= deadline {
-                // The store's own error names the keys still missing.
-                return self.store.multi_get(keys, Duration::ZERO);
+                return Err(self.store.timed_out("multi_get", timeout, missing));
             }
+            slice = (slice * 2).min(WATCH_SLICE_MAX);
         }
     }
 

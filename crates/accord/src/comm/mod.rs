@@ -244,8 +244,9 @@ impl Communicator {
         &self.inner.name
     }
 
-    /// The rendezvous store this communicator was bootstrapped through, if any (communicators
-    /// built directly on a transport have none).
+    /// The rendezvous store this communicator was bootstrapped through, in its world's
+    /// namespace (`ACCORD_STORE_PREFIX` where set, else the root), if any (communicators built
+    /// directly on a transport have none).
     pub fn store(&self) -> Option<Arc<crate::rendezvous::StoreClient>> {
         let r = self.inner.resources.rendezvous.as_ref()?;
         Some(r.store.clone())

@@ -459,7 +459,7 @@ impl StoreClient {
         }
     }
 
-    fn timed_out(&self, op: &str, after: Duration, missing: Vec<String>) -> Error {
+    pub(crate) fn timed_out(&self, op: &str, after: Duration, missing: Vec<String>) -> Error {
         let missing: Vec<String> = missing.into_iter().map(|k| self.unprefix(k)).collect();
         let ns = if self.prefix.is_empty() {
             String::new()

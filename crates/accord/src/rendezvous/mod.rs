@@ -79,8 +79,9 @@
 //! error), checks that the world size agrees, counts itself in `joined`, and waits for all ranks.
 //! Local rank and local world size come from the launcher's variables where set, else from the
 //! host names the ranks registered. What the world publishes afterwards (listening addresses,
-//! host identities, settings) lives under `ACCORD_STORE_PREFIX` too where it is set, so several
-//! worlds can share one external store, each under its own prefix.
+//! host identities, settings, and keys set through [`crate::Communicator::store`]) lives under
+//! `ACCORD_STORE_PREFIX` too where it is set (at the store's root otherwise), so several worlds
+//! can share one external store, each under its own prefix.
 //!
 //! Joining (connecting and registering) has its own deadline, `ACCORD_JOIN_TIMEOUT` (default the
 //! shorter of [`init::DEFAULT_JOIN_TIMEOUT`] and the timeout): a rank that dies before it
@@ -106,7 +107,7 @@
 //! | timeout | `ACCORD_TIMEOUT` (seconds, may be fractional; default 300) |
 //! | join deadline | `ACCORD_JOIN_TIMEOUT` (seconds; default the shorter of 60 and the timeout) |
 //! | `file://` advertised host | `ACCORD_STORE_HOST` |
-//! | namespace of the world's keys (one per world sharing a store) | `ACCORD_STORE_PREFIX` (default `accord/init`) |
+//! | namespace of the world's keys (one per world sharing a store) | `ACCORD_STORE_PREFIX` (default: the init keys under `accord/init`, the rest at the root) |
 //!
 //! [`EnvConfig::from_vars`] and [`init_with_vars`] read variables through a closure, so they can
 //! be tested (or fed by an embedding runtime) without touching the process environment.

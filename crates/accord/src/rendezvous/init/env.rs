@@ -95,7 +95,8 @@ pub struct EnvConfig {
     pub join_timeout: Option<Duration>,
     /// `ACCORD_STORE_HOST`: the host name or IP that `file://` writes for others to connect to.
     pub store_host: Option<String>,
-    /// `ACCORD_STORE_PREFIX`: namespace of the rendezvous keys (default [`INIT_PREFIX`](super::INIT_PREFIX)).
+    /// `ACCORD_STORE_PREFIX`: namespace of the world's keys (default: the rendezvous's under
+    /// [`INIT_PREFIX`](super::INIT_PREFIX), the rest at the store's root).
     pub prefix: Option<String>,
 }
 

@@ -197,7 +197,7 @@ pub(super) fn dial(
         let reason = String::from_utf8_lossy(&reason);
         // A release from before the format travelled here reads it as part of the lane count.
         let older = reason.contains(&format!(
-            "of {}",
+            "of {}; at most",
             u16::from_le_bytes([hello[10], hello[11]])
         ));
         let hint = match older {
