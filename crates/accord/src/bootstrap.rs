@@ -88,6 +88,9 @@ pub fn from_rendezvous(rdv: Rendezvous, timeout: Duration) -> Result<Communicato
     Ok(comm)
 }
 
+/// What a rank has once start-up is over: its transport and its host's shared-memory world.
+type Joined = (Arc<dyn Transport>, Option<Arc<ShmWorld>>);
+
 /// Once every rank is known to be there (a rank that ends before it connects is named by the
 /// mesh, within the join deadline): the settings check, placement and shared memory, where a
 /// rank that ends is named by the mesh too. The transport, and the host's shared-memory world.
@@ -95,7 +98,7 @@ fn after_mesh(
     rdv: &Rendezvous,
     tcp: Arc<TcpTransport>,
     timeout: Duration,
-) -> Result<(Arc<dyn Transport>, Option<Arc<ShmWorld>>)> {
+) -> Result<Joined> {
     let store = Watched {
         store: &rdv.store,
         mailbox: tcp.mailbox(),

@@ -11,7 +11,7 @@
 //! as a buffered one, so the receive takes it as it takes every frame, without the copy.
 //!
 //! Which frames belong to the posted message is decided from what is certain at the moment a
-//! header is read, in [`Posting::admits`]:
+//! header is read (`Posting::admits`):
 //! - the frame that continues the message where delivered frames end (`offset == next`), when
 //!   every frame the peer sent before it has been delivered (one connection: always; several
 //!   lanes: when its order is the next one due). Frames of one key are delivered in the order
@@ -153,7 +153,8 @@ impl Drop for Claim {
     }
 }
 
-/// A posted destination; dropping it withdraws the posting ([`Mailbox::unpost`]).
+/// A posted destination ([`Mailbox::post`]); dropping it withdraws the posting, once no reader
+/// writes into it any more.
 pub struct Posted<'a> {
     pub(super) mailbox: &'a Mailbox,
     pub(super) key: Option<(usize, u64, u64)>,
