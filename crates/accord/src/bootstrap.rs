@@ -94,11 +94,7 @@ type Joined = (Arc<dyn Transport>, Option<Arc<ShmWorld>>);
 /// Once every rank is known to be there (a rank that ends before it connects is named by the
 /// mesh, within the join deadline): the settings check, placement and shared memory, where a
 /// rank that ends is named by the mesh too. The transport, and the host's shared-memory world.
-fn after_mesh(
-    rdv: &Rendezvous,
-    tcp: Arc<TcpTransport>,
-    timeout: Duration,
-) -> Result<Joined> {
+fn after_mesh(rdv: &Rendezvous, tcp: Arc<TcpTransport>, timeout: Duration) -> Result<Joined> {
     let store = Watched {
         store: &rdv.store,
         mailbox: tcp.mailbox(),

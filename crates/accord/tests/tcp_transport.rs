@@ -726,34 +726,48 @@ fn loopback_bandwidth() {
     );
 }
 
-/// Receive the message of `len` bytes from `src` on `seq` into a destination posted for it;
-/// the bytes, and how many of them were read straight into it.
-fn recv_into_posted(t: &TcpTransport, src: usize, seq: u64, len: usize) -> (Vec<u8>, usize) {
+/// Receive the message of `len` bytes from `src` on `seq` into a destination posted for it,
+/// saying on `posted` once it is; the bytes, and how many of them were read straight into it.
+fn recv_into_posted_then(
+    t: &TcpTransport,
+    src: usize,
+    seq: u64,
+    len: usize,
+    posted: Option<std::sync::mpsc::Sender<()>>,
+) -> (Vec<u8>, usize) {
     let mut dest = vec![0u8; len];
-    let posted = t.mailbox().post(src, 1, seq, &fp(), dest.as_mut_ptr(), len);
+    // Written through this pointer only, as the transport's readers write the rest.
+    let at = dest.as_mut_ptr();
+    let guard = t.mailbox().post(src, 1, seq, &fp(), at, len);
+    if let Some(p) = posted {
+        p.send(()).unwrap();
+    }
     let deadline = Instant::now() + TIMEOUT;
     let (mut got, mut placed) = (0, 0);
-    while got < len || got == 0 {
+    loop {
         let f = t.mailbox().take(src, 1, seq, &fp(), deadline, len).unwrap();
         assert_eq!((f.total_len as usize, f.offset as usize), (len, got));
-        if f.placed == 0 {
-            dest[got..got + f.data.len()].copy_from_slice(&f.data);
-        }
+        // SAFETY: in bounds (checked above and by the transport); no reader writes this chunk.
+        unsafe { std::ptr::copy_nonoverlapping(f.data.as_ptr(), at.add(got), f.data.len()) };
         placed += f.placed;
         got += f.len();
-        if len == 0 {
+        if got == len {
             break;
         }
     }
-    drop(posted);
+    drop(guard);
     (dest, placed)
+}
+
+fn recv_into_posted(t: &TcpTransport, src: usize, seq: u64, len: usize) -> (Vec<u8>, usize) {
+    recv_into_posted_then(t, src, seq, len, None)
 }
 
 /// Frames read straight into posted destinations land where they belong, over one connection
 /// and over several lanes, while the next message of the same key (and the same length) is
 /// already on its way and a message of another key travels between: every message arrives
-/// whole and intact, and a large message sent after its receive was posted is mostly never
-/// copied by the receive.
+/// whole and intact, and a large message sent after its receive was posted is read into the
+/// destination (all of it over one connection).
 #[test]
 fn frames_read_into_posted_destinations_land_in_their_own_message() {
     const SIZES: [usize; 8] = [
@@ -789,8 +803,10 @@ fn frames_read_into_posted_destinations_land_in_their_own_message() {
         };
         for (i, &len) in SIZES.iter().enumerate() {
             let t = ts[0].clone();
-            let receiver = std::thread::spawn(move || recv_into_posted(&t, 1, 7, len));
-            std::thread::sleep(Duration::from_millis(20)); // posted by now, mostly
+            let (posted, is_posted) = std::sync::mpsc::channel();
+            let receiver =
+                std::thread::spawn(move || recv_into_posted_then(&t, 1, 7, len, Some(posted)));
+            is_posted.recv().unwrap();
             go.send(i).unwrap();
             let (got, placed) = receiver.join().unwrap();
             assert!(
@@ -798,10 +814,13 @@ fn frames_read_into_posted_destinations_land_in_their_own_message() {
                 "message {i} over {lanes} lane(s)"
             );
             if i % 2 == 0 && len >= 1 << 20 {
-                assert!(
-                    placed >= len / 2,
-                    "{placed} of message {i}'s {len} bytes placed"
-                );
+                // Sent after its receive was posted: over one connection every frame is next
+                // in order when it comes; over lanes at least the first is (the others are
+                // where their headers come after the first's).
+                match lanes {
+                    1 => assert_eq!(placed, len, "message {i}"),
+                    _ => assert!(placed > 0, "nothing of message {i} placed"),
+                }
             }
         }
         drop(go);

@@ -30,6 +30,8 @@ pub struct Frame {
     /// How many of the chunk's bytes were read straight into the destination of the receive
     /// that posted it (see [`super::placement`]), which therefore copies nothing.
     pub placed: usize,
+    /// Which posting they were placed for (0: none).
+    pub posting: u64,
     /// The frame's place among all data frames from its sender, where the transport numbers
     /// them (TCP).
     pub order: Option<u32>,
@@ -44,6 +46,7 @@ impl Frame {
             offset,
             data,
             placed: 0,
+            posting: 0,
             order: None,
         }
     }
@@ -273,10 +276,10 @@ impl Mailbox {
             return;
         }
         match st.posted.get_mut(&(src, frame.env.comm, frame.env.seq)) {
-            Some(p) => p.delivered(&frame),
+            Some(p) if frame.placed == 0 || p.id == frame.posting => p.delivered(&frame),
             // Its receive gave up before it came: the bytes went where nothing reads them.
-            None if frame.placed > 0 => return,
-            None => {}
+            _ if frame.placed > 0 => return,
+            _ => {}
         }
         let held = st.buffered.entry(src).or_default();
         *held += frame.data.len();
@@ -627,7 +630,9 @@ impl Mailbox {
             mailbox: self.clone(),
             key,
             // In bounds: `admits` checked offset + len <= the destination's length.
-            dest: (p.dest + h.offset as usize) as *mut u8,
+            posting: p.id,
+            // SAFETY (of the offset): `admits` checked offset + len <= the destination's length.
+            dest: unsafe { p.dest.add(h.offset as usize) },
             len: h.len,
             revoked: p.revoked.clone(),
         })
@@ -667,10 +672,10 @@ impl Mailbox {
         let p = st.posted.remove(&key).expect("posted above");
         let mut kept = 0;
         for f in st.queues.get_mut(&key).into_iter().flatten() {
-            if f.placed > 0 {
+            if f.placed > 0 && f.posting == p.id {
                 // SAFETY: the frame was read into the destination at its offset; the
                 // destination is still the caller's (see `post`).
-                let at = (p.dest + f.offset as usize) as *const u8;
+                let at = unsafe { p.dest.add(f.offset as usize) }.cast_const();
                 f.data = unsafe { std::slice::from_raw_parts(at, f.placed) }.to_vec();
                 kept += std::mem::take(&mut f.placed);
             }

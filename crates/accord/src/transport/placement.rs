@@ -31,7 +31,7 @@ use super::mailbox::{Frame, Mailbox};
 use super::wire::ORDER_MODULUS;
 use super::Envelope;
 use crate::fingerprint::Fingerprint;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// What a reader knows of a data frame once its header is read.
@@ -50,8 +50,10 @@ pub struct Incoming {
 
 /// One receive's posted destination (see the module docs).
 pub(super) struct Posting {
+    /// Tells this posting's frames from those of an earlier one of the same key.
+    pub id: u64,
     /// The destination's address and length.
-    pub dest: usize,
+    pub dest: *mut u8,
     pub len: usize,
     pub fp: Fingerprint,
     /// Where the next frame of the message to be delivered starts.
@@ -66,8 +68,10 @@ pub(super) struct Posting {
 
 impl Posting {
     pub fn new(dest: *mut u8, len: usize, fp: Fingerprint) -> Self {
+        static POSTINGS: AtomicU64 = AtomicU64::new(1);
         Posting {
-            dest: dest as usize,
+            id: POSTINGS.fetch_add(1, Ordering::Relaxed),
+            dest,
             len,
             fp,
             next: 0,
@@ -125,6 +129,7 @@ impl Posting {
 pub struct Claim {
     pub(super) mailbox: Arc<Mailbox>,
     pub(super) key: (usize, u64, u64),
+    pub(super) posting: u64,
     pub(super) dest: *mut u8,
     pub(super) len: usize,
     pub(super) revoked: Arc<AtomicBool>,
@@ -133,12 +138,21 @@ pub struct Claim {
 // SAFETY: the destination stays valid and written by no one else until the claim is dropped:
 // the receive that posted it waits for that before it returns (`Mailbox::unpost`).
 unsafe impl Send for Claim {}
+// SAFETY: the address is only written through by claims (see above) and read by `unpost`
+// while the receive that posted it still waits there.
+unsafe impl Send for Posting {}
 
 impl Claim {
     /// The frame's bytes in the destination.
     pub fn bytes(&mut self) -> &mut [u8] {
         // SAFETY: see `Send`; `Mailbox::claim` checked the range against the destination.
         unsafe { std::slice::from_raw_parts_mut(self.dest, self.len) }
+    }
+
+    /// The frame's length, and the posting it was placed for ([`Frame::placed`],
+    /// [`Frame::posting`]).
+    pub fn placed(&self) -> (usize, u64) {
+        (self.len, self.posting)
     }
 
     /// Whether the receive withdrew its posting: write no more, move what was read elsewhere.

@@ -237,7 +237,7 @@ impl Inbound {
                             let Some(Partial::Body { h, data, .. }) = d.frame.take() else {
                                 unreachable!("a body was being read")
                             };
-                            if !self.dispatch(h, data, 0) {
+                            if !self.dispatch(h, data, None) {
                                 d.ended = true;
                                 return false;
                             }
@@ -280,7 +280,7 @@ impl Inbound {
                             let Some(Partial::Placed { h, claim, .. }) = d.frame.take() else {
                                 unreachable!("a placed frame was being read")
                             };
-                            let delivered = self.dispatch(h, Vec::new(), h.chunk_len as usize);
+                            let delivered = self.dispatch(h, Vec::new(), Some(&claim));
                             drop(claim);
                             self.placing.store(false, Ordering::Relaxed);
                             if !delivered {
@@ -426,13 +426,15 @@ impl Inbound {
     }
 
     /// Act on one whole frame, whose payload is `data` or, for a data frame, was `placed` in a
-    /// receive's destination; `false` when it ends the connection.
-    fn dispatch(&self, h: Header, data: Vec<u8>, placed: usize) -> bool {
+    /// receive's destination under that claim; `false` when it ends the connection.
+    fn dispatch(&self, h: Header, data: Vec<u8>, placed: Option<&Claim>) -> bool {
         let peer = self.peer;
         match h.kind {
             FrameKind::Data => {
+                let (placed, posting) = placed.map_or((0, 0), Claim::placed);
                 let frame = Frame {
                     placed,
+                    posting,
                     order: Some(h.order),
                     ..Frame::new(h.env, h.total_len, h.offset, data)
                 };
