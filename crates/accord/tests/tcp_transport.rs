@@ -531,10 +531,9 @@ fn an_introduction_from_another_release_is_refused_naming_it() {
     }
 }
 
-/// A client that completes the handshake as rank 1 and then sends a malformed header: rank 0
-/// reports rank 1 lost with the protocol error and keeps running.
-#[test]
-fn garbage_after_handshake_is_a_protocol_error() {
+/// A world of rank 0 and a rank 1 this test plays by hand over the returned socket, having
+/// passed the handshake and the introduction.
+fn world_with_a_hand_made_rank_one() -> (TcpStream, Arc<TcpTransport>) {
     let book = Arc::new(MemoryAddressBook::new());
     let token = Token::new("t");
     let (b0, t0) = (book.clone(), token.clone());
@@ -542,7 +541,7 @@ fn garbage_after_handshake_is_a_protocol_error() {
     let addr = book.lookup(0, Instant::now() + TIMEOUT).unwrap();
     let mut s = TcpStream::connect(&addr).unwrap();
     s.set_read_timeout(Some(TIMEOUT)).unwrap();
-    auth::connect(&mut s, &token, Role::Peer, "fake rank 1").unwrap();
+    auth::connect(&mut s, &token, Role::Peer, "hand-made rank 1").unwrap();
     s.write_all(&[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, PROTOCOL as u8])
         .unwrap();
     let mut status = [9u8];
@@ -551,7 +550,15 @@ fn garbage_after_handshake_is_a_protocol_error() {
     let t0 = r0
         .join()
         .unwrap()
-        .expect("world of one real rank and one fake");
+        .expect("world of one real rank and one hand-made");
+    (s, t0)
+}
+
+/// A client that completes the handshake as rank 1 and then sends a malformed header: rank 0
+/// reports rank 1 lost with the protocol error and keeps running.
+#[test]
+fn garbage_after_handshake_is_a_protocol_error() {
+    let (mut s, t0) = world_with_a_hand_made_rank_one();
     s.write_all(&[0xAB; 72]).unwrap();
     let start = Instant::now();
     match t0
@@ -575,19 +582,7 @@ fn garbage_after_handshake_is_a_protocol_error() {
 /// A header that promises more than the limit is refused before anything is allocated.
 #[test]
 fn oversized_frame_is_refused() {
-    let book = Arc::new(MemoryAddressBook::new());
-    let token = Token::new("t");
-    let (b0, t0) = (book.clone(), token.clone());
-    let r0 = std::thread::spawn(move || TcpTransport::connect(0, 2, &t0, &*b0, opts(TIMEOUT)));
-    let addr = book.lookup(0, Instant::now() + TIMEOUT).unwrap();
-    let mut s = TcpStream::connect(&addr).unwrap();
-    s.set_read_timeout(Some(TIMEOUT)).unwrap();
-    auth::connect(&mut s, &token, Role::Peer, "fake rank 1").unwrap();
-    s.write_all(&[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, PROTOCOL as u8])
-        .unwrap();
-    let mut status = [9u8];
-    s.read_exact(&mut status).unwrap();
-    let t0 = r0.join().unwrap().unwrap();
+    let (mut s, t0) = world_with_a_hand_made_rank_one();
     let h = accord::transport::wire::Header {
         kind: accord::transport::wire::FrameKind::Data,
         src: 1,
@@ -837,19 +832,7 @@ fn frames_read_into_posted_destinations_land_in_their_own_message() {
 /// its own, and once its sender goes on it arrives whole for whoever takes it.
 #[test]
 fn a_withdrawn_destination_is_left_at_once_and_its_frame_kept() {
-    let book = Arc::new(MemoryAddressBook::new());
-    let token = Token::new("t");
-    let (b0, t0) = (book.clone(), token.clone());
-    let r0 = std::thread::spawn(move || TcpTransport::connect(0, 2, &t0, &*b0, opts(TIMEOUT)));
-    let addr = book.lookup(0, Instant::now() + TIMEOUT).unwrap();
-    let mut s = TcpStream::connect(&addr).unwrap();
-    s.set_read_timeout(Some(TIMEOUT)).unwrap();
-    auth::connect(&mut s, &token, Role::Peer, "rank 1").unwrap();
-    s.write_all(&[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, PROTOCOL as u8])
-        .unwrap();
-    let mut status = [9u8];
-    s.read_exact(&mut status).unwrap();
-    let t0 = r0.join().unwrap().unwrap();
+    let (mut s, t0) = world_with_a_hand_made_rank_one();
     let len = 256 << 10;
     let body = pattern(1, 0, 3, len);
     let h = accord::transport::wire::Header {

@@ -244,17 +244,12 @@ impl Inbound {
                             continue;
                         }
                         if left >= DIRECT_READ_BYTES {
-                            match recv(&self.stream, &mut data[*got..], inside_frames) {
-                                Ok(0) => return self.end(d, "in the middle of a frame".into()),
-                                Ok(n) => {
-                                    *got += n;
-                                    d.received += n as u64;
+                            match rest_of_frame(&self.stream, &mut data[*got..], inside_frames) {
+                                Ok(Some(n)) => {
+                                    (*got, d.received) = (*got + n, d.received + n as u64)
                                 }
-                                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
-                                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                                Err(e) => {
-                                    return self.end(d, format!("in the middle of a frame ({e})"))
-                                }
+                                Ok(None) => return true,
+                                Err(why) => return self.end(d, why),
                             }
                             continue;
                         }
@@ -290,17 +285,10 @@ impl Inbound {
                             continue;
                         }
                         // Never blocking, so that a withdrawn destination is noticed soon.
-                        match recv(&self.stream, &mut dest[*got..], false) {
-                            Ok(0) => return self.end(d, "in the middle of a frame".into()),
-                            Ok(n) => {
-                                *got += n;
-                                d.received += n as u64;
-                            }
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
-                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                            Err(e) => {
-                                return self.end(d, format!("in the middle of a frame ({e})"))
-                            }
+                        match rest_of_frame(&self.stream, &mut dest[*got..], false) {
+                            Ok(Some(n)) => (*got, d.received) = (*got + n, d.received + n as u64),
+                            Ok(None) => return true,
+                            Err(why) => return self.end(d, why),
                         }
                         continue;
                     }
@@ -489,6 +477,20 @@ impl Inbound {
         );
         self.mailbox.peer_lost(self.peer, why);
         false
+    }
+}
+
+/// Read more of a frame's payload into `buf` (see [`recv`]): how many bytes came (`None`:
+/// none had arrived, without `wait`), or why the connection ended in the middle of a frame.
+fn rest_of_frame(s: &TcpStream, buf: &mut [u8], wait: bool) -> Result<Option<usize>, String> {
+    loop {
+        return match recv(s, buf, wait) {
+            Ok(0) => Err("in the middle of a frame".into()),
+            Ok(n) => Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => Err(format!("in the middle of a frame ({e})")),
+        };
     }
 }
 
