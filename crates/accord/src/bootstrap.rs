@@ -96,7 +96,7 @@ type Joined = (Arc<dyn Transport>, Option<Arc<ShmWorld>>);
 /// rank that ends is named by the mesh too. The transport, and the host's shared-memory world.
 fn after_mesh(rdv: &Rendezvous, tcp: Arc<TcpTransport>, timeout: Duration) -> Result<Joined> {
     let store = Watched {
-        store: &rdv.store,
+        store: rdv.store.with_prefix(""),
         mailbox: tcp.mailbox(),
         size: rdv.world_size,
     };
@@ -160,17 +160,17 @@ const WATCH_SLICE_MAX: Duration = Duration::from_secs(1);
 /// ends as soon as the mesh reports a rank lost (its process ended, its connection broke),
 /// naming that rank, instead of when the operation timeout (minutes) passes.
 struct Watched<'a> {
-    store: &'a crate::rendezvous::StoreClient,
+    store: crate::rendezvous::StoreClient,
     mailbox: &'a Mailbox,
     size: usize,
 }
 
-impl Watched<'_> {
+impl<'a> Watched<'a> {
     /// The same watch over the namespace `prefix`.
-    fn within(&self, prefix: &str) -> WatchedIn<'_> {
-        WatchedIn {
+    fn within(&self, prefix: &str) -> Watched<'a> {
+        Watched {
             store: self.store.with_prefix(prefix),
-            watch: self,
+            ..*self
         }
     }
 
@@ -188,13 +188,7 @@ impl Watched<'_> {
     }
 }
 
-/// [`Watched`] in one namespace of the store.
-struct WatchedIn<'a> {
-    store: crate::rendezvous::StoreClient,
-    watch: &'a Watched<'a>,
-}
-
-impl Directory for WatchedIn<'_> {
+impl Directory for Watched<'_> {
     fn put(&self, key: &str, value: &[u8]) -> Result<()> {
         self.store.set(key, value)
     }
@@ -208,9 +202,9 @@ impl Directory for WatchedIn<'_> {
                 Ok(Ok(values)) => return Ok(values),
                 Ok(Err(missing)) => missing,
                 // The store's host may be gone because a rank the mesh lost made it fail.
-                Err(e) => return Err(self.watch.lost().unwrap_or(e)),
+                Err(e) => return Err(self.lost().unwrap_or(e)),
             };
-            if let Some(e) = self.watch.lost() {
+            if let Some(e) = self.lost() {
                 // A rank that published everything and then finished is no reason to fail:
                 // what it published is there now.
                 return match self.store.multi_get_or_missing(keys, Duration::ZERO)? {

@@ -7,7 +7,7 @@
 //! floods us, is treated as lost with a cause that says so, its frames are freed, and waits on
 //! it fail naming it, instead of this process growing without bound.
 
-use super::placement::{Claim, Incoming, Posted, Posting};
+use super::placement::{Claim, Posted, Posting};
 use super::waits::{Blocked, Waits};
 use super::{Envelope, P2P_LANE};
 use crate::fingerprint::Fingerprint;
@@ -586,26 +586,18 @@ impl Mailbox {
     ) -> Posted<'_> {
         let key = (src, comm, seq);
         let mut st = self.state.lock().unwrap();
-        if st.posted.contains_key(&key) {
-            return Posted {
-                mailbox: self,
-                key: None,
-            };
-        }
         let mut p = Posting::new(dest, len, *fp);
         for f in st.queues.get(&key).into_iter().flatten() {
             p.delivered(f);
         }
-        if p.next >= len {
-            return Posted {
-                mailbox: self,
-                key: None,
-            }; // everything has arrived
+        // Nothing to post where everything has arrived (or the key is posted already).
+        let fresh = p.next < len && !st.posted.contains_key(&key);
+        if fresh {
+            st.posted.insert(key, p);
         }
-        st.posted.insert(key, p);
         Posted {
             mailbox: self,
-            key: Some(key),
+            key: fresh.then_some(key),
         }
     }
 
@@ -616,7 +608,7 @@ impl Mailbox {
     pub fn claim(
         self: &std::sync::Arc<Self>,
         src: usize,
-        h: &Incoming,
+        h: &super::wire::Header,
         in_order: bool,
     ) -> Option<Claim> {
         let key = (src, h.env.comm, h.env.seq);
@@ -629,11 +621,10 @@ impl Mailbox {
         Some(Claim {
             mailbox: self.clone(),
             key,
-            // In bounds: `admits` checked offset + len <= the destination's length.
             posting: p.id,
             // SAFETY (of the offset): `admits` checked offset + len <= the destination's length.
             dest: unsafe { p.dest.add(h.offset as usize) },
-            len: h.len,
+            len: h.chunk_len as usize,
             revoked: p.revoked.clone(),
         })
     }

@@ -28,25 +28,10 @@
 //! of their own; a marker delivered afterwards, whose receive failed, is dropped.
 
 use super::mailbox::{Frame, Mailbox};
-use super::wire::ORDER_MODULUS;
-use super::Envelope;
+use super::wire::{Header, ORDER_MODULUS};
 use crate::fingerprint::Fingerprint;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// What a reader knows of a data frame once its header is read.
-pub struct Incoming {
-    /// The sender's label: the key a receive posts under, and its call.
-    pub env: Envelope,
-    /// The whole message's length.
-    pub total_len: u64,
-    /// The frame's place in the message.
-    pub offset: u64,
-    /// The frame's payload length.
-    pub len: usize,
-    /// The frame's place among all data frames from its sender.
-    pub order: u32,
-}
 
 /// One receive's posted destination (see the module docs).
 pub(super) struct Posting {
@@ -93,12 +78,12 @@ impl Posting {
 
     /// Whether the frame `h`, whose header was just read, belongs to the posted message;
     /// `in_order` says whether every frame its sender sent before it has been delivered.
-    pub fn admits(&self, h: &Incoming, in_order: bool) -> bool {
-        let off = h.offset as usize;
+    pub fn admits(&self, h: &Header, in_order: bool) -> bool {
+        let (off, len) = (h.offset as usize, h.chunk_len as usize);
         if h.env.fp != self.fp
             || h.total_len != self.len as u64
             || off < self.next
-            || off + h.len > self.len
+            || off + len > self.len
             || self.revoked.load(Ordering::Relaxed)
         {
             return false;
@@ -109,16 +94,16 @@ impl Posting {
         match self.first {
             Some((first, chunk)) if chunk > 0 && off.is_multiple_of(chunk) => {
                 let index = (h.order.wrapping_add(ORDER_MODULUS) - first) % ORDER_MODULUS;
-                index as usize == off / chunk && h.len == chunk.min(self.len - off)
+                index as usize == off / chunk && len == chunk.min(self.len - off)
             }
             _ => false,
         }
     }
 
     /// `h` was admitted and is being claimed.
-    pub fn claimed(&mut self, h: &Incoming) {
+    pub fn claimed(&mut self, h: &Header) {
         if h.offset == 0 && self.first.is_none() {
-            self.first = Some((h.order, h.len));
+            self.first = Some((h.order, h.chunk_len as usize));
         }
         self.claims += 1;
     }

@@ -19,7 +19,7 @@
 use super::lanes::Sequencer;
 use super::*;
 use crate::transport::mailbox::PollTurn;
-use crate::transport::placement::{Claim, Incoming};
+use crate::transport::placement::Claim;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicUsize;
 
@@ -388,17 +388,10 @@ impl Inbound {
         if h.kind != FrameKind::Data || (h.chunk_len as usize) < DIRECT_READ_BYTES {
             return None;
         }
-        let incoming = Incoming {
-            env: h.env,
-            total_len: h.total_len,
-            offset: h.offset,
-            len: h.chunk_len as usize,
-            order: h.order,
-        };
         // Stays true until this frame is delivered; false may be stale, which only costs
         // the placement.
         let in_order = self.sequencer.as_ref().is_none_or(|s| s.due(h.order));
-        self.mailbox.claim(self.peer, &incoming, in_order)
+        self.mailbox.claim(self.peer, h, in_order)
     }
 
     /// The connection ended: report the peer lost, saying why.
