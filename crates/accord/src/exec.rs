@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::op::Call;
 use crate::schedule::{Buf, Schedule, Span, Step};
+use crate::transport::placement::Posted;
 use crate::transport::{Envelope, Transport, WaitError, P2P_LANE};
 use std::time::Instant;
 
@@ -188,6 +189,9 @@ pub(crate) fn execute(call: &Routed<'_>, sched: &Schedule, bufs: &Buffers) -> Re
         } else {
             0
         };
+        // Destinations posted before the round's sends: a peer that sends at once (an
+        // exchange) has its frames read straight into them while this rank writes its own.
+        let mut early = post_early(call, &mut mem, round)?;
         // Sends whose bytes the round does not write go on in the background (a transport
         // that deals large messages over several connections) while the round receives;
         // they end with the round.
@@ -223,7 +227,11 @@ pub(crate) fn execute(call: &Routed<'_>, sched: &Schedule, bufs: &Buffers) -> Re
                         _ => Delivery::Copy,
                     };
                     let deadline = *deadline.get_or_insert_with(|| Instant::now() + call.timeout);
-                    receive(call, peer, p, n, into, deadline, || {
+                    let posted = early
+                        .iter()
+                        .position(|(step, _)| *step == i)
+                        .map(|at| early.swap_remove(at).1);
+                    receive(call, peer, p, n, into, deadline, posted, || {
                         pending_peers(&round[i..])
                     })?;
                 }
@@ -268,6 +276,79 @@ pub(crate) fn execute(call: &Routed<'_>, sched: &Schedule, bufs: &Buffers) -> Re
         }
     }
     Ok(())
+}
+
+/// Post the destinations of the receives of `round` that [`early_receives`] finds, where
+/// [`places`] says: by step index.
+fn post_early<'t>(
+    call: &Routed<'t>,
+    mem: &mut Memory<'_>,
+    round: &[Step],
+) -> Result<Vec<(usize, Posted<'t>)>> {
+    let mailbox = call.transport.mailbox();
+    Ok(early_receives(mem, round)?
+        .into_iter()
+        .filter(|&(_, _, (_, n))| places(call, Delivery::Copy, n))
+        .map(|(i, peer, (p, n))| {
+            let src = call.ranks[peer];
+            (i, mailbox.post(src, call.comm_id, call.seq, &call.fp, p, n))
+        })
+        .collect())
+}
+
+/// The receives of `round` whose destinations may be posted before its sends, as (step, peer,
+/// destination): those that copy a message in place and are their peer's first in the round (a
+/// later one's message comes after the earlier's), where no other step of the round touches
+/// those bytes (a send reading them, a copy before the receive).
+fn early_receives(
+    mem: &mut Memory<'_>,
+    round: &[Step],
+) -> Result<Vec<(usize, usize, (*mut u8, usize))>> {
+    let mut early = Vec::new();
+    let mut heard: Vec<usize> = Vec::new();
+    for (i, step) in round.iter().enumerate() {
+        let (peer, into) = match *step {
+            Step::Recv { peer, dst } => (peer, Some(dst)),
+            Step::RecvReduce { peer, .. } => (peer, None),
+            _ => continue,
+        };
+        if heard.contains(&peer) {
+            continue;
+        }
+        heard.push(peer);
+        let Some(dst) = into else { continue };
+        let range = mem.range(dst)?;
+        if !touched_by_others(mem, round, i, range)? {
+            early.push((i, peer, range));
+        }
+    }
+    Ok(early)
+}
+
+/// Whether a step of `round` other than step `me` reads or writes any of the bytes at `(p, n)`.
+fn touched_by_others(
+    mem: &mut Memory<'_>,
+    round: &[Step],
+    me: usize,
+    (p, n): (*mut u8, usize),
+) -> Result<bool> {
+    for (j, step) in round.iter().enumerate() {
+        let spans = match *step {
+            _ if j == me => continue,
+            Step::Send { src, .. } => [Some(src), None],
+            Step::Recv { dst, .. } | Step::Finalize { dst } => [Some(dst), None],
+            Step::RecvReduce { src, dst, .. }
+            | Step::Copy { src, dst }
+            | Step::Reduce { src, dst } => [Some(src), Some(dst)],
+        };
+        for span in spans.into_iter().flatten() {
+            let (d, m) = mem.range(span)?;
+            if (d as usize) < p as usize + n && (p as usize) < d as usize + m {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
 }
 
 /// Whether a step of `round` writes any of the bytes at `(p, n)`.
@@ -350,8 +431,18 @@ pub(crate) enum Delivery {
     Reduce(*const u8),
 }
 
+/// Whether a receive of `len` bytes delivered `into` its destination posts it, so that frames
+/// may be read straight into it: one that copies, of a collective (a point-to-point receive
+/// may leave a message for another receive), from [`PLACE_MIN_BYTES`].
+fn places(call: &Routed<'_>, into: Delivery, len: usize) -> bool {
+    matches!(into, Delivery::Copy) && call.seq & P2P_LANE == 0 && len >= PLACE_MIN_BYTES
+}
+
 /// Receive one message of exactly `len` bytes from communicator rank `peer` into `dst`, copying
-/// or reducing chunk by chunk. `waiting_for` lists the ranks to name if the deadline passes.
+/// or reducing chunk by chunk; `posted` is the destination's posting where it was made before
+/// (else it is made here where [`places`] says). `waiting_for` lists the ranks to name if the
+/// deadline passes.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn receive(
     call: &Routed<'_>,
     peer: usize,
@@ -359,16 +450,17 @@ pub(crate) fn receive(
     len: usize,
     into: Delivery,
     deadline: Instant,
+    posted: Option<Posted<'_>>,
     waiting_for: impl Fn() -> Vec<usize>,
 ) -> Result<()> {
     let src = call.ranks[peer];
     let mailbox = call.transport.mailbox();
     let mut got = 0usize;
-    // Frames that arrive from now on may be read straight into the destination. (Not for
-    // point-to-point receives, which may leave a message for another receive.)
-    let _posted =
-        (matches!(into, Delivery::Copy) && call.seq & P2P_LANE == 0 && len >= PLACE_MIN_BYTES)
-            .then(|| mailbox.post(src, call.comm_id, call.seq, &call.fp, dst, len));
+    // Frames that arrive from now on may be read straight into the destination.
+    let _posted = posted.or_else(|| {
+        places(call, into, len)
+            .then(|| mailbox.post(src, call.comm_id, call.seq, &call.fp, dst, len))
+    });
     loop {
         let frame = mailbox
             .take(
@@ -468,4 +560,117 @@ fn check_frame(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The steps and peers [`early_receives`] picks in `round`, over an input and an output of
+    /// 64 elements of 4 bytes (the same buffer where `in_place`) and a scratch of 64.
+    fn picked(round: &[Step], in_place: bool) -> Vec<(usize, usize)> {
+        let mut input = vec![0u8; 256];
+        let mut output = vec![0u8; 256];
+        let out = output.as_mut_ptr();
+        let bufs = Buffers {
+            input: if in_place { out } else { input.as_mut_ptr() },
+            input_len: 256,
+            output: out,
+            output_len: 256,
+        };
+        let mut mem = Memory {
+            bufs: &bufs,
+            tmp: vec![0u8; 256],
+            esz: 4,
+        };
+        let early = early_receives(&mut mem, round).unwrap();
+        early.into_iter().map(|(i, peer, _)| (i, peer)).collect()
+    }
+
+    fn span(buf: Buf, off: usize) -> Span {
+        Span::new(buf, off, 16)
+    }
+
+    #[test]
+    fn an_exchange_posts_its_receive_before_its_send() {
+        let round = [
+            Step::Send {
+                peer: 1,
+                src: span(Buf::In, 0),
+            },
+            Step::Recv {
+                peer: 1,
+                dst: span(Buf::Out, 16),
+            },
+            Step::Recv {
+                peer: 2,
+                dst: span(Buf::Out, 32),
+            },
+        ];
+        assert_eq!(picked(&round, false), [(1, 1), (2, 2)]);
+    }
+
+    #[test]
+    fn bytes_another_step_of_the_round_touches_are_not_posted() {
+        // In place, the send reads the bytes the receive writes.
+        let round = [
+            Step::Send {
+                peer: 1,
+                src: span(Buf::In, 16),
+            },
+            Step::Recv {
+                peer: 1,
+                dst: span(Buf::Out, 16),
+            },
+        ];
+        assert_eq!(picked(&round, true), []);
+        assert_eq!(picked(&round, false), [(1, 1)]);
+        // A copy reads the destination first; a reduction writes part of it.
+        let copy = [
+            Step::Copy {
+                src: Span::new(Buf::Out, 20, 4),
+                dst: span(Buf::Tmp, 0),
+            },
+            Step::Recv {
+                peer: 3,
+                dst: span(Buf::Out, 16),
+            },
+        ];
+        assert_eq!(picked(&copy, false), []);
+        let reduce = [
+            Step::Recv {
+                peer: 3,
+                dst: span(Buf::Out, 16),
+            },
+            Step::Reduce {
+                src: span(Buf::Tmp, 0),
+                dst: Span::new(Buf::Out, 30, 4),
+            },
+        ];
+        assert_eq!(picked(&reduce, false), []);
+    }
+
+    #[test]
+    fn only_a_peers_first_receive_of_the_round_is_posted() {
+        let round = [
+            Step::Recv {
+                peer: 1,
+                dst: span(Buf::Out, 0),
+            },
+            Step::Recv {
+                peer: 1,
+                dst: span(Buf::Out, 16),
+            },
+            Step::RecvReduce {
+                peer: 2,
+                src: span(Buf::In, 0),
+                dst: span(Buf::Out, 32),
+            },
+            Step::Recv {
+                peer: 2,
+                dst: span(Buf::Out, 48),
+            },
+        ];
+        assert_eq!(picked(&round, false), [(0, 1)]);
+    }
 }

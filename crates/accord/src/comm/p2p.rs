@@ -240,7 +240,7 @@ impl Communicator {
         let deadline = Instant::now() + self.timeout();
         let r = self.await_turn(&turn, "recv", dtype, count, deadline).and_then(|()| {
             let copy = exec::Delivery::Copy;
-            exec::receive(&routed, peer, buf.as_mut_ptr(), buf.len(), copy, deadline, || {
+            exec::receive(&routed, peer, buf.as_mut_ptr(), buf.len(), copy, deadline, None, || {
                 vec![peer]
             })
             .map_err(|e| match e {
