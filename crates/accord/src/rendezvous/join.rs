@@ -79,8 +79,28 @@ fn hostname() -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
+/// This machine's kernel, as `/proc/sys/kernel/random/boot_id` names it: the same in every
+/// container and network namespace of the machine, whatever their host names. Empty where
+/// unreadable.
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Where a registered rank stands among the others.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Neighbours {
+    /// Rank and number of processes on this host (the launcher's, where it said).
+    pub local_rank: usize,
+    pub local_world_size: Option<usize>,
+    /// Processes whose kernel is this one's (same boot id), whatever their host names: they
+    /// share this machine's CPUs. `None` where the boot id is unknown.
+    pub on_machine: Option<usize>,
+}
+
 /// Register this rank in the init namespace `ns` and wait for everyone until `join`'s deadline.
-/// `hosting`: this process serves the store. Returns (local_rank, local_world_size).
+/// `hosting`: this process serves the store.
 pub(crate) fn register(
     ns: &StoreClient,
     rank: usize,
@@ -89,11 +109,12 @@ pub(crate) fn register(
     hosting: bool,
     env_local_rank: Option<usize>,
     env_local_size: Option<usize>,
-) -> Result<(usize, Option<usize>)> {
+) -> Result<Neighbours> {
     let host = hostname();
     let pid = std::process::id();
     let nonce = u64::from_le_bytes(crate::auth::random_bytes::<8>());
-    let me = format!("{host}|{pid}|{nonce:016x}");
+    let boot = boot_id();
+    let me = format!("{host}|{pid}|{nonce:016x}|{boot}");
     let describe = |v: &[u8]| {
         let s = String::from_utf8_lossy(v);
         let mut parts = s.split('|');
@@ -192,7 +213,23 @@ pub(crate) fn register(
     let local_rank =
         env_local_rank.unwrap_or_else(|| hosts[..rank].iter().filter(|h| **h == mine).count());
     let local_size = env_local_size.or(Some(hosts.iter().filter(|h| **h == mine).count()));
-    Ok((local_rank, local_size))
+    let boot_of = |v: &Vec<u8>| {
+        String::from_utf8_lossy(v)
+            .split('|')
+            .nth(3)
+            .map(str::to_owned)
+    };
+    let on_machine = (!boot.is_empty()).then(|| {
+        values
+            .iter()
+            .filter(|v| boot_of(v).as_deref() == Some(&boot))
+            .count()
+    });
+    Ok(Neighbours {
+        local_rank,
+        local_world_size: local_size,
+        on_machine,
+    })
 }
 
 /// The error of a rendezvous some rank will never join, naming those ranks; `None` when every

@@ -49,6 +49,10 @@ pub struct Rendezvous {
     /// Number of processes on this host: from the launcher's variable where set, else computed
     /// from the registered host names. `None` only where it could not be determined.
     pub local_world_size: Option<usize>,
+    /// Number of processes on this machine whatever their host names: those whose kernel has
+    /// this one's boot id (containers or network namespaces of one machine share its CPUs).
+    /// `None` where unknown.
+    pub machine_ranks: Option<usize>,
     /// Client of the job's store, in this world's namespace: `ACCORD_STORE_PREFIX` where that
     /// is set, else the root. What the world keeps there (addresses, placement, settings) is
     /// never seen by another world on the store under another prefix.
@@ -205,7 +209,7 @@ pub fn init_with_vars(
         .prefix
         .clone()
         .unwrap_or_else(|| INIT_PREFIX.to_string());
-    let (local_rank, local_world_size) = join::register(
+    let placed = join::register(
         &client.with_prefix(&prefix),
         rank,
         world_size,
@@ -214,6 +218,7 @@ pub fn init_with_vars(
         cfg.local_rank,
         cfg.local_world_size,
     )?;
+    let local_rank = placed.local_rank;
     tracing::debug!(
         rank,
         world_size,
@@ -234,7 +239,8 @@ pub fn init_with_vars(
         rank,
         world_size,
         local_rank,
-        local_world_size,
+        local_world_size: placed.local_world_size,
+        machine_ranks: placed.on_machine,
         store: Arc::new(client.with_prefix(world)),
         server,
         token,
