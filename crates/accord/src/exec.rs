@@ -288,22 +288,27 @@ fn post_early<'t>(
     let mailbox = call.transport.mailbox();
     Ok(early_receives(mem, round)?
         .into_iter()
-        .filter(|&(_, _, (_, n))| places(call, Delivery::Copy, n))
-        .map(|(i, peer, (p, n))| {
-            let src = call.ranks[peer];
-            (i, mailbox.post(src, call.comm_id, call.seq, &call.fp, p, n))
+        .filter(|e| places(call, Delivery::Copy, e.len))
+        .map(|e| {
+            let src = call.ranks[e.peer];
+            let posted = mailbox.post(src, call.comm_id, call.seq, &call.fp, e.dst, e.len);
+            (e.step, posted)
         })
         .collect())
 }
 
-/// The receives of `round` whose destinations may be posted before its sends, as (step, peer,
-/// destination): those that copy a message in place and are their peer's first in the round (a
+/// A receive of a round whose destination may be posted before the round's sends.
+struct EarlyReceive {
+    step: usize,
+    peer: usize,
+    dst: *mut u8,
+    len: usize,
+}
+
+/// The receives of `round` whose destinations may be posted before its sends: those that copy a message in place and are their peer's first in the round (a
 /// later one's message comes after the earlier's), where no other step of the round touches
 /// those bytes (a send reading them, a copy before the receive).
-fn early_receives(
-    mem: &mut Memory<'_>,
-    round: &[Step],
-) -> Result<Vec<(usize, usize, (*mut u8, usize))>> {
+fn early_receives(mem: &mut Memory<'_>, round: &[Step]) -> Result<Vec<EarlyReceive>> {
     let mut early = Vec::new();
     let mut heard: Vec<usize> = Vec::new();
     for (i, step) in round.iter().enumerate() {
@@ -317,9 +322,14 @@ fn early_receives(
         }
         heard.push(peer);
         let Some(dst) = into else { continue };
-        let range = mem.range(dst)?;
-        if !touched_by_others(mem, round, i, range)? {
-            early.push((i, peer, range));
+        let (at, len) = mem.range(dst)?;
+        if !touched_by_others(mem, round, i, (at, len))? {
+            early.push(EarlyReceive {
+                step: i,
+                peer,
+                dst: at,
+                len,
+            });
         }
     }
     Ok(early)
@@ -584,7 +594,7 @@ mod tests {
             esz: 4,
         };
         let early = early_receives(&mut mem, round).unwrap();
-        early.into_iter().map(|(i, peer, _)| (i, peer)).collect()
+        early.into_iter().map(|e| (e.step, e.peer)).collect()
     }
 
     fn span(buf: Buf, off: usize) -> Span {
