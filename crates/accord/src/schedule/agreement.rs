@@ -32,6 +32,16 @@ use super::{barrier, plan, Algorithm, Collective, Schedule, Step};
 /// World size up to which tokens go directly to every peer.
 pub(crate) const DIRECT_UP_TO: usize = 16;
 
+/// Whether [`with_agreement`] puts a dissemination barrier before `algo`'s schedule on `p`
+/// ranks, rather than tokens beside its messages.
+pub(crate) fn starts_with_barrier(algo: Algorithm, p: usize) -> bool {
+    // A ring or scatter-allgather rank sends to its data peers only after receiving: ranks
+    // that disagree on the root could each wait for the other, sending nothing. These
+    // algorithms move large messages, so a barrier first costs little.
+    let waits_first = matches!(algo, Algorithm::Ring | Algorithm::ScatterAllgather);
+    p > 1 && (p > DIRECT_UP_TO || waits_first)
+}
+
 /// `sched`, rank `r`'s part of `coll` on `p` ranks with `algo`, with the tokens that make every
 /// rank check every fingerprint.
 pub(crate) fn with_agreement(
@@ -44,11 +54,7 @@ pub(crate) fn with_agreement(
     if p <= 1 {
         return sched;
     }
-    // A ring or scatter-allgather rank sends to its data peers only after receiving: ranks
-    // that disagree on the root could each wait for the other, sending nothing. These
-    // algorithms move large messages, so a barrier first costs little.
-    let waits_first = matches!(algo, Algorithm::Ring | Algorithm::ScatterAllgather);
-    if p > DIRECT_UP_TO || waits_first {
+    if starts_with_barrier(algo, p) {
         // The barrier's rounds pair ranks as the binomial schedule of the same collective does
         // (a reduce's towards lower ranks), so ranks whose counts pick either still meet.
         let mut rounds = match coll {

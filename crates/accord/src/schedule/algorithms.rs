@@ -111,7 +111,7 @@ pub fn build(coll: &Collective, world: usize, rank: usize, algo: Algorithm) -> R
 
 /// Whether data flows only from or to one root, so that the schedule needs the tokens of
 /// [`agreement`]; the binomial broadcast and reduce carry their agreement in their own rounds.
-fn needs_tokens(coll: &Collective, algo: Algorithm) -> bool {
+pub(crate) fn needs_tokens(coll: &Collective, algo: Algorithm) -> bool {
     match coll {
         Collective::Broadcast { .. } | Collective::Reduce { .. } => algo != BinomialTree,
         Collective::Gather { .. } | Collective::Scatter { .. } => true,
