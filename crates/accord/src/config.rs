@@ -25,7 +25,7 @@
 //! | `ACCORD_HIER_STRIPE_BYTES` | bytes (trimmed) | 64 KiB | allreduces across hosts from this size are striped, one slice per local rank (`comm::hierarchy`); the same on every rank |
 //! | `ACCORD_HIER_PIPELINE_BYTES` | bytes (trimmed) | 32 MiB | striped allreduces from this size run in 4 pieces, each piece's step between hosts overlapping the host steps of the others (`comm::hierarchy`); the same on every rank |
 //! | `ACCORD_HIER_BLOCKS_BYTES` | bytes (trimmed) | 1 MiB | reduce-scatters and allgathers across hosts (equal blocks, hosts of equal rank counts) whose whole buffer is below this size go over the stripes; larger ones take one schedule over the transport; the same on every rank |
-//! | `ACCORD_HIER_ALLTOALL_BYTES` | bytes (trimmed) | 128 KiB | all-to-alls across hosts (hosts of equal rank counts) whose send buffer is below this size go over the stripes; larger ones take one schedule over every rank; the same on every rank |
+//! | `ACCORD_HIER_ALLTOALL_BYTES` | bytes (trimmed) | 256 KiB | all-to-alls across hosts (hosts of equal rank counts) whose send buffer is below this size go over the stripes; larger ones take one schedule over every rank; the same on every rank |
 //! | `ACCORD_TCP_POLL_US` | microseconds (trimmed) | 50 | how long a wait for a small TCP message reads its peer's socket itself (renewed while bytes come) before sleeping; 0: sleep at once |
 //! | `ACCORD_TCP_PUMP_BYTES` | bytes (trimmed) | 1 MiB | waits for TCP messages below this size read the peer's socket themselves; from 64 KiB only where every rank of the host and its reader thread can have a CPU of their own |
 //! | `ACCORD_TCP_LANES` | count 1-8 (trimmed) | this machine's CPUs / its ranks (those of other host names on it too), 1 to 4 | TCP connections a rank opens to each lower rank; messages from `ACCORD_TCP_STRIPE_BYTES` are dealt over them ([`crate::transport::tcp`]) |
@@ -389,7 +389,7 @@ mod tests {
         assert_eq!(c.tcp_stripe_bytes, 256 << 10);
         assert_eq!(c.hier_stripe_bytes, 64 << 10);
         assert_eq!(c.hier_blocks_bytes, 1 << 20);
-        assert_eq!(c.hier_alltoall_bytes, 128 << 10);
+        assert_eq!(c.hier_alltoall_bytes, 256 << 10);
         assert_eq!(c.hier_pipeline_bytes, 32 << 20);
         assert!(c.hierarchy);
         assert_eq!(

@@ -97,8 +97,9 @@ pub const BLOCKS_MAX_BYTES: usize = 1 << 20;
 /// (`ACCORD_HIER_ALLTOALL_BYTES`, alike on every rank): `R` times fewer messages between hosts,
 /// but three more copies of the buffer; larger ones take one schedule over every rank.
 /// Measured over network namespaces on 16 CPUs against that schedule (2 x 2, 3 x 2 and 4 x 2
-/// ranks): 0.43-0.62x its time up to 16 KiB, 0.50-0.76x at 64 KiB, 1.01-1.43x at 256 KiB.
-pub const ALLTOALL_MAX_BYTES: usize = 128 << 10;
+/// ranks): 0.43-0.62x its time up to 16 KiB, 0.50-0.76x at 64 KiB, 0.63-0.89x at 128 KiB (4 x 2,
+/// against pairwise and against direct exchange), 0.87-1.43x at 256 KiB, slower from 512 KiB.
+pub const ALLTOALL_MAX_BYTES: usize = 256 << 10;
 
 impl Hierarchy {
     /// The hierarchy of rank `me` of `comm`, placed by `world`.
