@@ -16,7 +16,7 @@
 //!
 //! [`simulate_on`] prices each [`Message`] with a function of the caller's (a measured table,
 //! ranks of one host talking through shared memory) and tells it how crowded the message's
-//! round is: how many messages of the same round share its *contention domain* (a host's
+//! round is: how many ranks send in the same round in its *contention domain* (a host's
 //! network link, or one machine whose CPUs and loopback every rank shares), so a price can grow
 //! with the traffic that competes for the same resource.
 
@@ -47,8 +47,8 @@ pub struct Message {
     pub bytes: usize,
     /// `dst` sends to `src` in the same round, so the two directions share the link.
     pub exchange: bool,
-    /// Messages sent in the same round (by any rank) in this message's contention domain, this
-    /// one included; 1 where it has none.
+    /// Ranks sending in the same round in this message's contention domain, its sender
+    /// included; 1 where it has none.
     pub crowd: usize,
 }
 
@@ -91,22 +91,28 @@ pub fn simulate_on(
     Ok(run(&scheds, elem_size, message, domain, gamma))
 }
 
-/// Messages per (round, contention domain) over every rank's schedule.
+/// Ranks sending per (round, contention domain) over every rank's schedule. A rank's own
+/// messages of a round leave one after another through its link (priced in turn), so they
+/// count once: otherwise a rank posting all its messages at once would pay for the crowd twice.
 fn crowds(
     scheds: &[Schedule],
     domain: &dyn Fn(usize, usize) -> Option<usize>,
 ) -> HashMap<(usize, usize), usize> {
-    let mut n = HashMap::new();
+    let mut senders = std::collections::HashSet::new();
     for (me, sched) in scheds.iter().enumerate() {
         for (round, steps) in sched.rounds.iter().enumerate() {
             for step in steps {
                 if let Step::Send { peer, .. } = *step {
                     if let Some(d) = domain(me, peer) {
-                        *n.entry((round, d)).or_insert(0) += 1;
+                        senders.insert((round, d, me));
                     }
                 }
             }
         }
+    }
+    let mut n = HashMap::new();
+    for (round, d, _) in senders {
+        *n.entry((round, d)).or_insert(0) += 1;
     }
     n
 }
@@ -313,6 +319,25 @@ mod tests {
         assert!(seen
             .iter()
             .all(|&(across, c)| c == if across { 2 } else { 1 }));
+    }
+
+    #[test]
+    fn a_rank_posting_all_its_messages_at_once_counts_once_in_the_crowd() {
+        // Direct all-to-all on 5 ranks of one domain: one round, 4 messages from each rank;
+        // its own messages already queue on its link, so the crowd is the 5 senders.
+        let seen = std::sync::Mutex::new(Vec::new());
+        let price = |m: &Message| {
+            seen.lock().unwrap().push(m.crowd);
+            1.0
+        };
+        let coll = Collective::AllToAll {
+            send_counts: vec![3; 5],
+            recv_counts: vec![3; 5],
+        };
+        simulate_on(&coll, 5, 4, Algorithm::Direct, &price, &|_, _| Some(0), 0.0).unwrap();
+        let seen = seen.into_inner().unwrap();
+        assert_eq!(seen.len(), 5 * 4);
+        assert!(seen.iter().all(|&c| c == 5), "{seen:?}");
     }
 
     #[test]
