@@ -53,9 +53,7 @@ pub fn from_rendezvous(rdv: Rendezvous, timeout: Duration) -> Result<Communicato
     let opts = TcpOptions {
         timeout,
         form_deadline: Some(rdv.join_deadline),
-        // Ranks of other hosts on this machine (containers, network namespaces) copy on
-        // its CPUs too.
-        lanes: crate::transport::tcp::lanes_for(rdv.local_world_size.max(rdv.machine_ranks)),
+        lanes: crate::transport::tcp::lanes_for(rdv.local_world_size, rdv.machine_ranks),
         ..TcpOptions::default()
     };
     let tcp = match TcpTransport::connect(rdv.rank, rdv.world_size, &rdv.token, &book, opts) {

@@ -43,17 +43,33 @@ pub(super) fn stripe_chunk(len: usize, lanes: usize, chunk: usize) -> usize {
 /// Most lanes per peer.
 pub const MAX_LANES: usize = 8;
 
-/// Lanes per pair where `ACCORD_TCP_LANES` does not say: one per CPU this machine has for each
-/// of the `local_ranks` ranks copying on it, 1 to 4 (each lane wants a CPU to copy on, on both
-/// sides; 4 lanes made 4-64 MiB messages 1.3-1.65x faster than 1 on 16 CPUs with 2 ranks,
-/// 1.07-1.44x with 4). The caller counts the ranks of other hosts on the same machine
-/// (containers, network namespaces) too: over 4 namespaces x 2 ranks on 16 CPUs, 2 lanes
-/// instead of 4 took 0.88-0.89x the time at 1 MiB and within 0.9-1.1x elsewhere from 256 KiB.
-pub fn lanes_for(local_ranks: Option<usize>) -> usize {
+/// Lanes per pair where `ACCORD_TCP_LANES` does not say: one per CPU each rank has, 1 to 4
+/// (each lane wants a CPU to copy on, on both sides; 4 lanes made 4-64 MiB messages 1.3-1.65x
+/// faster than 1 on 16 CPUs with 2 ranks, 1.07-1.44x with 4). A rank's CPUs are the fewer of
+/// its host's usable CPUs (a container's quota) over the host's `local_ranks`, and the
+/// machine's online CPUs over the `machine_ranks` on it, those of other host names included
+/// (containers, network namespaces): over 4 namespaces x 2 ranks on 16 CPUs, 2 lanes instead
+/// of 4 took 0.88-0.89x the time at 1 MiB and within 0.9-1.1x elsewhere from 256 KiB.
+pub fn lanes_for(local_ranks: Option<usize>, machine_ranks: Option<usize>) -> usize {
     if let Some(n) = crate::config::get().tcp_lanes {
         return n;
     }
-    by_cpus(crate::transport::cpus::usable_here(), local_ranks)
+    use crate::transport::cpus;
+    by_shares(
+        (cpus::usable_here(), local_ranks),
+        (cpus::online(), machine_ranks),
+    )
+}
+
+/// Lanes from (usable CPUs, this host's ranks) and (the machine's CPUs, the ranks on it): this
+/// host's ranks share its CPU budget (a container's quota); every rank of the machine, whatever
+/// its host name, shares the machine's CPUs.
+fn by_shares(host: (usize, Option<usize>), machine: (usize, Option<usize>)) -> usize {
+    let mine = by_cpus(host.0, host.1);
+    match machine.1 {
+        Some(m) => mine.min(by_cpus(machine.0, Some(m))),
+        None => mine,
+    }
 }
 
 fn by_cpus(cpus: usize, local_ranks: Option<usize>) -> usize {
@@ -382,6 +398,12 @@ mod tests {
         assert_eq!(by_cpus(16, Some(32)), 1);
         assert_eq!(by_cpus(64, Some(1)), 4);
         assert_eq!(by_cpus(16, None), 1, "unknown: as if every CPU had a rank");
+        // 4 network namespaces x 2 ranks on 16 CPUs: the machine's CPUs bound it.
+        assert_eq!(by_shares((16, Some(2)), (16, Some(8))), 2);
+        // 8 containers of one rank on a 64-CPU machine, 8 CPUs of quota each: their own.
+        assert_eq!(by_shares((8, Some(1)), (64, Some(8))), 4);
+        assert_eq!(by_shares((2, Some(1)), (64, Some(8))), 2);
+        assert_eq!(by_shares((16, Some(2)), (16, None)), 4, "machine unknown");
     }
 
     #[test]
