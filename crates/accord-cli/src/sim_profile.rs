@@ -74,6 +74,10 @@ impl Profile {
                 alpha_us,
                 beta_us_per_byte,
                 gamma_us_per_byte: gamma,
+                concurrent_share: match k {
+                    "tcp" => CostModel::tcp().concurrent_share,
+                    _ => 1.0,
+                },
             })
         };
         let engine = v["shm_engine"]

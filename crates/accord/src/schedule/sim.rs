@@ -286,6 +286,7 @@ mod tests {
             alpha_us: 10.0,
             beta_us_per_byte: 0.001,
             gamma_us_per_byte: 0.0,
+            concurrent_share: 1.0,
         };
         let (p, n) = (8usize, 8 * 1024usize);
         let s = simulate(

@@ -27,6 +27,10 @@ pub struct CostModel {
     pub beta_us_per_byte: f64,
     /// Cost of reducing one byte into an accumulator.
     pub gamma_us_per_byte: f64,
+    /// The share of `beta` a byte costs when a rank has a message to and from every peer in
+    /// flight at once (direct all-to-all) on up to [`DIRECT_ALLTOALL_MAX_RANKS`] ranks: below 1
+    /// where the transport moves several peers' messages in parallel.
+    pub concurrent_share: f64,
 }
 
 impl CostModel {
@@ -36,6 +40,9 @@ impl CostModel {
             alpha_us: 25.0,
             beta_us_per_byte: 1.0 / 1250.0,
             gamma_us_per_byte: 1.0 / 5000.0,
+            // Each peer's connection has reader threads of its own, which read a posted
+            // receive's frames straight into place (see DIRECT_ALLTOALL_MAX_RANKS).
+            concurrent_share: 0.8,
         }
     }
 
@@ -45,6 +52,7 @@ impl CostModel {
             alpha_us: 1.5,
             beta_us_per_byte: 1.0 / 10_000.0,
             gamma_us_per_byte: 1.0 / 5000.0,
+            concurrent_share: 1.0,
         }
     }
 
@@ -54,6 +62,7 @@ impl CostModel {
             alpha_us: 0.5,
             beta_us_per_byte: 1.0 / 20_000.0,
             gamma_us_per_byte: 1.0 / 5000.0,
+            concurrent_share: 1.0,
         }
     }
 
@@ -146,16 +155,14 @@ impl Shape {
 
 /// A direct all-to-all has a message to and from every peer in flight at once, where pairwise
 /// exchange has one of each per round: on up to this many ranks the model charges its bytes
-/// [`DIRECT_ALLTOALL_BYTES_SHARE`] of pairwise's, and one message more for posting them all.
+/// [`CostModel::concurrent_share`] of pairwise's (TCP: 0.8; shared memory and threads, whose
+/// messages this does not speed up: 1), and one message more for posting them all.
 /// With every receive of a round posted before its sends (the executor), its messages land in
 /// place however they interleave. Measured on 16 CPUs over TCP (4 and 8 ranks) and network
 /// namespaces (2 x 2, 4 x 2): direct took 0.67-0.98x pairwise's time from 64 KiB blocks to 16
 /// MiB, 0.91-1.01x at 16-32 KiB, 1.14x at 4 KiB (the model keeps pairwise or Bruck below about
 /// 22 KiB at 8 ranks, 52 KiB at 4). Larger worlds, not measured, keep pairwise.
 pub const DIRECT_ALLTOALL_MAX_RANKS: f64 = 8.0;
-
-/// See [`DIRECT_ALLTOALL_MAX_RANKS`].
-pub const DIRECT_ALLTOALL_BYTES_SHARE: f64 = 0.8;
 
 /// Predicted time in microseconds of `algo` for `coll` on `world` ranks with elements of
 /// `elem_size` bytes; infinite where `algo` does not apply.
@@ -261,7 +268,7 @@ pub fn predict(
                 m.msgs(s.lg, s.lg * (p / 2.0).floor() * blk) + m.copy(2.0 * n + s.lg * n)
             }
             (Collective::AllToAll { .. }, Direct) if p <= DIRECT_ALLTOALL_MAX_RANKS => {
-                m.msgs(p, DIRECT_ALLTOALL_BYTES_SHARE * (p - 1.0) * blk)
+                m.msgs(p, m.concurrent_share * (p - 1.0) * blk)
             }
             (Collective::AllToAll { .. }, Direct) => m.msgs(p, (p - 1.0) * blk),
             (Collective::AllToAll { .. }, _) => m.msgs(p - 1.0, (p - 1.0) * blk),
@@ -424,7 +431,7 @@ mod tests {
     }
 
     #[test]
-    fn large_all_to_all_posts_every_message_at_once_in_small_worlds_only() {
+    fn large_all_to_all_over_tcp_posts_every_message_at_once_in_small_worlds_only() {
         let m = CostModel::tcp();
         let a2a = |bytes: usize, p| Collective::AllToAll {
             send_counts: vec![bytes / 4; p],
@@ -439,6 +446,11 @@ mod tests {
         for p in [9, 16, 64] {
             let big = select_with(&a2a(1 << 20, p), p, 4, &m, None);
             assert_eq!(big, Algorithm::Pairwise, "{p} ranks");
+        }
+        // Shared memory moves a peer's messages no faster for having all of them in flight.
+        for model in [CostModel::shm(), CostModel::inproc()] {
+            let big = select_with(&a2a(256 << 10, 8), 8, 4, &model, None);
+            assert_eq!(big, Algorithm::Pairwise, "{model:?}");
         }
     }
 
