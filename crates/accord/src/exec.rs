@@ -286,15 +286,16 @@ fn post_early<'t>(
     round: &[Step],
 ) -> Result<Vec<(usize, Posted<'t>)>> {
     let mailbox = call.transport.mailbox();
-    Ok(early_receives(mem, round)?
-        .into_iter()
-        .filter(|e| places(call, Delivery::Copy, e.len))
-        .map(|e| {
-            let src = call.ranks[e.peer];
-            let posted = mailbox.post(src, call.comm_id, call.seq, &call.fp, e.dst, e.len);
-            (e.step, posted)
-        })
-        .collect())
+    Ok(
+        early_receives(mem, round, |n| places(call, Delivery::Copy, n))?
+            .into_iter()
+            .map(|e| {
+                let src = call.ranks[e.peer];
+                let posted = mailbox.post(src, call.comm_id, call.seq, &call.fp, e.dst, e.len);
+                (e.step, posted)
+            })
+            .collect(),
+    )
 }
 
 /// A receive of a round whose destination may be posted before the round's sends.
@@ -305,10 +306,15 @@ struct EarlyReceive {
     len: usize,
 }
 
-/// The receives of `round` whose destinations may be posted before its sends: those that copy a message in place and are their peer's first in the round (a
+/// The receives of `round` whose destinations may be posted before its sends: those that copy
+/// a message in place, of a length `wanted` accepts, and are their peer's first in the round (a
 /// later one's message comes after the earlier's), where no other step of the round touches
 /// those bytes (a send reading them, a copy before the receive).
-fn early_receives(mem: &mut Memory<'_>, round: &[Step]) -> Result<Vec<EarlyReceive>> {
+fn early_receives(
+    mem: &mut Memory<'_>,
+    round: &[Step],
+    wanted: impl Fn(usize) -> bool,
+) -> Result<Vec<EarlyReceive>> {
     let mut early = Vec::new();
     let mut heard: Vec<usize> = Vec::new();
     for (i, step) in round.iter().enumerate() {
@@ -323,7 +329,8 @@ fn early_receives(mem: &mut Memory<'_>, round: &[Step]) -> Result<Vec<EarlyRecei
         heard.push(peer);
         let Some(dst) = into else { continue };
         let (at, len) = mem.range(dst)?;
-        if !touched_by_others(mem, round, i, (at, len))? {
+        // The length first: the scan of the round is for the few receives large enough.
+        if wanted(len) && !touched_by_others(mem, round, i, (at, len))? {
             early.push(EarlyReceive {
                 step: i,
                 peer,
@@ -579,6 +586,11 @@ mod tests {
     /// The steps and peers [`early_receives`] picks in `round`, over an input and an output of
     /// 64 elements of 4 bytes (the same buffer where `in_place`) and a scratch of 64.
     fn picked(round: &[Step], in_place: bool) -> Vec<(usize, usize)> {
+        picked_if(round, in_place, |_| true)
+    }
+
+    /// [`picked`] among the receives of lengths `wanted` accepts.
+    fn picked_if(round: &[Step], in_place: bool, wanted: fn(usize) -> bool) -> Vec<(usize, usize)> {
         let mut input = vec![0u8; 256];
         let mut output = vec![0u8; 256];
         let out = output.as_mut_ptr();
@@ -593,7 +605,7 @@ mod tests {
             tmp: vec![0u8; 256],
             esz: 4,
         };
-        let early = early_receives(&mut mem, round).unwrap();
+        let early = early_receives(&mut mem, round, wanted).unwrap();
         early.into_iter().map(|e| (e.step, e.peer)).collect()
     }
 
@@ -618,6 +630,8 @@ mod tests {
             },
         ];
         assert_eq!(picked(&round, false), [(1, 1), (2, 2)]);
+        // Receives of 64 bytes where only longer ones are wanted.
+        assert_eq!(picked_if(&round, false, |n| n > 64), []);
     }
 
     #[test]
