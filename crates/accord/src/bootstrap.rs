@@ -53,7 +53,8 @@ pub fn from_rendezvous(rdv: Rendezvous, timeout: Duration) -> Result<Communicato
     let opts = TcpOptions {
         timeout,
         form_deadline: Some(rdv.join_deadline),
-        lanes: crate::transport::tcp::lanes_for(rdv.local_world_size, rdv.machine_ranks),
+        // Ranks of other host names on the same CPUs (network namespaces) copy on them too.
+        lanes: crate::transport::tcp::lanes_for(rdv.local_world_size.max(rdv.cpu_sharing_ranks)),
         ..TcpOptions::default()
     };
     let tcp = match TcpTransport::connect(rdv.rank, rdv.world_size, &rdv.token, &book, opts) {

@@ -28,7 +28,7 @@
 //! | `ACCORD_HIER_ALLTOALL_BYTES` | bytes (trimmed) | 256 KiB | all-to-alls across hosts (hosts of equal rank counts) whose send buffer is below this size go over the stripes; larger ones take one schedule over every rank; the same on every rank |
 //! | `ACCORD_TCP_POLL_US` | microseconds (trimmed) | 50 | how long a wait for a small TCP message reads its peer's socket itself (renewed while bytes come) before sleeping; 0: sleep at once |
 //! | `ACCORD_TCP_PUMP_BYTES` | bytes (trimmed) | 1 MiB | waits for TCP messages below this size read the peer's socket themselves; from 64 KiB only where every rank of the host and its reader thread can have a CPU of their own |
-//! | `ACCORD_TCP_LANES` | count 1-8 (trimmed) | the fewer of this host's usable CPUs / its ranks and the machine's CPUs / the ranks on it (of any host name), 1 to 4 | TCP connections a rank opens to each lower rank; messages from `ACCORD_TCP_STRIPE_BYTES` are dealt over them ([`crate::transport::tcp`]) |
+//! | `ACCORD_TCP_LANES` | count 1-8 (trimmed) | this process's usable CPUs / the ranks drawing on them (of any host name: network namespaces of one machine), 1 to 4 | TCP connections a rank opens to each lower rank; messages from `ACCORD_TCP_STRIPE_BYTES` are dealt over them ([`crate::transport::tcp`]) |
 //! | `ACCORD_TCP_STRIPE_BYTES` | bytes (trimmed) | 256 KiB | TCP messages from this size are dealt over a pair's connections, in at least one frame per connection |
 //! | `ACCORD_SHM_SPIN_US` | microseconds (trimmed) | 50 (crowded: 0, rings 2) | how long a shared-memory wait spins before yielding |
 //! | `ACCORD_SHM_YIELD_US` | microseconds (trimmed) | 500 (crowded: 5000) | how long it then yields before sleeping |

@@ -90,7 +90,7 @@ fn rank_main() {
             let rdv = accord::rendezvous::init(&method, None, None, None).unwrap();
             let opts = TcpOptions {
                 form_deadline: Some(rdv.join_deadline),
-                lanes: lanes_for(rdv.local_world_size, rdv.machine_ranks),
+                lanes: lanes_for(rdv.local_world_size),
                 ..TcpOptions::default()
             };
             let book = rdv.store.with_prefix("accord/tcp");

@@ -79,13 +79,28 @@ fn hostname() -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
-/// This machine's kernel, as `/proc/sys/kernel/random/boot_id` names it: the same in every
-/// container and network namespace of the machine, whatever their host names. Empty where
-/// unreadable.
-fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+/// The CPU budget this process draws on: its kernel (the boot id, the same in every container
+/// and network namespace of a machine) and its control group (the cgroup namespace and path: a
+/// container's own, with its own quota or cpuset). Processes of one machine in one control
+/// group share its CPUs whatever their host names. Empty where the kernel is unknown.
+pub(crate) fn cpu_budget() -> String {
+    let Ok(boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") else {
+        return String::new();
+    };
+    let ns = std::fs::read_link("/proc/self/ns/cgroup")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    // The groups that hold CPUs: v2's one hierarchy ("0::/path"), v1's cpu and cpuset.
+    let groups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let cpu: Vec<&str> = groups
+        .lines()
+        .filter(|l| {
+            let ctrl = l.split(':').nth(1).unwrap_or_default();
+            ctrl.is_empty() || ctrl.split(',').any(|c| c.starts_with("cpu"))
+        })
+        .collect();
+    // The entry's fields are separated by `|`.
+    format!("{}/{ns}/{}", boot.trim(), cpu.join(";")).replace('|', ";")
 }
 
 /// Where a registered rank stands among the others.
@@ -94,9 +109,9 @@ pub(crate) struct Neighbours {
     /// Rank and number of processes on this host (the launcher's, where it said).
     pub local_rank: usize,
     pub local_world_size: Option<usize>,
-    /// Processes whose kernel is this one's (same boot id), whatever their host names: they
-    /// share this machine's CPUs. `None` where the boot id is unknown.
-    pub on_machine: Option<usize>,
+    /// Processes drawing on this one's CPU budget ([`cpu_budget`]), whatever their host names.
+    /// `None` where it is unknown.
+    pub sharing_cpus: Option<usize>,
 }
 
 /// Register this rank in the init namespace `ns` and wait for everyone until `join`'s deadline.
@@ -113,8 +128,8 @@ pub(crate) fn register(
     let host = hostname();
     let pid = std::process::id();
     let nonce = u64::from_le_bytes(crate::auth::random_bytes::<8>());
-    let boot = boot_id();
-    let me = format!("{host}|{pid}|{nonce:016x}|{boot}");
+    let budget = cpu_budget();
+    let me = format!("{host}|{pid}|{nonce:016x}|{budget}");
     let describe = |v: &[u8]| {
         let s = String::from_utf8_lossy(v);
         let mut parts = s.split('|');
@@ -213,22 +228,22 @@ pub(crate) fn register(
     let local_rank =
         env_local_rank.unwrap_or_else(|| hosts[..rank].iter().filter(|h| **h == mine).count());
     let local_size = env_local_size.or(Some(hosts.iter().filter(|h| **h == mine).count()));
-    let boot_of = |v: &Vec<u8>| {
+    let budget_of = |v: &Vec<u8>| {
         String::from_utf8_lossy(v)
             .split('|')
             .nth(3)
             .map(str::to_owned)
     };
-    let on_machine = (!boot.is_empty()).then(|| {
+    let sharing_cpus = (!budget.is_empty()).then(|| {
         values
             .iter()
-            .filter(|v| boot_of(v).as_deref() == Some(&boot))
+            .filter(|v| budget_of(v).as_deref() == Some(&budget))
             .count()
     });
     Ok(Neighbours {
         local_rank,
         local_world_size: local_size,
-        on_machine,
+        sharing_cpus,
     })
 }
 

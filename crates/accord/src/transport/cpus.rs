@@ -93,8 +93,7 @@ pub(crate) fn usable_here() -> usize {
     online().min(quota).max(1)
 }
 
-/// CPUs online on this machine.
-pub(crate) fn online() -> usize {
+fn online() -> usize {
     // SAFETY: plain sysconf query.
     usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap_or(1)
 }

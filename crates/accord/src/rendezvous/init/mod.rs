@@ -49,10 +49,10 @@ pub struct Rendezvous {
     /// Number of processes on this host: from the launcher's variable where set, else computed
     /// from the registered host names. `None` only where it could not be determined.
     pub local_world_size: Option<usize>,
-    /// Number of processes on this machine whatever their host names: those whose kernel has
-    /// this one's boot id (containers or network namespaces of one machine share its CPUs).
-    /// `None` where unknown.
-    pub machine_ranks: Option<usize>,
+    /// Number of processes drawing on this one's CPUs, whatever their host names: on the same
+    /// kernel in the same control group (network namespaces of one machine; not containers,
+    /// whose control groups are their own). `None` where unknown.
+    pub cpu_sharing_ranks: Option<usize>,
     /// Client of the job's store, in this world's namespace: `ACCORD_STORE_PREFIX` where that
     /// is set, else the root. What the world keeps there (addresses, placement, settings) is
     /// never seen by another world on the store under another prefix.
@@ -240,7 +240,7 @@ pub fn init_with_vars(
         world_size,
         local_rank,
         local_world_size: placed.local_world_size,
-        machine_ranks: placed.on_machine,
+        cpu_sharing_ranks: placed.sharing_cpus,
         store: Arc::new(client.with_prefix(world)),
         server,
         token,

@@ -414,25 +414,23 @@ fn worlds_under_different_prefixes_share_a_store_without_meeting() {
 }
 
 #[test]
-fn ranks_on_one_machine_are_counted_whatever_their_host_names() {
+fn ranks_sharing_cpus_are_counted_whatever_their_host_names() {
     let (_server, addr) = external_store();
     let ns = StoreClient::connect(&addr, &Token::new("job"), T)
         .unwrap()
         .with_prefix(INIT_PREFIX);
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default();
-    // Rank 1 on another host name of this machine (a container, a network namespace), rank 2
-    // on another machine.
-    ns.set("rank/1", format!("elsewhere|7|00|{boot}").as_bytes())
+    let budget = crate::rendezvous::join::cpu_budget();
+    // Rank 1 under another host name on these CPUs (a network namespace of this machine), rank
+    // 2 elsewhere (another machine, or a container of its own).
+    ns.set("rank/1", format!("elsewhere|7|00|{budget}").as_bytes())
         .unwrap();
     ns.set("rank/2", b"faraway|8|00|another-kernel").unwrap();
     let hs = join_threads(&addr, &[0], 3, Duration::from_secs(30), "30");
     let rv = hs.into_iter().next().unwrap().join().unwrap().unwrap();
     assert_eq!(rv.local_world_size, Some(1), "alone under its host name");
-    let expected = (!boot.is_empty()).then_some(2);
+    let expected = (!budget.is_empty()).then_some(2);
     assert_eq!(
-        rv.machine_ranks, expected,
-        "this machine's kernel: ranks 0 and 1"
+        rv.cpu_sharing_ranks, expected,
+        "ranks 0 and 1 share the CPUs"
     );
 }

@@ -5,8 +5,8 @@
 //! and one copies it out: on 16 CPUs, two processes exchanging 4-16 MiB over loopback moved
 //! 2.3-3.2 GB/s each way over one connection and 8-13.7 GB/s over four to eight
 //! (`bench/tcp_streams.py`). A pair of ranks opens the number of lanes the higher rank asks for
-//! when the mesh forms ([`super::TcpOptions::lanes`]; [`lanes_for`]: one per CPU each rank of
-//! the machine has, 1 to 4); lane 0 carries every control frame and every message smaller than
+//! when the mesh forms ([`super::TcpOptions::lanes`]; [`lanes_for`]: one per CPU for each rank
+//! drawing on them, 1 to 4); lane 0 carries every control frame and every message smaller than
 //! [`STRIPE_MIN_BYTES`] (`ACCORD_TCP_STRIPE_BYTES`). A larger message is cut into frames of
 //! at most the transport's chunk, at least one per lane ([`stripe_chunk`]), dealt round-robin
 //! over the lanes: the
@@ -43,33 +43,18 @@ pub(super) fn stripe_chunk(len: usize, lanes: usize, chunk: usize) -> usize {
 /// Most lanes per peer.
 pub const MAX_LANES: usize = 8;
 
-/// Lanes per pair where `ACCORD_TCP_LANES` does not say: one per CPU each rank has, 1 to 4
-/// (each lane wants a CPU to copy on, on both sides; 4 lanes made 4-64 MiB messages 1.3-1.65x
-/// faster than 1 on 16 CPUs with 2 ranks, 1.07-1.44x with 4). A rank's CPUs are the fewer of
-/// its host's usable CPUs (a container's quota) over the host's `local_ranks`, and the
-/// machine's online CPUs over the `machine_ranks` on it, those of other host names included
-/// (containers, network namespaces): over 4 namespaces x 2 ranks on 16 CPUs, 2 lanes instead
-/// of 4 took 0.88-0.89x the time at 1 MiB and within 0.9-1.1x elsewhere from 256 KiB.
-pub fn lanes_for(local_ranks: Option<usize>, machine_ranks: Option<usize>) -> usize {
+/// Lanes per pair where `ACCORD_TCP_LANES` does not say: one per CPU each of the `ranks`
+/// drawing on this process's CPUs has, 1 to 4 (each lane wants a CPU to copy on, on both sides;
+/// 4 lanes made 4-64 MiB messages 1.3-1.65x faster than 1 on 16 CPUs with 2 ranks, 1.07-1.44x
+/// with 4). The caller counts the ranks of other host names on the same CPUs too (network
+/// namespaces of one machine, [`crate::rendezvous::Rendezvous::cpu_sharing_ranks`]): over 4
+/// namespaces x 2 ranks on 16 CPUs, 2 lanes instead of 4 took 0.88-0.89x the time at 1 MiB and
+/// within 0.9-1.1x elsewhere from 256 KiB.
+pub fn lanes_for(ranks: Option<usize>) -> usize {
     if let Some(n) = crate::config::get().tcp_lanes {
         return n;
     }
-    use crate::transport::cpus;
-    by_shares(
-        (cpus::usable_here(), local_ranks),
-        (cpus::online(), machine_ranks),
-    )
-}
-
-/// Lanes from (usable CPUs, this host's ranks) and (the machine's CPUs, the ranks on it): this
-/// host's ranks share its CPU budget (a container's quota); every rank of the machine, whatever
-/// its host name, shares the machine's CPUs.
-fn by_shares(host: (usize, Option<usize>), machine: (usize, Option<usize>)) -> usize {
-    let mine = by_cpus(host.0, host.1);
-    match machine.1 {
-        Some(m) => mine.min(by_cpus(machine.0, Some(m))),
-        None => mine,
-    }
+    by_cpus(crate::transport::cpus::usable_here(), ranks)
 }
 
 fn by_cpus(cpus: usize, local_ranks: Option<usize>) -> usize {
@@ -398,12 +383,6 @@ mod tests {
         assert_eq!(by_cpus(16, Some(32)), 1);
         assert_eq!(by_cpus(64, Some(1)), 4);
         assert_eq!(by_cpus(16, None), 1, "unknown: as if every CPU had a rank");
-        // 4 network namespaces x 2 ranks on 16 CPUs: the machine's CPUs bound it.
-        assert_eq!(by_shares((16, Some(2)), (16, Some(8))), 2);
-        // 8 containers of one rank on a 64-CPU machine, 8 CPUs of quota each: their own.
-        assert_eq!(by_shares((8, Some(1)), (64, Some(8))), 4);
-        assert_eq!(by_shares((2, Some(1)), (64, Some(8))), 2);
-        assert_eq!(by_shares((16, Some(2)), (16, None)), 4, "machine unknown");
     }
 
     #[test]
