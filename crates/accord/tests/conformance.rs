@@ -4,7 +4,8 @@
 //! The matrix is trimmed per engine to keep this file fast on a small machine:
 //! - in-process schedules: world sizes 1 to 9, the tuner's choice and every algorithm that
 //!   applies, counts 0, 1, 7 and 1031;
-//! - TCP: the same for world sizes 1, 2, 3 and 5 only;
+//! - TCP: the same for world sizes 1, 2, 3 and 5 only; every algorithm at 1 MiB + 12 B on 2
+//!   and 3 ranks over 3 lanes, and at 64 KiB and 256 KiB blocks on 5 ranks over 2 lanes;
 //! - shared memory between processes (this binary re-executed as the ranks, see [`rank_main`]):
 //!   2, 3 and 4 ranks on one host, and 4 and 5 ranks over two simulated hosts (the
 //!   hierarchical path), and 6 ranks over three (contiguous placement); the engines' own algorithms, counts 0, 1, 7 and 1031, then a count of
@@ -87,6 +88,26 @@ fn tcp_with_several_lanes_and_every_algorithm() {
             |comm| conformance::check(&comm, &HostMemory, &opts),
         ));
     }
+}
+
+/// Five ranks over two lanes a pair, blocks of 64 KiB and 256 KiB: frames read straight into
+/// destinations posted before a round's sends, the larger dealt over both lanes, on every
+/// algorithm (the matrix above stays at 8 KiB and below).
+#[test]
+fn tcp_messages_read_into_place_on_five_ranks_and_every_algorithm() {
+    let opts = Options {
+        engine: "tcp, 5 ranks, 2 lanes, 64 KiB and 256 KiB".into(),
+        counts: vec![16_387, 65_539],
+        dtypes: vec![DataType::F32],
+        reduce_ops: vec![accord::ReduceOp::Sum],
+        ..every_algorithm("tcp", 0)
+    };
+    assert_conforms(accord::testing::run_tcp_world_with_lanes(
+        5,
+        2,
+        Duration::from_secs(60),
+        |comm| conformance::check(&comm, &HostMemory, &opts),
+    ));
 }
 
 /// The host id of the ranks of the one-host runs.
