@@ -248,7 +248,7 @@ pub(crate) fn execute(call: &Routed<'_>, sched: &Schedule, bufs: &Buffers) -> Re
                     let (s, n) = mem.range(src)?;
                     let (d, m) = mem.range(dst)?;
                     // Overlapping operands (possible only in place) go through a copy.
-                    let overlap = (s as usize) < d as usize + m && (d as usize) < s as usize + n;
+                    let overlap = overlaps((s, n), (d, m));
                     // SAFETY: both ranges are in bounds; the copy is made before the
                     // destination is borrowed, and otherwise the two ranges are disjoint.
                     let copy =
@@ -315,6 +315,11 @@ fn early_receives(
     round: &[Step],
     wanted: impl Fn(usize) -> bool,
 ) -> Result<Vec<EarlyReceive>> {
+    // Most rounds (every round of a small call) have no receive long enough: nothing to scan.
+    let long = |s: &Step| matches!(*s, Step::Recv { dst, .. } if wanted(dst.len * mem.esz));
+    if !round.iter().any(long) {
+        return Ok(Vec::new());
+    }
     let mut early = Vec::new();
     let mut heard: Vec<usize> = Vec::new();
     for (i, step) in round.iter().enumerate() {
@@ -342,25 +347,19 @@ fn early_receives(
     Ok(early)
 }
 
-/// Whether a step of `round` other than step `me` reads or writes any of the bytes at `(p, n)`.
+/// Whether a step of `round` other than step `me` reads or writes any of the bytes at `at`.
 fn touched_by_others(
     mem: &mut Memory<'_>,
     round: &[Step],
     me: usize,
-    (p, n): (*mut u8, usize),
+    at: (*mut u8, usize),
 ) -> Result<bool> {
     for (j, step) in round.iter().enumerate() {
-        let spans = match *step {
-            _ if j == me => continue,
-            Step::Send { src, .. } => [Some(src), None],
-            Step::Recv { dst, .. } | Step::Finalize { dst } => [Some(dst), None],
-            Step::RecvReduce { src, dst, .. }
-            | Step::Copy { src, dst }
-            | Step::Reduce { src, dst } => [Some(src), Some(dst)],
-        };
-        for span in spans.into_iter().flatten() {
-            let (d, m) = mem.range(span)?;
-            if (d as usize) < p as usize + n && (p as usize) < d as usize + m {
+        if j == me {
+            continue;
+        }
+        for span in [read_by(step), written_by(step)].into_iter().flatten() {
+            if overlaps(mem.range(span)?, at) {
                 return Ok(true);
             }
         }
@@ -368,27 +367,42 @@ fn touched_by_others(
     Ok(false)
 }
 
-/// Whether a step of `round` writes any of the bytes at `(p, n)`.
-fn written_in_round(
-    mem: &mut Memory<'_>,
-    round: &[Step],
-    (p, n): (*mut u8, usize),
-) -> Result<bool> {
-    for step in round {
-        let dst = match *step {
-            Step::Recv { dst, .. }
-            | Step::RecvReduce { dst, .. }
-            | Step::Copy { dst, .. }
-            | Step::Reduce { dst, .. }
-            | Step::Finalize { dst } => dst,
-            Step::Send { .. } => continue,
-        };
-        let (d, m) = mem.range(dst)?;
-        if (d as usize) < p as usize + n && (p as usize) < d as usize + m {
+/// Whether a step of `round` writes any of the bytes at `at`.
+fn written_in_round(mem: &mut Memory<'_>, round: &[Step], at: (*mut u8, usize)) -> Result<bool> {
+    for span in round.iter().filter_map(written_by) {
+        if overlaps(mem.range(span)?, at) {
             return Ok(true);
         }
     }
     Ok(false)
+}
+
+/// The bytes `step` reads besides those it writes.
+fn read_by(step: &Step) -> Option<Span> {
+    match *step {
+        Step::Send { src, .. }
+        | Step::RecvReduce { src, .. }
+        | Step::Copy { src, .. }
+        | Step::Reduce { src, .. } => Some(src),
+        Step::Recv { .. } | Step::Finalize { .. } => None,
+    }
+}
+
+/// The bytes `step` writes.
+fn written_by(step: &Step) -> Option<Span> {
+    match *step {
+        Step::Recv { dst, .. }
+        | Step::RecvReduce { dst, .. }
+        | Step::Copy { dst, .. }
+        | Step::Reduce { dst, .. }
+        | Step::Finalize { dst } => Some(dst),
+        Step::Send { .. } => None,
+    }
+}
+
+/// Whether two byte ranges share a byte.
+fn overlaps((a, n): (*mut u8, usize), (b, m): (*mut u8, usize)) -> bool {
+    (a as usize) < b as usize + m && (b as usize) < a as usize + n
 }
 
 /// A round of a schedule on the timeline: whom it sent to and received from, how much.

@@ -198,85 +198,79 @@ pub fn predict(
         false => 0.0,
     };
     use Algorithm::*;
-    agreement
-        + match (coll, algo) {
-            (Collective::Barrier, Dissemination) => m.msgs(s.lg, 0.0),
-            (Collective::Barrier, _) => m.msgs(p - 1.0, 0.0),
+    let schedule = match (coll, algo) {
+        (Collective::Barrier, Dissemination) => m.msgs(s.lg, 0.0),
+        (Collective::Barrier, _) => m.msgs(p - 1.0, 0.0),
 
-            (Collective::Broadcast { count, .. }, Ring) => {
-                let segs = super::broadcast::ring_segments(*count) as f64;
-                m.msgs(p - 2.0 + segs, (p - 2.0 + segs) * n / segs)
-            }
-            (Collective::Broadcast { .. }, BinomialTree) => m.msgs(s.lg, s.lg * n),
-            (Collective::Broadcast { .. }, ScatterAllgather) => {
-                m.msgs(s.lg + p - 1.0, 2.0 * (p - 1.0) * blk)
-            }
-            (Collective::Broadcast { .. }, _) => m.msgs(p - 1.0, (p - 1.0) * n),
-
-            (Collective::Reduce { .. }, BinomialTree) => {
-                m.msgs(s.lg, s.lg * n) + m.reduce(s.lg * n)
-            }
-            (Collective::Reduce { .. }, Rabenseifner) => {
-                fold(1.0, n, true)
-                    + m.msgs(2.0 * s.lg_pow, 2.0 * s.pow_share())
-                    + m.reduce(s.pow_share())
-            }
-            (Collective::Reduce { .. }, _) => {
-                m.msgs(p - 1.0, (p - 1.0) * n) + m.reduce((p - 1.0) * n)
-            }
-
-            (Collective::AllReduce { .. }, Ring) => {
-                m.msgs(2.0 * (p - 1.0), 2.0 * (p - 1.0) * blk) + m.reduce((p - 1.0) * blk)
-            }
-            (Collective::AllReduce { .. }, RecursiveDoubling) => {
-                fold(2.0, 2.0 * n, true) + m.msgs(s.lg_pow, s.lg_pow * n) + m.reduce(s.lg_pow * n)
-            }
-            (Collective::AllReduce { .. }, Rabenseifner) => {
-                fold(2.0, 2.0 * n, true)
-                    + m.msgs(2.0 * s.lg_pow, 2.0 * s.pow_share())
-                    + m.reduce(s.pow_share())
-            }
-            (Collective::AllReduce { .. }, _) => {
-                m.msgs(p - 1.0, (p - 1.0) * n) + m.reduce((p - 1.0) * n) + m.copy(p * n)
-            }
-
-            (Collective::AllGather { .. }, Ring) => m.msgs(p - 1.0, (p - 1.0) * blk),
-            (Collective::AllGather { .. }, RecursiveDoubling) => {
-                fold(2.0, blk + n, false) + m.msgs(s.lg_pow, s.pow_share())
-            }
-            (Collective::AllGather { .. }, Bruck) => m.msgs(s.lg, n - n / p) + m.copy(n),
-            (Collective::AllGather { .. }, _) => m.msgs(p - 1.0, (p - 1.0) * blk),
-
-            (Collective::Gather { .. } | Collective::Scatter { .. }, BinomialTree) => {
-                m.msgs(s.lg, n - n / p) + m.copy(n)
-            }
-            (Collective::Gather { .. } | Collective::Scatter { .. }, _) => {
-                m.msgs(p - 1.0, n - n / p)
-            }
-
-            (Collective::ReduceScatter { .. }, Rabenseifner) => {
-                fold(2.0, n + blk, true)
-                    + m.msgs(s.lg_pow, s.pow_share())
-                    + m.reduce(s.pow_share())
-                    + m.copy(blk)
-            }
-            (Collective::ReduceScatter { .. }, _) => {
-                m.msgs(p - 1.0, (p - 1.0) * blk) + m.reduce((p - 1.0) * blk)
-            }
-
-            (Collective::AllToAll { .. }, Bruck) => {
-                m.msgs(s.lg, s.lg * (p / 2.0).floor() * blk) + m.copy(2.0 * n + s.lg * n)
-            }
-            (Collective::AllToAll { .. }, Direct) if p <= DIRECT_ALLTOALL_MAX_RANKS => {
-                m.msgs(p, m.concurrent_share * (p - 1.0) * blk)
-            }
-            (Collective::AllToAll { .. }, Direct) => m.msgs(p, (p - 1.0) * blk),
-            (Collective::AllToAll { .. }, _) => m.msgs(p - 1.0, (p - 1.0) * blk),
-
-            (Collective::Scan { .. }, _) => {
-                m.msgs(s.lg, s.lg * n) + m.reduce(2.0 * s.lg * n) + m.copy(2.0 * n)
-            }
+        (Collective::Broadcast { count, .. }, Ring) => {
+            let segs = super::broadcast::ring_segments(*count) as f64;
+            m.msgs(p - 2.0 + segs, (p - 2.0 + segs) * n / segs)
         }
+        (Collective::Broadcast { .. }, BinomialTree) => m.msgs(s.lg, s.lg * n),
+        (Collective::Broadcast { .. }, ScatterAllgather) => {
+            m.msgs(s.lg + p - 1.0, 2.0 * (p - 1.0) * blk)
+        }
+        (Collective::Broadcast { .. }, _) => m.msgs(p - 1.0, (p - 1.0) * n),
+
+        (Collective::Reduce { .. }, BinomialTree) => m.msgs(s.lg, s.lg * n) + m.reduce(s.lg * n),
+        (Collective::Reduce { .. }, Rabenseifner) => {
+            fold(1.0, n, true)
+                + m.msgs(2.0 * s.lg_pow, 2.0 * s.pow_share())
+                + m.reduce(s.pow_share())
+        }
+        (Collective::Reduce { .. }, _) => m.msgs(p - 1.0, (p - 1.0) * n) + m.reduce((p - 1.0) * n),
+
+        (Collective::AllReduce { .. }, Ring) => {
+            m.msgs(2.0 * (p - 1.0), 2.0 * (p - 1.0) * blk) + m.reduce((p - 1.0) * blk)
+        }
+        (Collective::AllReduce { .. }, RecursiveDoubling) => {
+            fold(2.0, 2.0 * n, true) + m.msgs(s.lg_pow, s.lg_pow * n) + m.reduce(s.lg_pow * n)
+        }
+        (Collective::AllReduce { .. }, Rabenseifner) => {
+            fold(2.0, 2.0 * n, true)
+                + m.msgs(2.0 * s.lg_pow, 2.0 * s.pow_share())
+                + m.reduce(s.pow_share())
+        }
+        (Collective::AllReduce { .. }, _) => {
+            m.msgs(p - 1.0, (p - 1.0) * n) + m.reduce((p - 1.0) * n) + m.copy(p * n)
+        }
+
+        (Collective::AllGather { .. }, Ring) => m.msgs(p - 1.0, (p - 1.0) * blk),
+        (Collective::AllGather { .. }, RecursiveDoubling) => {
+            fold(2.0, blk + n, false) + m.msgs(s.lg_pow, s.pow_share())
+        }
+        (Collective::AllGather { .. }, Bruck) => m.msgs(s.lg, n - n / p) + m.copy(n),
+        (Collective::AllGather { .. }, _) => m.msgs(p - 1.0, (p - 1.0) * blk),
+
+        (Collective::Gather { .. } | Collective::Scatter { .. }, BinomialTree) => {
+            m.msgs(s.lg, n - n / p) + m.copy(n)
+        }
+        (Collective::Gather { .. } | Collective::Scatter { .. }, _) => m.msgs(p - 1.0, n - n / p),
+
+        (Collective::ReduceScatter { .. }, Rabenseifner) => {
+            fold(2.0, n + blk, true)
+                + m.msgs(s.lg_pow, s.pow_share())
+                + m.reduce(s.pow_share())
+                + m.copy(blk)
+        }
+        (Collective::ReduceScatter { .. }, _) => {
+            m.msgs(p - 1.0, (p - 1.0) * blk) + m.reduce((p - 1.0) * blk)
+        }
+
+        (Collective::AllToAll { .. }, Bruck) => {
+            m.msgs(s.lg, s.lg * (p / 2.0).floor() * blk) + m.copy(2.0 * n + s.lg * n)
+        }
+        (Collective::AllToAll { .. }, Direct) if p <= DIRECT_ALLTOALL_MAX_RANKS => {
+            m.msgs(p, m.concurrent_share * (p - 1.0) * blk)
+        }
+        (Collective::AllToAll { .. }, Direct) => m.msgs(p, (p - 1.0) * blk),
+        (Collective::AllToAll { .. }, _) => m.msgs(p - 1.0, (p - 1.0) * blk),
+
+        (Collective::Scan { .. }, _) => {
+            m.msgs(s.lg, s.lg * n) + m.reduce(2.0 * s.lg * n) + m.copy(2.0 * n)
+        }
+    };
+    schedule + agreement
 }
 
 /// The environment variable that overrides the choice for `coll`, e.g. `ACCORD_ALGO_ALLREDUCE`.
