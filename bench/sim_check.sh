@@ -7,7 +7,8 @@
 #   NS="2 4" OPS=allreduce SIZES=4K:64M bench/sim_check.sh
 #   NS= LAYOUTS="2x2 4x2" bench/sim_check.sh    # hosts x ranks as network namespaces (root)
 #
-# Knobs: OPS, NS, LAYOUTS (none), SIZES (4K:64M), FACTOR (4), PROFILE (calibrated here if
+# Knobs: OPS, NS, LAYOUTS (none), SIZES (4K:64M), FACTOR (4), ROUNDS (3: the median of that
+# many runs per size is compared), PROFILE (calibrated here if
 # unset; CROWD=N also times up to N / 2 pairs exchanging at once, which the simulator prices
 # crowded rounds with), PROFILE_NS (the profile for LAYOUTS: its TCP costs measured between
 # namespaces by `bench/multihost.sh calibrate`, made here if unset), ACCORD.
@@ -21,6 +22,7 @@ NS=${NS-2}
 LAYOUTS=${LAYOUTS:-}
 SIZES=${SIZES:-4K:64M}
 FACTOR=${FACTOR:-4}
+ROUNDS=${ROUNDS:-3}
 OUT=$(mktemp -d /tmp/accord-simcheck.XXXXXX)
 if [ -z "${ACCORD:-}" ]; then
   (cd "$ROOT" && cargo build -q --release -p accord-cli)
@@ -34,22 +36,27 @@ if [ -n "$LAYOUTS" ] && [ -z "${PROFILE_NS:-}" ]; then
   PROFILE_NS=$OUT/profile-ns.json
   OUT=$OUT/calib ACCORD=$ACCORD PROFILE=$PROFILE_NS "$HERE/multihost.sh" calibrate >/dev/null
 fi
-# compare SIM_JSON MEASURED OP PLACEMENT: MEASURED is accord bench's JSON or, for namespace
-# layouts, bench/multihost.sh's summary.
+# compare SIM_JSON OP PLACEMENT MEASURED...: each MEASURED is one round's accord bench JSON or,
+# for namespace layouts, one round's rank-0 output of bench/multihost.sh; per size the median
+# of the rounds is compared.
 compare() {
   python3 - "$@" <<'PY'
-import json, sys
+import json, statistics, sys
 sim = {r["bytes"]: r["predicted_us"] for r in json.load(open(sys.argv[1]))["rows"]}
-text = open(sys.argv[2]).read()
-if text.lstrip().startswith("{"):
-    rows = [(r["bytes"], r["time_us"]) for r in json.loads(text)["rows"]]
-else:
-    rows = [(int(f[0]), float(f[5])) for f in (l.split() for l in text.splitlines())
-            if f and f[0].isdigit()]
-for b, m in rows:
-    p = sim.get(b)
+measured = {}
+for path in sys.argv[4:]:
+    text = open(path).read()
+    if text.lstrip().startswith("{"):
+        rows = [(r["bytes"], r["time_us"]) for r in json.loads(text)["rows"]]
+    else:
+        rows = [(int(f[0]), float(f[5])) for f in (l.split() for l in text.splitlines())
+                if f and f[0].isdigit()]
+    for b, t in rows:
+        measured.setdefault(b, []).append(t)
+for b, ts in sorted(measured.items()):
+    p, m = sim.get(b), statistics.median(ts)
     if p is not None:
-        print(f"| {sys.argv[3]} | {sys.argv[4]} | {b} | {p:.1f} | {m:.1f} | {100 * (p / m - 1):+.0f}% |")
+        print(f"| {sys.argv[2]} | {sys.argv[3]} | {b} | {p:.1f} | {m:.1f} | {100 * (p / m - 1):+.0f}% |")
 PY
 }
 echo "| op | placement | bytes | predicted us | measured us | error |"
@@ -57,14 +64,16 @@ echo "|---|---|---|---|---|---|"
 for op in $OPS; do
   for n in $NS; do
     "$ACCORD" sim "$op" -n "$n" --one-machine --profile "$PROFILE" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/sim.json" >/dev/null
-    ACCORD_TRANSPORT=tcp ACCORD_BENCH_SYNC=1 "$ACCORD" bench "$op" -n "$n" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/bench.json" >/dev/null
-    compare "$OUT/sim.json" "$OUT/bench.json" "$op" "$n ranks, TCP"
+    for round in $(seq "$ROUNDS"); do
+      ACCORD_TRANSPORT=tcp ACCORD_BENCH_SYNC=1 "$ACCORD" bench "$op" -n "$n" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/bench.$round.json" >/dev/null
+    done
+    compare "$OUT/sim.json" "$op" "$n ranks, TCP" "$OUT"/bench.*.json
   done
   for l in $LAYOUTS; do
     h=${l%x*} r=${l#*x}
     "$ACCORD" sim "$op" -n $((h * r)) --per-host "$r" --one-machine --profile "$PROFILE_NS" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/sim.json" >/dev/null
-    OUT=$OUT/ns ACCORD=$ACCORD HOSTS=$h RANKS=$r OPS=$op SIZES=$SIZES FACTOR=$FACTOR ROUNDS=1 SKIP="mpi gloo" \
+    OUT=$OUT/ns ACCORD=$ACCORD HOSTS=$h RANKS=$r OPS=$op SIZES=$SIZES FACTOR=$FACTOR ROUNDS=$ROUNDS SKIP="mpi gloo" \
       "$HERE/multihost.sh" bench >/dev/null
-    compare "$OUT/sim.json" "$OUT/ns/bench-accord-$op-1.0" "$op" "$h hosts x $r"
+    compare "$OUT/sim.json" "$op" "$h hosts x $r" "$OUT"/ns/bench-accord-"$op"-*.0
   done
 done

@@ -2,7 +2,7 @@
 //!
 //! Two jobs of N local ranks (default 2) measure, in turn:
 //! - over TCP only (`ACCORD_TRANSPORT=tcp`): the half round trip of a message between ranks 0
-//!   and 1 from 8 B to 16 MiB, fitted to `alpha + beta x bytes` (alpha: the 8-byte time; beta:
+//!   and 1 from 8 B to 64 MiB, fitted to `alpha + beta x bytes` (alpha: the 8-byte time; beta:
 //!   the least-squares slope from 256 KiB); the time of an *exchange*, both ranks sending to
 //!   each other at once, as most steps of a schedule do (what `accord sim` prices a message
 //!   with: where the two directions share CPUs or a link, the ping-pong is too optimistic);
@@ -44,8 +44,9 @@ pub const ENGINE_OPS: [&str; 5] = [
     "alltoall",
 ];
 
-/// Message sizes of the ping-pong and the exchange.
-const MESSAGE_BYTES: [usize; 11] = [
+/// Message sizes of the ping-pong and the exchange: up to 64 MiB, as `accord sim` prices
+/// calls, since messages beyond the caches cost more per byte than a fit of smaller ones says.
+const MESSAGE_BYTES: [usize; 12] = [
     8,
     64,
     512,
@@ -57,6 +58,7 @@ const MESSAGE_BYTES: [usize; 11] = [
     1 << 20,
     4 << 20,
     16 << 20,
+    64 << 20,
 ];
 
 /// Launcher side: run both phases on `n` local ranks and write the profile to `path`.

@@ -9,7 +9,7 @@
 //!   host, the leaders' schedule between hosts; from 64 KiB allreduce striped: the engine's
 //!   reduce-scatter, one slice's allreduce per local rank between hosts, the engine's
 //!   allgather, from 32 MiB in four pieces whose host and network steps overlap); reduce-scatter
-//!   and allgather below 1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) and all-to-all below 128 KiB
+//!   and allgather below 1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) and all-to-all below 256 KiB
 //!   (`ACCORD_HIER_ALLTOALL_BYTES`) over the stripes (the engine's step inside each host, one
 //!   schedule per local rank between hosts, all at once); everything else as one schedule over
 //!   all ranks whose messages cost the shared-memory rings' price inside a host and TCP's
@@ -117,15 +117,21 @@ impl Profile {
 
     /// How much slower a network message of `bytes` is when `pairs` pairs of ranks exchange at
     /// once than when one pair does (1 for one pair or less; linear between the pair counts the
-    /// calibration timed, continued beyond the largest; never below 1).
+    /// calibration timed, continued beyond the largest; never below 1 nor below a smaller
+    /// crowd's).
     fn slowdown(&self, pairs: f64, bytes: usize) -> f64 {
         let one = &self.tcp_msg[1];
         if pairs <= 1.0 || self.crowd.is_empty() || one.is_empty() {
             return 1.0;
         }
         let base = interpolate(one, bytes.max(1));
+        // More pairs never make a message faster: a crowd measured faster than a smaller one
+        // (the spread between runs of small messages) counts as the smaller one.
         let mut points = vec![(1.0, 1.0)];
-        points.extend((self.crowd.iter()).map(|(p, t)| (*p, interpolate(t, bytes.max(1)) / base)));
+        for (p, t) in &self.crowd {
+            let f = interpolate(t, bytes.max(1)) / base;
+            points.push((*p, f.max(points[points.len() - 1].1)));
+        }
         let i = points
             .partition_point(|q| q.0 < pairs)
             .clamp(1, points.len() - 1);
@@ -396,6 +402,25 @@ mod tests {
             (p.slowdown(8.0, b) - 5.0).abs() < 1e-9,
             "continued beyond 4 pairs"
         );
+    }
+
+    #[test]
+    fn a_larger_crowd_measured_faster_than_a_smaller_one_costs_as_much() {
+        let table = |f: f64| -> Vec<Value> {
+            [1024.0, 1048576.0]
+                .iter()
+                .map(|&b| serde_json::json!([b, f * (10.0 + b / 1024.0)]))
+                .collect()
+        };
+        let link = serde_json::json!({"pingpong": table(1.0), "exchange": table(1.0),
+            "crowd": [{"pairs": 2, "exchange": table(1.5)}, {"pairs": 4, "exchange": table(1.2)}]});
+        let v = serde_json::json!({"accord_profile": 1, "gamma_us_per_byte": 1e-4,
+            "tcp": link, "shm": link, "ranks": 2});
+        let p = Profile::from_json(&v, "test profile").unwrap();
+        let b = 1 << 20;
+        assert!((p.slowdown(2.0, b) - 1.5).abs() < 1e-9);
+        assert!((p.slowdown(3.0, b) - 1.5).abs() < 1e-9);
+        assert!((p.slowdown(4.0, b) - 1.5).abs() < 1e-9);
     }
 
     #[test]

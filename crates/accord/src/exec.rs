@@ -286,16 +286,14 @@ fn post_early<'t>(
     round: &[Step],
 ) -> Result<Vec<(usize, Posted<'t>)>> {
     let mailbox = call.transport.mailbox();
-    Ok(
-        early_receives(mem, round, |n| places(call, Delivery::Copy, n))?
-            .into_iter()
-            .map(|e| {
-                let src = call.ranks[e.peer];
-                let posted = mailbox.post(src, call.comm_id, call.seq, &call.fp, e.dst, e.len);
-                (e.step, posted)
-            })
-            .collect(),
-    )
+    Ok(early_receives(mem, round, |n| places(Delivery::Copy, n))?
+        .into_iter()
+        .map(|e| {
+            let src = call.ranks[e.peer];
+            let posted = mailbox.post(src, call.comm_id, call.seq, &call.fp, e.dst, e.len);
+            (e.step, posted)
+        })
+        .collect())
 }
 
 /// A receive of a round whose destination may be posted before the round's sends.
@@ -463,10 +461,11 @@ pub(crate) enum Delivery {
 }
 
 /// Whether a receive of `len` bytes delivered `into` its destination posts it, so that frames
-/// may be read straight into it: one that copies, of a collective (a point-to-point receive
-/// may leave a message for another receive), from [`PLACE_MIN_BYTES`].
-fn places(call: &Routed<'_>, into: Delivery, len: usize) -> bool {
-    matches!(into, Delivery::Copy) && call.seq & P2P_LANE == 0 && len >= PLACE_MIN_BYTES
+/// may be read straight into it: one that copies, from [`PLACE_MIN_BYTES`]. (A point-to-point
+/// receive of another size than the next message leaves it for another receive: frames of
+/// another size are never placed, nor any after them; see [`crate::transport::placement`].)
+fn places(into: Delivery, len: usize) -> bool {
+    matches!(into, Delivery::Copy) && len >= PLACE_MIN_BYTES
 }
 
 /// Receive one message of exactly `len` bytes from communicator rank `peer` into `dst`, copying
@@ -489,8 +488,7 @@ pub(crate) fn receive(
     let mut got = 0usize;
     // Frames that arrive from now on may be read straight into the destination.
     let _posted = posted.or_else(|| {
-        places(call, into, len)
-            .then(|| mailbox.post(src, call.comm_id, call.seq, &call.fp, dst, len))
+        places(into, len).then(|| mailbox.post(src, call.comm_id, call.seq, &call.fp, dst, len))
     });
     loop {
         let frame = mailbox

@@ -591,7 +591,7 @@ impl Mailbox {
             p.delivered(f);
         }
         // Nothing to post where everything has arrived (or the key is posted already).
-        let fresh = p.next < len && !st.posted.contains_key(&key);
+        let fresh = p.next < len && !p.behind && !st.posted.contains_key(&key);
         if fresh {
             st.posted.insert(key, p);
         }
@@ -762,6 +762,46 @@ mod tests {
         m.recycle(part);
         let grown = m.buffer(RECYCLE_MIN_BYTES + 16);
         assert!(grown[RECYCLE_MIN_BYTES..].iter().all(|&b| b == 0));
+    }
+
+    /// The header of `f` as a reader would have read it off the wire.
+    fn header_of(f: &Frame) -> super::super::wire::Header {
+        super::super::wire::Header {
+            kind: super::super::wire::FrameKind::Data,
+            src: 0,
+            chunk_len: f.len() as u32,
+            env: f.env,
+            total_len: f.total_len,
+            offset: f.offset,
+            order: 0,
+        }
+    }
+
+    #[test]
+    fn a_destination_posted_behind_a_message_of_another_size_takes_nothing() {
+        // A point-to-point receive of 64 KiB waits where a 96 KiB message comes first: it
+        // fails on that one and leaves it; the 64 KiB message after it is not its to take.
+        let (theirs, mine) = (frame(96 << 10), frame(64 << 10));
+        let mut dest = vec![0u8; 64 << 10];
+        for arrived_first in [true, false] {
+            let m = Arc::new(Mailbox::new());
+            if arrived_first {
+                m.deliver(0, frame(96 << 10));
+            }
+            let posted = m.post(0, 1, 5, &mine.env.fp, dest.as_mut_ptr(), dest.len());
+            if !arrived_first {
+                // Still posted, as nothing arrived: the next frame in line would be placed.
+                assert!(m.claim(0, &header_of(&mine), true).is_some());
+                m.deliver(0, frame(96 << 10));
+            }
+            assert!(m.claim(0, &header_of(&theirs), true).is_none());
+            assert!(m.claim(0, &header_of(&mine), true).is_none());
+            drop(posted);
+        }
+        // With nothing ahead of it, the message's first frame is placed.
+        let m = Arc::new(Mailbox::new());
+        let _posted = m.post(0, 1, 5, &mine.env.fp, dest.as_mut_ptr(), dest.len());
+        assert!(m.claim(0, &header_of(&mine), true).is_some());
     }
 
     #[test]

@@ -21,6 +21,11 @@
 //!   consecutive orders, and a later message of the same key takes larger ones, so no other
 //!   frame has that order.
 //!
+//! Nothing is admitted once a frame of another message of the key (another size or type) was
+//! delivered before the posted message began: the receive takes that message first (a
+//! point-to-point receive of another size fails on it and leaves it for a later receive), so
+//! what follows it is not the posted message's to take.
+//!
 //! Everything else is buffered as before. A receive that ends (its message complete, or its
 //! wait failed) withdraws the posting ([`Posted`] on drop): it waits until no reader writes into
 //! the destination any more (a reader checks at every read and gives its frame a buffer of its
@@ -49,6 +54,8 @@ pub(super) struct Posting {
     pub claims: usize,
     /// Set when the receive withdraws the posting; readers stop writing.
     pub revoked: Arc<AtomicBool>,
+    /// Another message of the key came first: the posted one is not next in line.
+    pub behind: bool,
 }
 
 impl Posting {
@@ -63,16 +70,25 @@ impl Posting {
             first: None,
             claims: 0,
             revoked: Arc::default(),
+            behind: false,
         }
     }
 
     /// A frame of the posting's key was delivered, in order: follow the message.
     pub fn delivered(&mut self, f: &Frame) {
+        if self.behind {
+            return;
+        }
         if f.env.fp == self.fp && f.total_len == self.len as u64 && f.offset == self.next as u64 {
             if f.offset == 0 && self.first.is_none() {
                 self.first = f.order.map(|o| (o, f.len()));
             }
             self.next += f.len();
+        } else if self.next == 0 {
+            // A frame of another message before this one began: the receive will take that
+            // message first (a point-to-point receive of another size fails on it and leaves
+            // it), so no later frame may be taken for this one.
+            self.behind = true;
         }
     }
 
@@ -80,7 +96,8 @@ impl Posting {
     /// `in_order` says whether every frame its sender sent before it has been delivered.
     pub fn admits(&self, h: &Header, in_order: bool) -> bool {
         let (off, len) = (h.offset as usize, h.chunk_len as usize);
-        if h.env.fp != self.fp
+        if self.behind
+            || h.env.fp != self.fp
             || h.total_len != self.len as u64
             || off < self.next
             || off + len > self.len
