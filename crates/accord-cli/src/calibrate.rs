@@ -6,7 +6,8 @@
 //!   the least-squares slope from 256 KiB); the time of an *exchange*, both ranks sending to
 //!   each other at once, as most steps of a schedule do (what `accord sim` prices a message
 //!   with: where the two directions share CPUs or a link, the ping-pong is too optimistic);
-//!   and how fast one core reduces (f32 sums: gamma);
+//!   and how fast one core reduces (f32 sums: gamma, for arrays of 4 MiB, and per array size
+//!   from 64 KiB to 64 MiB: beyond the caches a reduction runs at memory's pace);
 //! - with shared memory: the same through the point-to-point rings (the messages of
 //!   schedules between ranks of one host), and the shared-memory engine's own collectives
 //!   (allreduce, broadcast, allgather, reduce_scatter, alltoall) from 4 KiB to 64 MiB, timed
@@ -24,6 +25,7 @@
 //! that network.
 //!
 //! The profile is JSON: `{"accord_profile": 1, "cpus", "ranks", "gamma_us_per_byte",
+//! "gamma": [[bytes, us_per_byte], ...],
 //! "tcp": {"alpha_us", "beta_us_per_byte", "pingpong": [[bytes, us], ...], "exchange": [...],
 //! "crowd": [{"pairs": 2, "exchange": [...]}, ...]},
 //! "shm": {...},
@@ -147,6 +149,7 @@ pub fn launch(
         "cpus": std::thread::available_parallelism().map_or(1, |n| n.get()),
         "ranks": n,
         "gamma_us_per_byte": tcp["gamma_us_per_byte"],
+        "gamma": tcp["gamma"],
         "tcp": tcp_link,
         "shm": link(shm),
         "shm_engine": shm["engine"],
@@ -227,7 +230,8 @@ pub fn rank_main(phase: &str, out: &str) -> i32 {
             "exchange": messages(&comm, true)?,
         });
         if phase == "tcp" {
-            v["gamma_us_per_byte"] = json!(gamma());
+            v["gamma_us_per_byte"] = json!(gamma_at(4 << 20));
+            v["gamma"] = json!(gammas());
         } else {
             let mut engine = serde_json::Map::new();
             for op in ENGINE_OPS {
@@ -352,12 +356,17 @@ fn crowded(comm: &Communicator, pairs: usize) -> accord::Result<Vec<Value>> {
     Ok(rows)
 }
 
-/// Microseconds per byte one core takes to add one f32 array into another (best of 20).
-fn gamma() -> f64 {
-    let n = 1 << 20;
+/// Array sizes (bytes) the reduction is timed at: in the caches up to a few MiB, from memory
+/// beyond.
+const GAMMA_BYTES: [usize; 4] = [64 << 10, 4 << 20, 16 << 20, 64 << 20];
+
+/// Microseconds per byte one core takes to add one f32 array of `bytes` into another (best of
+/// up to 20).
+fn gamma_at(bytes: usize) -> f64 {
+    let n = bytes / 4;
     let (mut acc, add) = (vec![1.0f32; n], vec![0.5f32; n]);
     let mut best = f64::INFINITY;
-    for _ in 0..20 {
+    for _ in 0..((256usize << 20) / bytes).clamp(3, 20) {
         let start = Instant::now();
         for (a, b) in acc.iter_mut().zip(&add) {
             *a += *b;
@@ -365,7 +374,15 @@ fn gamma() -> f64 {
         std::hint::black_box(&acc);
         best = best.min(start.elapsed().as_secs_f64() * 1e6);
     }
-    best / (n * 4) as f64
+    best / bytes as f64
+}
+
+/// The reduction's cost per byte at each of [`GAMMA_BYTES`]: `[[bytes, us per byte], ...]`.
+fn gammas() -> Vec<Value> {
+    GAMMA_BYTES
+        .iter()
+        .map(|&b| json!([b, gamma_at(b)]))
+        .collect()
 }
 
 #[cfg(test)]

@@ -4,7 +4,9 @@
 //! - one host: the shared-memory engine's measured times (interpolated between sizes, log-log),
 //!   or, for what the engine does not run, the schedule over the point-to-point rings;
 //! - one rank per host: the schedule the tuner picks for TCP, simulated message by message with
-//!   the calibrated alpha, beta and gamma;
+//!   the measured message times (one way, or both ways at once where the peer sends as much
+//!   back in the same round; a zero-byte token back does not load the link) and the reduction's
+//!   cost measured for arrays of the call's size (beyond the caches it runs at memory's pace);
 //! - several ranks per host: allreduce and broadcast hierarchically (the engine inside each
 //!   host, the leaders' schedule between hosts; from 64 KiB allreduce striped: the engine's
 //!   reduce-scatter, one slice's allreduce per local rank between hosts, the engine's
@@ -41,6 +43,9 @@ pub struct Profile {
     /// An exchange's time with several pairs of ranks exchanging at once: (pairs, table),
     /// ascending; empty when calibrated on fewer than 4 ranks.
     crowd: Vec<(f64, Vec<(f64, f64)>)>,
+    /// The reduction's cost per byte by the size of the arrays reduced: (bytes, us per byte),
+    /// ascending; empty in profiles that timed one size only (`tcp.gamma_us_per_byte`).
+    gamma: Vec<(f64, f64)>,
     /// The shared-memory engine's times per operation: (bytes, us), ascending.
     engine: HashMap<String, Vec<(f64, f64)>>,
     /// Ranks the engine was timed on.
@@ -90,6 +95,7 @@ impl Profile {
             tcp_msg: [points(&v["tcp"]["pingpong"]), points(&v["tcp"]["exchange"])],
             shm_msg: [points(&v["shm"]["pingpong"]), points(&v["shm"]["exchange"])],
             crowd: crowd_tables(&v["tcp"]["crowd"]),
+            gamma: points(&v["gamma"]),
             engine,
             ranks: v["ranks"].as_u64().unwrap_or(2) as usize,
         })
@@ -99,6 +105,23 @@ impl Profile {
     fn engine(&self, op: &str, bytes: usize) -> Option<f64> {
         let t = self.engine.get(op).filter(|t| !t.is_empty())?;
         Some(interpolate(t, bytes))
+    }
+
+    /// The reduction's cost per byte in a call on `bytes` per rank: the calibration's, for
+    /// arrays of that size (linear in the log of the size between the sizes timed, the nearest
+    /// one's outside them), since the call's buffers are what the reductions stream through.
+    fn gamma(&self, bytes: usize) -> f64 {
+        let t = &self.gamma;
+        let b = bytes.max(1) as f64;
+        match t.partition_point(|p| p.0 < b) {
+            _ if t.is_empty() => self.tcp.gamma_us_per_byte,
+            0 => t[0].1,
+            i if i == t.len() => t[i - 1].1,
+            i => {
+                let ((b0, g0), (b1, g1)) = (t[i - 1], t[i]);
+                g0 + (b.ln() - b0.ln()) / (b1.ln() - b0.ln()) * (g1 - g0)
+            }
+        }
     }
 
     /// A message of `bytes`, one way or in an exchange: the measured times where there are
@@ -168,7 +191,7 @@ impl Profile {
             (true, false) => None,
             (false, false) => Some(host(s)),
         };
-        let gamma = self.tcp.gamma_us_per_byte;
+        let gamma = self.gamma(coll.elements() * 4);
         sim::simulate_on(coll, world, 4, algo, &message, &domain, gamma)
             .map(|s| s.time_us)
             .map_err(|e| e.to_string())
@@ -421,6 +444,29 @@ mod tests {
         assert!((p.slowdown(2.0, b) - 1.5).abs() < 1e-9);
         assert!((p.slowdown(3.0, b) - 1.5).abs() < 1e-9);
         assert!((p.slowdown(4.0, b) - 1.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn reductions_cost_what_arrays_of_the_calls_size_cost() {
+        let mut p = profile();
+        assert_eq!(p.gamma(1 << 30), 1e-4, "one size timed: that one");
+        p.gamma = vec![(65536.0, 1e-4), (4194304.0, 1e-4), (67108864.0, 3e-4)];
+        assert_eq!(p.gamma(4096), 1e-4);
+        assert_eq!(p.gamma(1 << 20), 1e-4);
+        assert!(
+            (p.gamma(16 << 20) - 2e-4).abs() < 1e-12,
+            "halfway in the log of the size"
+        );
+        assert_eq!(p.gamma(1 << 30), 3e-4);
+        // A reduce-scatter of 64 MiB reduces at the slower, larger-array cost.
+        let place = Placement::new(2, 1, false).unwrap();
+        let slow = p.predict("reduce_scatter", &place, 64 << 20).unwrap().0;
+        p.gamma.clear();
+        let fast = p.predict("reduce_scatter", &place, 64 << 20).unwrap().0;
+        assert!(
+            slow > fast + 0.9 * 2e-4 * (32 << 20) as f64,
+            "{slow} vs {fast}"
+        );
     }
 
     #[test]

@@ -426,14 +426,24 @@ fn calibrated_profile_prices_hosts_and_ranks_per_host() {
         let alpha = v[link]["alpha_us"].as_f64().unwrap();
         let beta = v[link]["beta_us_per_byte"].as_f64().unwrap();
         assert!(alpha > 0.0 && beta > 0.0, "{link}: {alpha} {beta}");
-        assert_eq!(v[link]["exchange"].as_array().unwrap().len(), 11);
+        assert_eq!(
+            v[link]["exchange"].as_array().unwrap().len(),
+            12,
+            "8 B to 64 MiB"
+        );
     }
     assert!(v["gamma_us_per_byte"].as_f64().unwrap() > 0.0);
+    let gamma = v["gamma"].as_array().unwrap();
+    assert_eq!(gamma.len(), 4, "{gamma:?}");
+    assert!(
+        gamma.iter().all(|g| g[1].as_f64().unwrap() > 0.0),
+        "{gamma:?}"
+    );
     assert_eq!(v["shm_engine"]["allreduce"].as_array().unwrap().len(), 8);
     let crowd = v["tcp"]["crowd"].as_array().unwrap();
     assert_eq!(crowd.len(), 1, "{crowd:?}");
     assert_eq!(crowd[0]["pairs"].as_u64(), Some(2));
-    assert_eq!(crowd[0]["exchange"].as_array().unwrap().len(), 11);
+    assert_eq!(crowd[0]["exchange"].as_array().unwrap().len(), 12);
 
     let sim = |args: &[&str]| {
         let out = accord()

@@ -45,7 +45,8 @@ pub struct Message {
     pub dst: usize,
     /// Payload bytes.
     pub bytes: usize,
-    /// `dst` sends to `src` in the same round, so the two directions share the link.
+    /// `dst` sends `src` at least half as many bytes in the same round, so the two directions
+    /// share the link (a zero-byte token back does not count).
     pub exchange: bool,
     /// Ranks sending in the same round in this message's contention domain, its sender
     /// included; 1 where it has none.
@@ -135,11 +136,16 @@ fn run(
     gamma: f64,
 ) -> Simulation {
     let crowd = crowds(scheds, domain);
-    let sends_to = |r: usize, round: usize, dst: usize| {
-        scheds[r].rounds.get(round).is_some_and(|steps| {
+    // Elements `r` sends `dst` in `round` (a zero-length token carries none).
+    let sends_to = |r: usize, round: usize, dst: usize| -> usize {
+        scheds[r].rounds.get(round).map_or(0, |steps| {
             steps
                 .iter()
-                .any(|s| matches!(*s, Step::Send { peer, .. } if peer == dst))
+                .map(|s| match *s {
+                    Step::Send { peer, src } if peer == dst => src.len,
+                    _ => 0,
+                })
+                .sum()
         })
     };
     let mut ranks: Vec<Rank<'_>> = scheds
@@ -174,7 +180,8 @@ fn run(
                                 src: me,
                                 dst: peer,
                                 bytes: b,
-                                exchange: sends_to(peer, r.round, me),
+                                // Data coming back shares the link; a token does not.
+                                exchange: 2 * sends_to(peer, r.round, me) >= src.len.max(1),
                                 crowd: domain(me, peer)
                                     .and_then(|d| crowd.get(&(r.round, d)).copied())
                                     .unwrap_or(1),
