@@ -13,8 +13,8 @@
 //!   allgather, from 32 MiB in four pieces whose host and network steps overlap); reduce-scatter
 //!   and allgather below 1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) and all-to-all below 256 KiB
 //!   (`ACCORD_HIER_ALLTOALL_BYTES`) over the stripes (the engine's step inside each host, one
-//!   schedule per local rank between hosts, all at once); everything else as one schedule over
-//!   all ranks whose messages cost the shared-memory rings' price inside a host and TCP's
+//!   schedule per local rank between hosts, all at once); larger ones after a barrier inside
+//!   each host and one on each stripe; everything else as one schedule over all ranks whose messages cost the shared-memory rings' price inside a host and TCP's
 //!   between hosts (ranks placed host by host).
 //!
 //! Messages of one round that compete for the same resource cost more, by the slowdown the
@@ -122,6 +122,12 @@ impl Profile {
                 g0 + (b.ln() - b0.ln()) / (b1.ln() - b0.ln()) * (g1 - g0)
             }
         }
+    }
+
+    /// A barrier of the ranks of one host: an exchange of the smallest message through the
+    /// rings.
+    fn host_barrier(&self) -> f64 {
+        self.message(true, 0, true)
     }
 
     /// A message of `bytes`, one way or in an exchange: the measured times where there are
@@ -263,8 +269,14 @@ impl Profile {
                     let stripe = crate::bench::collective_of(op, hosts, count / per_host)
                         .ok_or_else(|| format!("unknown operation {op:?}"))?;
                     let net = self.schedule(&stripe, hosts, 1, place, per_host)?;
+                    // An allgather's ranks first compare the call inside the host (a barrier:
+                    // its stripe's step comes before any step of the engine).
+                    let agree = match op {
+                        "allgather" => self.host_barrier(),
+                        _ => 0.0,
+                    };
                     return Ok((
-                        eng(op, bytes) + net,
+                        agree + eng(op, bytes) + net,
                         "hosts' engines, stripes between hosts",
                     ));
                 }
@@ -277,6 +289,16 @@ impl Profile {
                     return Ok((
                         eng(op, bytes) + net,
                         "hosts' engines, stripes between hosts",
+                    ));
+                }
+                "reduce_scatter" | "allgather" | "alltoall" => {
+                    // Too large for the stripes: one schedule over every rank, after the host's
+                    // ranks and then each stripe have compared the call (a barrier each).
+                    let stripes = self.schedule(&Collective::Barrier, hosts, 1, place, per_host)?;
+                    let flat = self.schedule(&coll, n, per_host, place, 1)?;
+                    return Ok((
+                        self.host_barrier() + stripes + flat,
+                        "schedule over TCP and shared-memory rings",
                     ));
                 }
                 _ => {}
