@@ -587,8 +587,13 @@ impl Mailbox {
         let key = (src, comm, seq);
         let mut st = self.state.lock().unwrap();
         let mut p = Posting::new(dest, len, *fp);
+        // Only the frames up to the message's end (or to another message before it) matter:
+        // a backlog of later messages is not scanned at every receive.
         for f in st.queues.get(&key).into_iter().flatten() {
             p.delivered(f);
+            if p.behind || p.next >= len {
+                break;
+            }
         }
         // Nothing to post where everything has arrived (or the key is posted already).
         let fresh = p.next < len && !p.behind && !st.posted.contains_key(&key);
