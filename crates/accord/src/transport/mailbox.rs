@@ -183,6 +183,8 @@ pub struct Mailbox {
     spare: Mutex<Vec<Vec<u8>>>,
     /// Signalled when a reader stops writing into a posted destination.
     released: Condvar,
+    /// Payload bytes delivered read straight into posted destinations ([`Mailbox::placed_bytes`]).
+    placed: AtomicU64,
 }
 
 /// Frames from this size have their payload buffers recycled ([`Mailbox::recycle`]).
@@ -212,6 +214,7 @@ impl Mailbox {
             waits: Waits::default(),
             poll_ns: AtomicU64::new(0),
             poll_large: std::sync::atomic::AtomicBool::new(false),
+            placed: AtomicU64::new(0),
             pump: std::sync::OnceLock::new(),
             pump_below: std::sync::atomic::AtomicUsize::new(POLL_MAX_BYTES),
             spare: Mutex::default(),
@@ -276,7 +279,11 @@ impl Mailbox {
             return;
         }
         match st.posted.get_mut(&(src, frame.env.comm, frame.env.seq)) {
-            Some(p) if frame.placed == 0 || p.id == frame.posting => p.delivered(&frame),
+            Some(p) if frame.placed == 0 || p.id == frame.posting => {
+                p.delivered(&frame);
+                self.placed
+                    .fetch_add(frame.placed as u64, Ordering::Relaxed);
+            }
             // Its receive gave up before it came: the bytes went where nothing reads them.
             _ if frame.placed > 0 => return,
             _ => {}
@@ -677,6 +684,12 @@ impl Mailbox {
             }
         }
         *st.buffered.entry(key.0).or_default() += kept;
+    }
+
+    /// Payload bytes that readers have delivered read straight into the destinations receives
+    /// posted, since this mailbox was made (the rest went to buffers of their own).
+    pub fn placed_bytes(&self) -> u64 {
+        self.placed.load(Ordering::Relaxed)
     }
 
     /// Payload bytes from `src` waiting untaken.
