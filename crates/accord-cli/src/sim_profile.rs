@@ -14,8 +14,9 @@
 //!   and allgather below 1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) and all-to-all below 256 KiB
 //!   (`ACCORD_HIER_ALLTOALL_BYTES`) over the stripes (the engine's step inside each host, one
 //!   schedule per local rank between hosts, all at once); larger ones after a barrier inside
-//!   each host and one on each stripe; everything else as one schedule over all ranks whose messages cost the shared-memory rings' price inside a host and TCP's
-//!   between hosts (ranks placed host by host).
+//!   each host and one on each stripe; everything else as one schedule over all ranks whose
+//!   messages cost the shared-memory rings' price inside a host and TCP's between hosts (ranks
+//!   placed host by host).
 //!
 //! Messages of one round that compete for the same resource cost more, by the slowdown the
 //! calibration measured with several pairs of ranks exchanging at once (the profile's `crowd`:
@@ -422,14 +423,23 @@ mod tests {
     /// A profile whose TCP messages cost 10 us + 1 us/KiB one way and in an exchange, and whose
     /// exchanges take 2x as long with 2 pairs at once and 3x with 4.
     fn profile() -> Profile {
+        profile_with_crowds(&[(4, 3.0), (2, 2.0)])
+    }
+
+    /// Messages as in [`profile`]; an exchange takes `factor` times as long with `pairs` pairs
+    /// at once, for each `(pairs, factor)`.
+    fn profile_with_crowds(crowds: &[(u32, f64)]) -> Profile {
         let table = |f: f64| -> Vec<Value> {
             [1024.0, 1048576.0]
                 .iter()
                 .map(|&b| serde_json::json!([b, f * (10.0 + b / 1024.0)]))
                 .collect()
         };
+        let crowd: Vec<Value> = (crowds.iter())
+            .map(|&(pairs, f)| serde_json::json!({"pairs": pairs, "exchange": table(f)}))
+            .collect();
         let link = serde_json::json!({"pingpong": table(1.0), "exchange": table(1.0),
-            "crowd": [{"pairs": 4, "exchange": table(3.0)}, {"pairs": 2, "exchange": table(2.0)}]});
+            "crowd": crowd});
         let v = serde_json::json!({"accord_profile": 1, "gamma_us_per_byte": 1e-4,
             "tcp": link, "shm": link, "ranks": 2});
         Profile::from_json(&v, "test profile").unwrap()
@@ -451,17 +461,7 @@ mod tests {
 
     #[test]
     fn a_larger_crowd_measured_faster_than_a_smaller_one_costs_as_much() {
-        let table = |f: f64| -> Vec<Value> {
-            [1024.0, 1048576.0]
-                .iter()
-                .map(|&b| serde_json::json!([b, f * (10.0 + b / 1024.0)]))
-                .collect()
-        };
-        let link = serde_json::json!({"pingpong": table(1.0), "exchange": table(1.0),
-            "crowd": [{"pairs": 2, "exchange": table(1.5)}, {"pairs": 4, "exchange": table(1.2)}]});
-        let v = serde_json::json!({"accord_profile": 1, "gamma_us_per_byte": 1e-4,
-            "tcp": link, "shm": link, "ranks": 2});
-        let p = Profile::from_json(&v, "test profile").unwrap();
+        let p = profile_with_crowds(&[(2, 1.5), (4, 1.2)]);
         let b = 1 << 20;
         assert!((p.slowdown(2.0, b) - 1.5).abs() < 1e-9);
         assert!((p.slowdown(3.0, b) - 1.5).abs() < 1e-9);
