@@ -8,13 +8,15 @@
 //!   back in the same round; a zero-byte token back does not load the link) and the reduction's
 //!   cost measured for arrays of the call's size (beyond the caches it runs at memory's pace);
 //! - several ranks per host: allreduce and broadcast hierarchically (the engine inside each
-//!   host, the leaders' schedule between hosts; from 64 KiB allreduce striped: the engine's
+//!   host, then between hosts the broadcast's leaders, the allreduce's every rank over its
+//!   stripe with the whole vector; from 64 KiB allreduce striped: the engine's
 //!   reduce-scatter, one slice's allreduce per local rank between hosts, the engine's
 //!   allgather, from 32 MiB in four pieces whose host and network steps overlap); reduce-scatter
 //!   and allgather below 1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) and all-to-all below 256 KiB
 //!   (`ACCORD_HIER_ALLTOALL_BYTES`) over the stripes (the engine's step inside each host, one
 //!   schedule per local rank between hosts, all at once); larger ones after a barrier inside
-//!   each host and one on each stripe; everything else as one schedule over all ranks whose
+//!   each host and one on each stripe; a barrier inside each host, then on every stripe at
+//!   once; everything else as one schedule over all ranks whose
 //!   messages cost the shared-memory rings' price inside a host and TCP's between hosts (ranks
 //!   placed host by host).
 //!
@@ -250,10 +252,11 @@ impl Profile {
                     return Ok((t, "hosts' engines, striped between hosts"));
                 }
                 "allreduce" => {
-                    let net = self.schedule(&coll, hosts, 1, place, 1)?;
+                    // Every rank reduces its host's sums over its stripe, all at once.
+                    let net = self.schedule(&coll, hosts, 1, place, per_host)?;
                     return Ok((
-                        eng("allreduce", bytes) + net + eng("broadcast", bytes),
-                        "hosts' engines, leaders between hosts",
+                        eng("allreduce", bytes) + net,
+                        "hosts' engines, stripes between hosts",
                     ));
                 }
                 "broadcast" => {
@@ -289,6 +292,15 @@ impl Profile {
                     let net = self.schedule(&stripe, hosts, 1, place, per_host)?;
                     return Ok((
                         eng(op, bytes) + net,
+                        "hosts' engines, stripes between hosts",
+                    ));
+                }
+                "barrier" => {
+                    // Inside each host, then on every stripe at once: once a stripe has met,
+                    // every rank of every host has arrived.
+                    let stripes = self.schedule(&coll, hosts, 1, place, per_host)?;
+                    return Ok((
+                        self.host_barrier() + stripes,
                         "hosts' engines, stripes between hosts",
                     ));
                 }

@@ -480,7 +480,7 @@ fn calibrated_profile_prices_hosts_and_ranks_per_host() {
     for &(bytes, _, line) in &rows {
         let path = match bytes >= 64 << 10 {
             true => "striped between hosts",
-            false => "leaders between hosts",
+            false => "stripes between hosts",
         };
         assert!(line.contains(path), "{stdout}");
     }

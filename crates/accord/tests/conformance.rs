@@ -263,6 +263,17 @@ fn rank_main() {
     if let Ok(stripes) = std::env::var("CONFORMANCE_STRIPES") {
         assert_blocks_route(&comm, stripes == "1");
     }
+    if !one_host {
+        // Across hosts a barrier meets inside the hosts first (the hierarchy's engine).
+        comm.barrier().unwrap();
+        let records = comm.flight_record();
+        let last = records
+            .iter()
+            .rfind(|r| r.fp.kind == OpKind::Barrier)
+            .unwrap();
+        let on_engine = matches!(last.route, accord::observe::Route::Engine(_));
+        assert_eq!(on_engine, !flat, "barrier ran on {:?}", last.route);
+    }
     println!("RANK-OK ({calls} calls)");
 }
 

@@ -316,6 +316,11 @@ fn hosts_that_disagree_about_a_striped_call_all_fail() {
         ("reduce_scatter", "large:0,3"),
         ("reduce_scatter", "large:2"),
         ("allreduce", "large:0,3"),
+        // One rank calls an allreduce where the others wait at a barrier: a host's leader,
+        // another of its ranks, or a whole host.
+        ("barrier", "other:0"),
+        ("barrier", "other:3"),
+        ("barrier", "other"),
         // Per-rank counts on one host, equal blocks on the other.
         ("allgatherv", "block"),
         ("alltoall", "block"),
@@ -337,12 +342,18 @@ fn hosts_that_disagree_about_a_striped_call_all_fail() {
 
 /// A deadline set with `set_timeout` holds on every step of a call across hosts, the steps
 /// between hosts too: with one host's ranks absent, the other host's all-to-alls (over the
-/// stripes, and large ones after the stripes' barrier) and striped allreduce end within it,
-/// naming the missing rank by its world rank.
+/// stripes, and large ones after the stripes' barrier), allreduces (striped or not) and
+/// barriers end within it, every rank naming its missing stripe partner by its world rank.
 #[test]
 fn set_timeout_bounds_the_steps_between_hosts() {
     let host = |r: usize| ["a", "b", "a", "b"][r].to_string();
-    for op in ["alltoall", "alltoall_large", "allreduce_striped"] {
+    for op in [
+        "alltoall",
+        "alltoall_large",
+        "allreduce_striped",
+        "allreduce_small",
+        "barrier",
+    ] {
         let (_s, ch) = spawn("hier-timeout", 4, host, &[("HIER_TIMEOUT_OP", op)]);
         all_ok(&collect(ch, Duration::from_secs(60)));
     }
@@ -603,28 +614,35 @@ fn rank_main() {
             let n = comm.size();
             let t = Instant::now();
             let e = match std::env::var("BLOCKS_OP").unwrap().as_str() {
-                "reduce_scatter" => {
-                    let mut out = vec![0f32; block];
-                    comm.reduce_scatter(&vec![1f32; block * n], &mut out, redop)
+                "barrier" if odd => comm.all_reduce(&mut vec![1f32; block], redop).map(drop),
+                "barrier" => comm.barrier(),
+                op => match op {
+                    "reduce_scatter" => {
+                        let mut out = vec![0f32; block];
+                        comm.reduce_scatter(&vec![1f32; block * n], &mut out, redop)
+                    }
+                    "allreduce" => comm.all_reduce(&mut vec![1f32; block], redop),
+                    // Odd ranks give per-rank counts, unequal, summing to what the others expect.
+                    "allgatherv" if odd => {
+                        let counts: Vec<usize> = (0..n).map(|r| [5, 3][r % 2]).collect();
+                        let mut out = vec![0f32; 4 * n];
+                        let send = vec![1f32; counts[comm.rank()]];
+                        comm.all_gather(&send, accord::Parts::new(&mut out, &counts))
+                    }
+                    "alltoall" => {
+                        comm.all_to_all(&vec![1f32; block * n], &mut vec![0f32; block * n])
+                    }
+                    // Odd ranks call the v variant with the counts the others use.
+                    "alltoallv" if odd => {
+                        let (send, counts) = (vec![1f32; 4 * n], vec![4; n]);
+                        let mut out = vec![0f32; 4 * n];
+                        let send = accord::Parts::new(&send, &counts);
+                        comm.all_to_all(send, accord::Parts::new(&mut out, &counts))
+                    }
+                    "alltoallv" => comm.all_to_all(&vec![1f32; 4 * n], &mut vec![0f32; 4 * n]),
+                    _ => comm.all_gather(&vec![1f32; block], &mut vec![0f32; block * n]),
                 }
-                "allreduce" => comm.all_reduce(&mut vec![1f32; block], redop),
-                // Odd ranks give per-rank counts, unequal, summing to what the others expect.
-                "allgatherv" if odd => {
-                    let counts: Vec<usize> = (0..n).map(|r| [5, 3][r % 2]).collect();
-                    let mut out = vec![0f32; 4 * n];
-                    let send = vec![1f32; counts[comm.rank()]];
-                    comm.all_gather(&send, accord::Parts::new(&mut out, &counts))
-                }
-                "alltoall" => comm.all_to_all(&vec![1f32; block * n], &mut vec![0f32; block * n]),
-                // Odd ranks call the v variant with the counts the others use.
-                "alltoallv" if odd => {
-                    let (send, counts) = (vec![1f32; 4 * n], vec![4; n]);
-                    let mut out = vec![0f32; 4 * n];
-                    let send = accord::Parts::new(&send, &counts);
-                    comm.all_to_all(send, accord::Parts::new(&mut out, &counts))
-                }
-                "alltoallv" => comm.all_to_all(&vec![1f32; 4 * n], &mut vec![0f32; 4 * n]),
-                _ => comm.all_gather(&vec![1f32; block], &mut vec![0f32; block * n]),
+                .map(drop),
             }
             .expect_err("hosts disagree");
             println!("error: {e}");
@@ -645,11 +663,17 @@ fn rank_main() {
             let n = comm.size();
             let t = Instant::now();
             let e = match std::env::var("HIER_TIMEOUT_OP").unwrap().as_str() {
-                "alltoall" => comm.all_to_all(&vec![1f32; 4 * n], &mut vec![0f32; 4 * n]),
-                "alltoall_large" => {
-                    comm.all_to_all(&vec![1f32; 70_000 * n], &mut vec![0f32; 70_000 * n])
-                }
-                _ => comm.all_reduce(&mut vec![1f32; 100_000], ReduceOp::Sum),
+                "alltoall" => comm
+                    .all_to_all(&vec![1f32; 4 * n], &mut vec![0f32; 4 * n])
+                    .map(drop),
+                "alltoall_large" => comm
+                    .all_to_all(&vec![1f32; 70_000 * n], &mut vec![0f32; 70_000 * n])
+                    .map(drop),
+                "barrier" => comm.barrier(),
+                "allreduce_small" => comm.all_reduce(&mut [1f32; 16], ReduceOp::Sum).map(drop),
+                _ => comm
+                    .all_reduce(&mut vec![1f32; 100_000], ReduceOp::Sum)
+                    .map(drop),
             }
             .expect_err("host b never calls");
             println!("error: {e}");

@@ -7,9 +7,14 @@
 //! gathers the slices back. The network carries `R` streams of a slice each instead of one
 //! leader's stream of everything, and the reductions inside and between hosts are shared. Every
 //! rank takes part in a stripe, so ranks of different hosts that disagree about the call all
-//! fail.
+//! fail. Smaller allreduces reduce inside the host, then every rank reduces its host's sums
+//! with the other hosts' over its own stripe (without stripes: the leaders do, and broadcast
+//! the result inside their hosts).
 //! Reduce-scatter and allgather of equal blocks, and regular all-to-all, go over the same
 //! stripes below their limits (`blocks`).
+//!
+//! A barrier meets inside each host, then on the stripes (or between the leaders, who then
+//! release their hosts' ranks).
 //!
 //! Other collectives, and worlds whose hosts have different rank counts for the striped ones,
 //! take a schedule over the point-to-point transport.
@@ -23,7 +28,7 @@ use crate::engine::HostEngine;
 use crate::op::Call;
 use crate::shm_coll::ShmWorld;
 
-/// Allreduce, broadcast, reduce-scatter, allgather and all-to-all over hosts: `world` places
+/// Allreduce, broadcast, reduce-scatter, allgather, all-to-all and barrier over hosts: `world` places
 /// the ranks, `leaders` is the communicator of the lowest rank of each host (present on leaders
 /// only).
 ///
@@ -160,6 +165,7 @@ impl HostEngine for Hierarchy {
                 self.stripe.is_some()
             }
             Collective::AllToAll { .. } => self.stripe.is_some(),
+            Collective::Barrier => true,
             coll => self.world.supports(coll, &op.fp),
         }
     }
@@ -181,19 +187,25 @@ impl HostEngine for Hierarchy {
                 let inp = input.map_or(out as *const u8, <[u8]>::as_ptr);
                 // Sum-like partial results per host; Avg is finished once, over the world.
                 world.host_allreduce(call, deadline, inp, out, count)?;
-                let reduce = blocks::sum_like(call.op);
-                if me == leader {
-                    let step = Op {
-                        coll: Collective::AllReduce { count },
-                        reduce: Some(reduce),
-                        in_place: true,
-                        ..op.clone()
-                    };
-                    leaders
-                        .expect("leader communicator")
-                        .run_as(&step, None, output)?;
+                let step = Op {
+                    coll: Collective::AllReduce { count },
+                    reduce: Some(blocks::sum_like(call.op)),
+                    in_place: true,
+                    ..op.clone()
+                };
+                if let Some(s) = &self.stripe {
+                    // Every rank reduces its host's sums over its own stripe (the same sums in
+                    // the same order on every stripe): no step inside the host after it, and
+                    // every rank hears of a disagreement between hosts from its own stripe.
+                    s.comm.run_as(&step, None, output)?;
+                } else {
+                    if me == leader {
+                        leaders
+                            .expect("leader communicator")
+                            .run_as(&step, None, output)?;
+                    }
+                    world.host_broadcast(call, deadline, output.as_mut_ptr(), count, 0)?;
                 }
-                world.host_broadcast(call, deadline, output.as_mut_ptr(), count, 0)?;
                 dtype::finalize(call.dtype, call.op, output, self.size);
                 Ok(())
             }
@@ -262,6 +274,23 @@ impl HostEngine for Hierarchy {
                     true => self.alltoall(call, op, deadline, input, output, block),
                     false => self.flat_blocks(call, op, deadline, input, output),
                 }
+            }
+            Collective::Barrier => {
+                // The host's ranks compare the call and meet; then every rank meets its stripe
+                // (once that is done, every rank of every host has arrived), or where there
+                // are no stripes the leaders meet and release their hosts' ranks. The ranks of
+                // a host thus leave within a shared-memory step of each other, where one flat
+                // schedule over every rank lets them leave one network message apart.
+                world.host_barrier(call, deadline)?;
+                if let Some(s) = &self.stripe {
+                    return s.comm.run_as(op, None, output);
+                }
+                if me == leader {
+                    leaders
+                        .expect("leader communicator")
+                        .run_as(op, None, output)?;
+                }
+                world.host_barrier(call, deadline)
             }
             _ => Err(Error::Unsupported(format!(
                 "internal: {} on the hierarchical path",
