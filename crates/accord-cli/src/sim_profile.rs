@@ -504,6 +504,22 @@ mod tests {
     }
 
     #[test]
+    fn a_barrier_across_hosts_meets_inside_them_then_on_the_stripes() {
+        let p = profile();
+        let place = Placement::new(8, 2, false).unwrap();
+        let (t, path) = p.predict("barrier", &place, 4).unwrap();
+        assert_eq!(path, "hosts' engines, stripes between hosts");
+        // Dissemination over 4 hosts: twice the one round over 2.
+        let stripes = p.schedule(&Collective::Barrier, 4, 1, &place, 2).unwrap();
+        let one = p.schedule(&Collective::Barrier, 2, 1, &place, 2).unwrap();
+        assert!(
+            one > 0.0 && (stripes - 2.0 * one).abs() < 1e-6,
+            "{stripes} {one}"
+        );
+        assert!((t - p.host_barrier() - stripes).abs() < 1e-9, "{t}");
+    }
+
+    #[test]
     fn only_one_machine_makes_every_host_compete() {
         let p = profile();
         let at = |one_machine| {

@@ -45,8 +45,9 @@ pub struct Message {
     pub dst: usize,
     /// Payload bytes.
     pub bytes: usize,
-    /// `dst` sends `src` at least half as many bytes in the same round, so the two directions
-    /// share the link (a zero-byte token back does not count).
+    /// `src` receives at least half as many bytes in the same round (from `dst` or another
+    /// rank), so its sending and receiving share its CPUs and link, as in an exchange (a
+    /// zero-byte token does not count).
     pub exchange: bool,
     /// Ranks sending in the same round in this message's contention domain, its sender
     /// included; 1 where it has none.
@@ -136,13 +137,13 @@ fn run(
     gamma: f64,
 ) -> Simulation {
     let crowd = crowds(scheds, domain);
-    // Elements `r` sends `dst` in `round` (a zero-length token carries none).
-    let sends_to = |r: usize, round: usize, dst: usize| -> usize {
+    // Elements `r` receives in `round`, from any peer (a zero-length token carries none).
+    let received = |r: usize, round: usize| -> usize {
         scheds[r].rounds.get(round).map_or(0, |steps| {
             steps
                 .iter()
                 .map(|s| match *s {
-                    Step::Send { peer, src } if peer == dst => src.len,
+                    Step::Recv { dst, .. } | Step::RecvReduce { dst, .. } => dst.len,
                     _ => 0,
                 })
                 .sum()
@@ -180,8 +181,10 @@ fn run(
                                 src: me,
                                 dst: peer,
                                 bytes: b,
-                                // Data coming back shares the link; a token does not.
-                                exchange: 2 * sends_to(peer, r.round, me) >= src.len.max(1),
+                                // Data coming in at the same time shares the sender's CPUs and
+                                // link, from the same peer or another (a ring's round); a
+                                // token does not.
+                                exchange: 2 * received(me, r.round) >= src.len.max(1),
                                 crowd: domain(me, peer)
                                     .and_then(|d| crowd.get(&(r.round, d)).copied())
                                     .unwrap_or(1),
@@ -346,6 +349,30 @@ mod tests {
         let seen = seen.into_inner().unwrap();
         assert_eq!(seen.len(), 5 * 4);
         assert!(seen.iter().all(|&c| c == 5), "{seen:?}");
+    }
+
+    #[test]
+    fn a_message_is_an_exchange_when_its_sender_receives_as_much_in_the_round() {
+        // A ring's rank sends to one neighbour and receives from the other at once, as in an
+        // exchange with one peer; a binomial broadcast's data meets only zero-byte tokens.
+        let exchanges = |coll: &Collective, algo| {
+            let seen = std::sync::Mutex::new(Vec::new());
+            let price = |m: &Message| {
+                seen.lock().unwrap().push((m.bytes, m.exchange));
+                1.0
+            };
+            simulate_on(coll, 4, 4, algo, &price, &|_, _| Some(0), 0.0).unwrap();
+            seen.into_inner().unwrap()
+        };
+        let ring = exchanges(
+            &Collective::AllGather { counts: vec![8; 4] },
+            Algorithm::Ring,
+        );
+        assert!(!ring.is_empty() && ring.iter().all(|&(_, x)| x), "{ring:?}");
+        let bcast = Collective::Broadcast { count: 64, root: 0 };
+        let tree = exchanges(&bcast, Algorithm::BinomialTree);
+        assert!(tree.iter().any(|&(b, _)| b > 0), "{tree:?}");
+        assert!(tree.iter().all(|&(b, x)| b == 0 || !x), "{tree:?}");
     }
 
     #[test]
