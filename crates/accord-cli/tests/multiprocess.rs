@@ -196,22 +196,34 @@ fn a_rank_with_the_wrong_token_is_refused() {
 
 #[test]
 fn a_setting_that_must_be_alike_set_otherwise_on_one_rank_fails_every_rank() {
-    // A path across hosts, and the layout of a shared-memory broadcast's slots (which gave
-    // a reader with larger slots than the root stale bytes).
-    for (var, default, other) in [
-        ("ACCORD_HIER_STRIPE_BYTES", "65536", "1048576"),
-        ("ACCORD_SHM_SLOT_BYTES", "65536", "131072"),
+    // A path across hosts, the layout of a shared-memory broadcast's slots (which gave a
+    // reader with larger slots than the root stale bytes), and an algorithm (each stripe
+    // between hosts would agree with itself and end with other results than the others).
+    for (var, shown, default, other, said) in [
+        ("ACCORD_HIER_STRIPE_BYTES", "", "65536", "1048576", ""),
+        ("ACCORD_SHM_SLOT_BYTES", "", "65536", "131072", ""),
+        (
+            "ACCORD_ALGO_ALLREDUCE",
+            "ACCORD_ALGO_<OP>",
+            "none",
+            "ring",
+            "allreduce=ring",
+        ),
     ] {
         let outs = spawn_world(3, "ops", |r| match r {
             1 => vec![(var.into(), other.into())],
             _ => vec![],
         });
+        let (shown, said) = match shown {
+            "" => (var, other),
+            _ => (shown, said),
+        };
         for (r, o) in outs.iter().enumerate() {
             let err = text(&o.stderr);
             assert!(!o.status.success(), "{var}, rank {r}: {err}");
             assert!(
                 err.contains(&format!(
-                    "{var} is {default} on rank 0 and {other} on rank 1"
+                    "{shown} is {default} on rank 0 and {said} on rank 1"
                 )),
                 "{var}, rank {r}: {err}"
             );

@@ -10,7 +10,7 @@
 //! |---|---|---|---|
 //! | `ACCORD_TIMEOUT` | seconds (fractional, > 0; trimmed) | 300 | deadline of every blocking call of a communicator |
 //! | `ACCORD_EXPLAIN` | `1` (trimmed) | off | rank 0 prints which algorithm each collective uses and why |
-//! | `ACCORD_ALGO_<OP>` | algorithm name | cost model | force the algorithm of one collective, e.g. `ACCORD_ALGO_ALLREDUCE=ring`, `ACCORD_ALGO_REDUCE_SCATTER=rabenseifner`; a name that does not apply is warned about and ignored; ranks whose calls run different algorithms fail with a desync naming both |
+//! | `ACCORD_ALGO_<OP>` | algorithm name | cost model | force the algorithm of one collective, e.g. `ACCORD_ALGO_ALLREDUCE=ring`, `ACCORD_ALGO_REDUCE_SCATTER=rabenseifner`; a name that does not apply is warned about and ignored; the same on every rank |
 //! | `ACCORD_CHUNK_BYTES` | bytes | 524288 | largest frame payload; rounded down to a multiple of 8 within 8 B..64 MiB |
 //! | `ACCORD_MAX_UNMATCHED_BYTES` | bytes (> 0; trimmed) | 1 GiB | frames one peer may leave in a mailbox that no receive has taken |
 //! | `ACCORD_HOST` | host or IP (blank: unset) | the advertised address | where TCP listens ([`crate::transport::tcp`]) |
@@ -249,7 +249,21 @@ impl Config {
             ("ACCORD_SHM_SMALL_BYTES", bytes(self.shm_small_bytes)),
             ("ACCORD_SHM_CMA_BYTES", bytes(self.shm_cma_bytes)),
             ("ACCORD_SHM_SLOT_BYTES", bytes(self.shm_slot_bytes)),
+            ("ACCORD_ALGO_<OP>", self.algo_overrides()),
         ]
+    }
+
+    /// The `ACCORD_ALGO_<OP>` overrides in one line (`allreduce=ring,...`, or `none`): the
+    /// schedules between hosts run on every local rank's stripe at once, so ranks that chose
+    /// differently would each agree with their stripe and still end with other results.
+    fn algo_overrides(&self) -> String {
+        match self.algo.is_empty() {
+            true => "none".to_string(),
+            false => (self.algo.iter())
+                .map(|(k, v)| format!("{}={v}", k.name()))
+                .collect::<Vec<_>>()
+                .join(","),
+        }
     }
 
     /// Parse the variables as `lookup` returns them (`None`: unset).
@@ -558,5 +572,15 @@ mod tests {
             algo_var(OpKind::ReduceScatter),
             "ACCORD_ALGO_REDUCE_SCATTER"
         );
+        // Every rank must set them alike: compared when a world forms.
+        let shared = |c: &Config| {
+            let s = c.shared();
+            s.into_iter()
+                .find(|(k, _)| *k == "ACCORD_ALGO_<OP>")
+                .unwrap()
+                .1
+        };
+        assert_eq!(shared(&c), "allreduce=ring,reduce_scatter=rabenseifner");
+        assert_eq!(shared(&with(&[])), "none");
     }
 }

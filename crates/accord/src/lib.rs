@@ -98,7 +98,7 @@
 //! | transport | TCP | any ranks; authenticated with the job's token |
 //! | transport | shared-memory rings + TCP | ranks of one host (memfd segments, futex waits) + other hosts |
 //! | host engine | shared-memory collectives | allreduce, reduce, broadcast, allgather, reduce_scatter, alltoall, barrier on one host |
-//! | host engine | hierarchy | allreduce, broadcast, reduce-scatter, allgather across hosts |
+//! | host engine | hierarchy | allreduce, broadcast, reduce-scatter, allgather, alltoall, barrier across hosts |
 //! | host engine | schedules | everything, over any transport |
 //! | device engine | NCCL | every collective and message on GPU memory |
 //!

@@ -293,7 +293,7 @@ fn ranks_that_disagree_on_the_root_all_fail_over_shared_memory() {
 
 /// Hosts that disagree about a reduce-scatter or allgather on the stripes (block size, reduce
 /// operator) fail on every rank with a desync, instead of exchanging misfit blocks; so do hosts
-/// whose sizes put them on different paths (the stripes or the leaders' path for allreduce, the
+/// whose sizes put them on different paths (striped or whole on the stripes for allreduce, the
 /// stripes or one schedule for the others), at once rather than at the deadline, also when the
 /// ranks of one host take different paths; hosts that disagree in the middle of a pipelined
 /// striped allreduce (4 MiB and more); and per-rank counts against equal blocks; all-to-alls

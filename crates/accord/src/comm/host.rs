@@ -102,8 +102,8 @@ impl Communicator {
     }
 
     /// Run `op`, a step of a call on another communicator, under that call's fingerprint: the
-    /// leaders' step of a hierarchical collective, whose frames must carry what the world call
-    /// was (its root, its reduce op) so that leaders of ranks that disagree fail.
+    /// leaders' or a stripe's step of a hierarchical collective, whose frames must carry what
+    /// the world call was (its root, its reduce op) so that ranks that disagree fail.
     pub(super) fn run_as(&self, op: &Op, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
         self.run_op(op, input, output)
     }

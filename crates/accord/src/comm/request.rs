@@ -88,7 +88,10 @@ impl Request<'_> {
 impl Communicator {
     /// Run one operation in the background: `f` gets a handle whose operation takes its place
     /// in the communicator's order now (so ranks must spawn in the same order), and runs on a
-    /// thread of `scope`; the buffers stay borrowed until the request completes.
+    /// thread of `scope`; the buffers stay borrowed until the request completes. Every rank must
+    /// spawn the same calls: a spawned call takes the message path ([`Communicator::reserve`]),
+    /// the same call blocking may take the shared-memory or hierarchical engine, and the two
+    /// never meet (both wait until the deadline).
     ///
     /// ```
     /// use accord::{testing::run_world, ReduceOp};

@@ -1,5 +1,5 @@
-//! Collectives over shared memory, for the ranks of one host, and hierarchical ones (shared
-//! memory inside each host, TCP between one leader per host) when a world spans hosts.
+//! Collectives over shared memory, for the ranks of one host, and the steps inside each host of
+//! the hierarchical ones (`comm::hierarchy`) when a world spans hosts.
 //!
 //! These bypass the message schedules: every rank copies its contribution into its own staging
 //! area ([`ShmGroup::stage`]), everyone meets at a barrier (arrival counters in shared memory,
@@ -43,8 +43,8 @@
 //! every peer's with its own and reports [`Error::Desync`] naming the peer. Every collective
 //! passes such a barrier before any rank returns (a broadcast too, though its readers need only
 //! the root), so ranks that disagree on a root or a count all fail instead of returning
-//! different data. Across hosts the leaders' step carries the world call's fingerprint, and the
-//! root's host waits for its leader, for the same reason.
+//! different data. Across hosts the steps between hosts carry the world call's fingerprint, and
+//! a broadcast's root host waits for its leader, for the same reason.
 
 use crate::blame;
 use crate::dtype::{self, ReduceOp};
