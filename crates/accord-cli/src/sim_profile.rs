@@ -4,20 +4,23 @@
 //! - one host: the shared-memory engine's measured times (interpolated between sizes, log-log),
 //!   or, for what the engine does not run, the schedule over the point-to-point rings;
 //! - one rank per host: the schedule the tuner picks for TCP, simulated message by message with
-//!   the measured message times (one way, or both ways at once where the peer sends as much
-//!   back in the same round; a zero-byte token back does not load the link) and the reduction's
-//!   cost measured for arrays of the call's size (beyond the caches it runs at memory's pace);
-//! - several ranks per host: allreduce and broadcast hierarchically (the engine inside each
-//!   host, then between hosts the broadcast's leaders, the allreduce's every rank over its
-//!   stripe with the whole vector; from 64 KiB allreduce striped: the engine's
-//!   reduce-scatter, one slice's allreduce per local rank between hosts, the engine's
-//!   allgather, from 32 MiB in four pieces whose host and network steps overlap); reduce-scatter
-//!   and allgather below 1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) and all-to-all below 256 KiB
-//!   (`ACCORD_HIER_ALLTOALL_BYTES`) over the stripes (the engine's step inside each host, one
-//!   schedule per local rank between hosts, all at once); larger ones after a barrier inside
-//!   each host and one on each stripe; a barrier inside each host, then on every stripe at
-//!   once; everything else as one schedule over all ranks whose
-//!   messages cost the shared-memory rings' price inside a host and TCP's between hosts (ranks
+//!   the measured message times (one way, or both ways at once where the sender receives at
+//!   least half as much in the same round, from its peer or another: a ring's round; a
+//!   zero-byte token does not load the link) and the reduction's cost measured for arrays of
+//!   the call's size (beyond the caches it runs at memory's pace);
+//! - several ranks per host, hierarchically: allreduce and broadcast take the engine's step
+//!   inside each host, the leaders' schedule between hosts and the engine's broadcast; on hosts
+//!   of two ranks an allreduce whose copies on the host stay below 64 KiB together
+//!   (`ACCORD_HIER_STRIPE_BYTES`) takes every rank's schedule over its stripe with the whole
+//!   vector instead, all at once, and from 64 KiB it is striped (the engine's reduce-scatter,
+//!   one slice's allreduce per local rank between hosts, the engine's allgather; from 32 MiB in
+//!   four pieces whose host and network steps overlap); reduce-scatter and allgather below
+//!   1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) and all-to-all below 256 KiB
+//!   (`ACCORD_HIER_ALLTOALL_BYTES`) go over the stripes (the engine's step inside each host, one
+//!   schedule per local rank between hosts, all at once), larger ones after a barrier inside
+//!   each host and one on each stripe; a barrier meets inside each host, then on every stripe at
+//!   once; everything else is one schedule over all ranks whose messages cost the shared-memory
+//!   rings' price inside a host and TCP's between hosts (ranks
 //!   placed host by host).
 //!
 //! Messages of one round that compete for the same resource cost more, by the slowdown the
@@ -251,12 +254,22 @@ impl Profile {
                     let t = host + net + (pieces - 1) as f64 * host.max(net);
                     return Ok((t, "hosts' engines, striped between hosts"));
                 }
-                "allreduce" => {
+                "allreduce"
+                    if per_host <= accord::comm::WHOLE_STRIPES_MAX_RANKS
+                        && bytes * per_host < accord::config::get().hier_stripe_bytes =>
+                {
                     // Every rank reduces its host's sums over its stripe, all at once.
                     let net = self.schedule(&coll, hosts, 1, place, per_host)?;
                     return Ok((
                         eng("allreduce", bytes) + net,
                         "hosts' engines, stripes between hosts",
+                    ));
+                }
+                "allreduce" => {
+                    let net = self.schedule(&coll, hosts, 1, place, 1)?;
+                    return Ok((
+                        eng("allreduce", bytes) + net + eng("broadcast", bytes),
+                        "hosts' engines, leaders between hosts",
                     ));
                 }
                 "broadcast" => {

@@ -490,9 +490,10 @@ fn calibrated_profile_prices_hosts_and_ranks_per_host() {
     assert_eq!(rows.len(), 6, "{stdout}");
     assert!(rows.windows(2).all(|w| w[1].1 > w[0].1), "{stdout}");
     for &(bytes, _, line) in &rows {
+        // Hosts of 4 ranks: leaders below 64 KiB (whole on every stripe on hosts of 2 only).
         let path = match bytes >= 64 << 10 {
             true => "striped between hosts",
-            false => "stripes between hosts",
+            false => "leaders between hosts",
         };
         assert!(line.contains(path), "{stdout}");
     }

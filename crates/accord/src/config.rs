@@ -22,7 +22,7 @@
 //! | `ACCORD_SHM_CHUNK_BYTES` | bytes (trimmed) | 1 MiB | one staging half; rounded down to a multiple of 64 within 4 KiB..256 MiB; the same on every rank |
 //! | `ACCORD_SHM_RING_BYTES` | bytes (trimmed) | 512 KiB | one point-to-point ring; rounded down to a multiple of 4096 within 16 KiB..256 MiB; the same on every rank |
 //! | `ACCORD_HIERARCHY` | `0`/`off`/`no` (trimmed) | on | collectives of ranks on several hosts compose shared memory inside hosts with the host leaders' (or stripes') steps over the network (`comm::hierarchy`); off: one schedule over the point-to-point transport (shared-memory rings between local ranks, TCP between hosts); the same on every rank |
-//! | `ACCORD_HIER_STRIPE_BYTES` | bytes (trimmed) | 64 KiB | allreduces across hosts from this size are striped, one slice per local rank (`comm::hierarchy`); the same on every rank |
+//! | `ACCORD_HIER_STRIPE_BYTES` | bytes (trimmed) | 64 KiB | allreduces across hosts from this size are striped, one slice per local rank; smaller ones on hosts of two ranks whose copies together stay below it run whole on every local rank's stripe (`comm::hierarchy`); the same on every rank |
 //! | `ACCORD_HIER_PIPELINE_BYTES` | bytes (trimmed) | 32 MiB | striped allreduces from this size run in 4 pieces, each piece's step between hosts overlapping the host steps of the others (`comm::hierarchy`); the same on every rank |
 //! | `ACCORD_HIER_BLOCKS_BYTES` | bytes (trimmed) | 1 MiB | reduce-scatters and allgathers across hosts (equal blocks, hosts of equal rank counts) whose whole buffer is below this size go over the stripes; larger ones take one schedule over the transport; the same on every rank |
 //! | `ACCORD_HIER_ALLTOALL_BYTES` | bytes (trimmed) | 256 KiB | all-to-alls across hosts (hosts of equal rank counts) whose send buffer is below this size go over the stripes; larger ones take one schedule over every rank; the same on every rank |
@@ -253,16 +253,23 @@ impl Config {
         ]
     }
 
-    /// The `ACCORD_ALGO_<OP>` overrides in one line (`allreduce=ring,...`, or `none`): the
-    /// schedules between hosts run on every local rank's stripe at once, so ranks that chose
-    /// differently would each agree with their stripe and still end with other results.
+    /// The `ACCORD_ALGO_<OP>` overrides that take effect, in one line (`allreduce=ring,...`, or
+    /// `none`): the schedules between hosts run on every local rank's stripe at once, so ranks
+    /// that chose differently would each agree with their stripe and still end with other
+    /// results. Names as parsed (spelling, case and aliases aside); a blank or unknown value is
+    /// ignored where it is set, so it counts as unset here too.
     fn algo_overrides(&self) -> String {
-        match self.algo.is_empty() {
+        let set: Vec<String> = self
+            .algo
+            .iter()
+            .filter_map(|(k, v)| {
+                let a = crate::schedule::Algorithm::parse(v).ok()?;
+                Some(format!("{}={}", k.name(), a.name()))
+            })
+            .collect();
+        match set.is_empty() {
             true => "none".to_string(),
-            false => (self.algo.iter())
-                .map(|(k, v)| format!("{}={v}", k.name()))
-                .collect::<Vec<_>>()
-                .join(","),
+            false => set.join(","),
         }
     }
 
@@ -582,5 +589,16 @@ mod tests {
         };
         assert_eq!(shared(&c), "allreduce=ring,reduce_scatter=rabenseifner");
         assert_eq!(shared(&with(&[])), "none");
+        // As parsed: spelling, aliases, blanks and unknown names (ignored where set) aside.
+        let spelled = with(&[
+            ("ACCORD_ALGO_ALLREDUCE", " RD\n"),
+            ("ACCORD_ALGO_REDUCE_SCATTER", "halving-doubling"),
+            ("ACCORD_ALGO_BROADCAST", " "),
+            ("ACCORD_ALGO_ALLGATHER", "ring,reduce_scatter=ring"),
+        ]);
+        assert_eq!(
+            shared(&spelled),
+            "allreduce=recursive_doubling,reduce_scatter=rabenseifner"
+        );
     }
 }

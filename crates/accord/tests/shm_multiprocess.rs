@@ -340,6 +340,18 @@ fn hosts_that_disagree_about_a_striped_call_all_fail() {
     }
 }
 
+/// A barrier across hosts holds every rank until the last has arrived: with stripes (hosts of
+/// equal rank counts) and without (the leaders meet, then release their hosts' other ranks).
+#[test]
+fn a_barrier_across_hosts_holds_every_rank_until_the_last_arrives() {
+    let uneven = |r: usize| ["a", "a", "b"][r].to_string();
+    let striped = |r: usize| ["a", "b", "a", "b"][r].to_string();
+    let (_s, ch) = spawn("barrier-holds", 3, uneven, &[]);
+    all_ok(&collect(ch, Duration::from_secs(60)));
+    let (_s, ch) = spawn("barrier-holds", 4, striped, &[]);
+    all_ok(&collect(ch, Duration::from_secs(60)));
+}
+
 /// A deadline set with `set_timeout` holds on every step of a call across hosts, the steps
 /// between hosts too: with one host's ranks absent, the other host's all-to-alls (over the
 /// stripes, and large ones after the stripes' barrier), allreduces (striped or not) and
@@ -651,6 +663,23 @@ fn rank_main() {
                 "{e:?}"
             );
             assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        }
+        "barrier-holds" => {
+            // The last rank (alone on its host, or a stripe's) arrives 400 ms late.
+            let last = comm.size() - 1;
+            comm.barrier().unwrap();
+            if comm.rank() == last {
+                std::thread::sleep(Duration::from_millis(400));
+            }
+            let t = Instant::now();
+            comm.barrier().unwrap();
+            if comm.rank() != last {
+                let waited = t.elapsed();
+                assert!(
+                    waited >= Duration::from_millis(300),
+                    "left after {waited:?}"
+                );
+            }
         }
         "hier-timeout" => {
             // Host b (odd ranks) stays away; host a's ranks must give up after 2 s.

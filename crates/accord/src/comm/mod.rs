@@ -42,7 +42,10 @@ mod recorded;
 mod request;
 mod symmetric;
 
-pub use hierarchy::{ALLTOALL_MAX_BYTES, BLOCKS_MAX_BYTES, PIPELINE_MIN_BYTES, STRIPE_MIN_BYTES};
+pub use hierarchy::{
+    ALLTOALL_MAX_BYTES, BLOCKS_MAX_BYTES, PIPELINE_MIN_BYTES, STRIPE_MIN_BYTES,
+    WHOLE_STRIPES_MAX_RANKS,
+};
 pub use probe::MessageInfo;
 pub use request::{Completion, Request};
 

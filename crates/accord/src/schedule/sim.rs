@@ -45,9 +45,9 @@ pub struct Message {
     pub dst: usize,
     /// Payload bytes.
     pub bytes: usize,
-    /// `src` receives at least half as many bytes in the same round (from `dst` or another
-    /// rank), so its sending and receiving share its CPUs and link, as in an exchange (a
-    /// zero-byte token does not count).
+    /// `src` receives at least half as many bytes in the same round (from every peer together:
+    /// `dst`, or others as in a ring), so its sending and receiving share its CPUs and link, as
+    /// in an exchange (a zero-byte token does not count).
     pub exchange: bool,
     /// Ranks sending in the same round in this message's contention domain, its sender
     /// included; 1 where it has none.
@@ -174,6 +174,7 @@ fn run(
                 };
                 if !r.entered {
                     r.entered = true;
+                    let incoming = received(me, r.round);
                     for step in round {
                         if let Step::Send { peer, src } = *step {
                             let b = src.len * esz;
@@ -184,7 +185,7 @@ fn run(
                                 // Data coming in at the same time shares the sender's CPUs and
                                 // link, from the same peer or another (a ring's round); a
                                 // token does not.
-                                exchange: 2 * received(me, r.round) >= src.len.max(1),
+                                exchange: 2 * incoming >= src.len.max(1),
                                 crowd: domain(me, peer)
                                     .and_then(|d| crowd.get(&(r.round, d)).copied())
                                     .unwrap_or(1),

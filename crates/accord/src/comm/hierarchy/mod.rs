@@ -7,9 +7,10 @@
 //! gathers the slices back. The network carries `R` streams of a slice each instead of one
 //! leader's stream of everything, and the reductions inside and between hosts are shared. Every
 //! rank takes part in a stripe, so ranks of different hosts that disagree about the call all
-//! fail. Smaller allreduces reduce inside the host, then every rank reduces its host's sums
-//! with the other hosts' over its own stripe (without stripes: the leaders do, and broadcast
-//! the result inside their hosts).
+//! fail. Smaller allreduces reduce inside the host, then, on hosts of two ranks and while the
+//! host's copies together stay below the striping size, every rank reduces its host's sums with
+//! the other hosts' over its own stripe; else (and without stripes) the leaders do, and
+//! broadcast the result inside their hosts.
 //! Reduce-scatter and allgather of equal blocks, and regular all-to-all, go over the same
 //! stripes below their limits (`blocks`).
 //!
@@ -86,10 +87,17 @@ impl Stripe {
 /// Allreduces of at least this many bytes are striped (where hosts have equal rank counts;
 /// `ACCORD_HIER_STRIPE_BYTES`, which every rank must set alike).
 /// Measured over network namespaces on 16 CPUs (2 x 2 and 4 x 2 ranks) against the leaders'
-/// path: 0.74x its time at 64 KiB, 0.54-0.56x at 256 KiB, 0.97-1.11x at 16 KiB. Below it every
-/// rank reduces the whole vector over its stripe, which took 0.85-0.97x the leaders' time from
-/// 4 to 64 KiB over 4 x 2 namespaces.
+/// path: 0.74x its time at 64 KiB, 0.54-0.56x at 256 KiB, 0.97-1.11x at 16 KiB. Below it, while
+/// the host's copies of the vector together stay below it too, every rank reduces the whole
+/// vector over its stripe: 0.89-0.97x the leaders' time at 4 and 16 KiB over 4 x 2 namespaces
+/// (measured with the barrier's change).
 pub const STRIPE_MIN_BYTES: usize = 64 << 10;
+
+/// Hosts of at most this many ranks run allreduces below [`STRIPE_MIN_BYTES`] whole on every
+/// rank's stripe (while the host's copies together stay below it): measured with 2 ranks per
+/// host. With more, every round carries that many copies per host, which the simulator prices
+/// above the leaders' path where the calibration found a crowded round slow.
+pub const WHOLE_STRIPES_MAX_RANKS: usize = 2;
 
 /// Reduce-scatters and allgathers whose whole buffer is below this many bytes go over the
 /// stripes (`ACCORD_HIER_BLOCKS_BYTES`, alike on every rank); larger ones take one schedule over
@@ -195,10 +203,15 @@ impl HostEngine for Hierarchy {
                     in_place: true,
                     ..op.clone()
                 };
-                if let Some(s) = &self.stripe {
-                    // Every rank reduces its host's sums over its own stripe (the same sums in
-                    // the same order on every stripe): no step inside the host after it, and
-                    // every rank hears of a disagreement between hosts from its own stripe.
+                // Every rank reduces its host's sums over its own stripe (the same sums in the
+                // same order on every stripe): no step inside the host after it, and every rank
+                // hears of a disagreement between hosts from its own stripe; while the host's
+                // copies together stay below the striping size (each stripe carries one).
+                let whole = self.stripe.as_ref().filter(|s| {
+                    s.per_host <= WHOLE_STRIPES_MAX_RANKS
+                        && count * esz * s.per_host < crate::config::get().hier_stripe_bytes
+                });
+                if let Some(s) = whole {
                     s.comm.run_as(&step, None, output)?;
                 } else {
                     if me == leader {
