@@ -254,10 +254,7 @@ impl Profile {
                     let t = host + net + (pieces - 1) as f64 * host.max(net);
                     return Ok((t, "hosts' engines, striped between hosts"));
                 }
-                "allreduce"
-                    if per_host <= accord::comm::WHOLE_STRIPES_MAX_RANKS
-                        && bytes * per_host < accord::config::get().hier_stripe_bytes =>
-                {
+                "allreduce" if accord::comm::allreduce_whole_on_stripes(bytes, per_host) => {
                     // Every rank reduces its host's sums over its stripe, all at once.
                     let net = self.schedule(&coll, hosts, 1, place, per_host)?;
                     return Ok((

@@ -99,6 +99,13 @@ pub const STRIPE_MIN_BYTES: usize = 64 << 10;
 /// above the leaders' path where the calibration found a crowded round slow.
 pub const WHOLE_STRIPES_MAX_RANKS: usize = 2;
 
+/// Whether an allreduce of `bytes` below the striping size, across hosts of `per_host` ranks
+/// with stripes, runs whole on every rank's stripe rather than between the leaders (the
+/// engine's choice, which `accord sim` prices too).
+pub fn allreduce_whole_on_stripes(bytes: usize, per_host: usize) -> bool {
+    per_host <= WHOLE_STRIPES_MAX_RANKS && bytes * per_host < crate::config::get().hier_stripe_bytes
+}
+
 /// Reduce-scatters and allgathers whose whole buffer is below this many bytes go over the
 /// stripes (`ACCORD_HIER_BLOCKS_BYTES`, alike on every rank); larger ones take one schedule over
 /// the transport, which overlaps its shared-memory and network steps where the stripes run
@@ -207,10 +214,8 @@ impl HostEngine for Hierarchy {
                 // same order on every stripe): no step inside the host after it, and every rank
                 // hears of a disagreement between hosts from its own stripe; while the host's
                 // copies together stay below the striping size (each stripe carries one).
-                let whole = self.stripe.as_ref().filter(|s| {
-                    s.per_host <= WHOLE_STRIPES_MAX_RANKS
-                        && count * esz * s.per_host < crate::config::get().hier_stripe_bytes
-                });
+                let whole = (self.stripe.as_ref())
+                    .filter(|s| allreduce_whole_on_stripes(count * esz, s.per_host));
                 if let Some(s) = whole {
                     s.comm.run_as(&step, None, output)?;
                 } else {
