@@ -226,7 +226,7 @@ pub(crate) fn execute(call: &Routed<'_>, sched: &Schedule, bufs: &Buffers) -> Re
                         }
                         _ => Delivery::Copy,
                     };
-                    let deadline = *deadline.get_or_insert_with(|| Instant::now() + call.timeout);
+                    let deadline = *deadline.get_or_insert_with(|| call.deadline());
                     let posted = early
                         .iter()
                         .position(|(step, _)| *step == i)

@@ -11,7 +11,7 @@
 use crate::dtype::{DataType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What is being computed, with everything an algorithm needs to know about sizes.
 ///
@@ -592,8 +592,20 @@ pub(crate) struct Call<'a> {
     pub dtype: DataType,
     /// Reduce operator (`Sum` where the collective does not reduce).
     pub op: ReduceOp,
-    /// How long any one wait of the call may take.
+    /// How long the call may take (`set_timeout`): its waits end by its start plus this.
     pub timeout: Duration,
+    /// Where the call is a step of a larger one (a hierarchical collective's step between
+    /// hosts), the instant that one must end by: the step's waits end then, not `timeout`
+    /// after the step began, so the whole call keeps one deadline.
+    pub until: Option<Instant>,
+}
+
+impl Call<'_> {
+    /// The instant this call's waits end by, reading the clock only when it is not a step
+    /// with a deadline of its own.
+    pub fn deadline(&self) -> Instant {
+        self.until.unwrap_or_else(|| Instant::now() + self.timeout)
+    }
 }
 
 impl Op {
@@ -613,6 +625,7 @@ impl Op {
             dtype: self.dtype,
             op: self.reduce_or_sum(),
             timeout,
+            until: None,
         }
     }
 }

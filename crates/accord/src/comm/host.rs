@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::observe::Route;
+use std::time::Instant;
 
 impl Communicator {
     /// Run a checked collective on host buffers. `input == None` is in place.
@@ -21,30 +22,37 @@ impl Communicator {
                     Some(i) => i,
                     None => &output[..count * esz],
                 };
-                return self.run_op(op, Some(input), &mut scratch);
+                return self.run_op(op, Some(input), &mut scratch, None);
             }
             // Out-of-place broadcast: the root's send buffer becomes its receive buffer.
             Collective::Broadcast { root, .. } => {
                 if let (Some(i), true) = (input, me == root) {
                     output.copy_from_slice(i);
                 }
-                return self.run_op(op, None, output);
+                return self.run_op(op, None, output, None);
             }
             _ => {}
         }
         // Buffers used only at the root may have any length elsewhere: pass none of them.
         let input = input.map(|i| &i[..op.send_len(me) * esz]);
         let out_len = op.recv_len(me) * esz;
-        self.run_op(op, input, &mut output[..out_len])
+        self.run_op(op, input, &mut output[..out_len], None)
     }
 
-    /// Run `op` with buffers of exactly the lengths it needs.
-    fn run_op(&self, op: &Op, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
+    /// Run `op` with buffers of exactly the lengths it needs, ending by `until` where it is a
+    /// step of a larger call (else `set_timeout` after it starts).
+    fn run_op(
+        &self,
+        op: &Op,
+        input: Option<&[u8]>,
+        output: &mut [u8],
+        until: Option<Instant>,
+    ) -> Result<()> {
         if op
             .reduce
             .is_some_and(|r| crate::dtype::averages_wide(op.dtype, r))
         {
-            return self.run_wide(op, input, output);
+            return self.run_wide(op, input, output, until);
         }
         let (seq, reserved) = self.next_seq()?;
         // Reserved calls may run concurrently and in any order on each rank: they take the
@@ -60,7 +68,8 @@ impl Communicator {
                 self.explain_engine(op, || e.name());
                 let route = Route::Engine(at as u8);
                 let rec = self.record_host(seq, op, route, true);
-                let call = op.call(self.inner.id, &self.inner.name, seq, self.timeout());
+                let mut call = op.call(self.inner.id, &self.inner.name, seq, self.timeout());
+                call.until = until;
                 let r = e.run(&call, op, input, output).map_err(|e| self.fail(e));
                 self.record_end(rec, &r);
                 (r, route)
@@ -68,7 +77,7 @@ impl Communicator {
             None => {
                 self.explain_engine(op, || "a schedule over the transport");
                 let rec = self.record_host(seq, op, Route::Schedule(None), !reserved);
-                let r = self.run_schedule(seq, op, input, output, rec);
+                let r = self.run_schedule(seq, op, input, output, rec, until);
                 self.record_end(rec, &r);
                 (r, Route::Schedule(self.cached_algorithm(op)))
             }
@@ -87,7 +96,13 @@ impl Communicator {
 
     /// Run an f16/bf16 average in f32 (see [`crate::dtype::averages_wide`]): every rank widens,
     /// so the frames and staging agree; the fingerprint still names the caller's type.
-    fn run_wide(&self, op: &Op, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
+    fn run_wide(
+        &self,
+        op: &Op,
+        input: Option<&[u8]>,
+        output: &mut [u8],
+        until: Option<Instant>,
+    ) -> Result<()> {
         let narrow = op.dtype;
         let wide_in = input.map(|i| crate::dtype::widen_half(narrow, i));
         // In place, `output` holds this rank's contribution; otherwise its contents are unused.
@@ -96,16 +111,24 @@ impl Communicator {
             dtype: DataType::F32,
             ..op.clone()
         };
-        self.run_op(&wide, wide_in.as_deref(), &mut wide_out)?;
+        self.run_op(&wide, wide_in.as_deref(), &mut wide_out, until)?;
         crate::dtype::narrow_half(narrow, &wide_out, output);
         Ok(())
     }
 
     /// Run `op`, a step of a call on another communicator, under that call's fingerprint: the
     /// leaders' or a stripe's step of a hierarchical collective, whose frames must carry what
-    /// the world call was (its root, its reduce op) so that ranks that disagree fail.
-    pub(super) fn run_as(&self, op: &Op, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
-        self.run_op(op, input, output)
+    /// the world call was (its root, its reduce op) so that ranks that disagree fail; its
+    /// waits end by `until`, the world call's deadline, so that the steps together take no
+    /// longer than the call's own timeout.
+    pub(super) fn run_as(
+        &self,
+        op: &Op,
+        input: Option<&[u8]>,
+        output: &mut [u8],
+        until: Instant,
+    ) -> Result<()> {
+        self.run_op(op, input, output, Some(until))
     }
 
     /// Plan `op` (cached) and run the schedule over the transport.
@@ -116,6 +139,7 @@ impl Communicator {
         input: Option<&[u8]>,
         output: &mut [u8],
         rec: Option<crate::observe::Entry>,
+        until: Option<Instant>,
     ) -> Result<()> {
         self.check_poison()?;
         // The sequence number is spent: from here on, a failure must reach the peers.
@@ -138,6 +162,7 @@ impl Communicator {
             },
         };
         let mut call = op.call(self.inner.id, &self.inner.name, seq, self.timeout());
+        call.until = until;
         // Ranks that chose other algorithms (forced differently) fail on the first frame.
         call.fp = call.fp.with_algorithm(algo);
         let routed = self.routed(call);

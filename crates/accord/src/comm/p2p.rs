@@ -135,6 +135,7 @@ impl Communicator {
             dtype,
             op: ReduceOp::Sum,
             timeout: self.timeout(),
+            until: None,
         }
     }
 

@@ -149,7 +149,7 @@ impl ShmWorld {
         let out = output.as_mut_ptr();
         let g = self.group.as_ref().expect("single host implies a group");
         let _serial = g.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let c = self.ctx(g, call, Instant::now() + call.timeout);
+        let c = self.ctx(g, call, call.deadline());
         match *coll {
             Collective::AllReduce { count } => c.allreduce(inp, out, count, true, None, self.small),
             Collective::Reduce { count, root } => {

@@ -81,8 +81,8 @@ impl Hierarchy {
             coll: Collective::Barrier,
             ..op.clone()
         };
-        s.comm.run_as(&agree, None, &mut [])?;
-        s.flat.run_as(op, Some(input), output)
+        s.comm.run_as(&agree, None, &mut [], deadline)?;
+        s.flat.run_as(op, Some(input), output, deadline)
     }
 
     /// Reduce-scatter of `block` elements per rank (see the module docs).
@@ -112,7 +112,7 @@ impl Hierarchy {
                 in_place: false,
                 ..op.clone()
             };
-            s.comm.run_as(&step, Some(partial), output)
+            s.comm.run_as(&step, Some(partial), output, deadline)
         })?;
         dtype::finalize(call.dtype, call.op, output, self.size);
         Ok(())
@@ -161,7 +161,7 @@ impl Hierarchy {
                 ..op.clone()
             };
             // From host `h`: its local ranks' blocks for this rank, at `h * R + j`.
-            s.comm.run_as(&step, Some(send), mid)?;
+            s.comm.run_as(&step, Some(send), mid, deadline)?;
             for (r, &slot) in s.slots.iter().enumerate() {
                 let (j, h) = (slot / hosts, slot % hosts);
                 output[r * bytes..][..bytes]
@@ -251,7 +251,7 @@ impl Hierarchy {
         let between_hosts = |k: usize, work: usize| {
             let mine = (work + k * plan.piece_bytes + plan.mine) as *mut u8;
             let slice = unsafe { std::slice::from_raw_parts_mut(mine, block_bytes) };
-            s.comm.run_as(&step, None, slice)
+            s.comm.run_as(&step, None, slice, deadline)
         };
         let gather = |k: usize| {
             let piece = unsafe { work.add(k * plan.piece_bytes) };
@@ -332,7 +332,7 @@ impl Hierarchy {
             // The stripe's blocks land in this rank's own segment, which the host step then
             // reads in place.
             let mine = &mut by_stripe[s.index * segment..][..segment];
-            s.comm.run_as(&step, Some(input), mine)?;
+            s.comm.run_as(&step, Some(input), mine, deadline)?;
             let at = by_stripe.as_mut_ptr();
             // SAFETY: segment `index` lies inside the scratch of `size` blocks.
             let own = unsafe { at.add(s.index * segment) } as *const u8;

@@ -17,6 +17,9 @@
 //! A barrier meets inside each host, then on the stripes (or between the leaders, who then
 //! release their hosts' ranks).
 //!
+//! A call keeps one deadline over all its steps: its steps between hosts end when the call's
+//! timeout, counted from its start, runs out, however long the steps inside the host took.
+//!
 //! Other collectives, and worlds whose hosts have different rank counts for the striped ones,
 //! take a schedule over the point-to-point transport.
 
@@ -191,7 +194,7 @@ impl HostEngine for Hierarchy {
         let (world, leaders, me) = (&*self.world, self.leaders.as_ref(), self.me);
         let host = world.host_of[me];
         let leader = world.leaders[host];
-        let deadline = Instant::now() + call.timeout;
+        let deadline = call.deadline();
         match op.coll {
             Collective::AllReduce { count } => {
                 let esz = call.dtype.size();
@@ -217,12 +220,12 @@ impl HostEngine for Hierarchy {
                 let whole = (self.stripe.as_ref())
                     .filter(|s| allreduce_whole_on_stripes(count * esz, s.per_host));
                 if let Some(s) = whole {
-                    s.comm.run_as(&step, None, output)?;
+                    s.comm.run_as(&step, None, output, deadline)?;
                 } else {
                     if me == leader {
                         leaders
                             .expect("leader communicator")
-                            .run_as(&step, None, output)?;
+                            .run_as(&step, None, output, deadline)?;
                     }
                     world.host_broadcast(call, deadline, output.as_mut_ptr(), count, 0)?;
                 }
@@ -253,7 +256,7 @@ impl HostEngine for Hierarchy {
                     };
                     leaders
                         .expect("leader communicator")
-                        .run_as(&step, None, output)?;
+                        .run_as(&step, None, output, deadline)?;
                 }
                 if host != root_host {
                     world.host_broadcast(call, deadline, output.as_mut_ptr(), count, 0)?;
@@ -303,12 +306,12 @@ impl HostEngine for Hierarchy {
                 // schedule over every rank lets them leave one network message apart.
                 world.host_barrier(call, deadline)?;
                 if let Some(s) = &self.stripe {
-                    return s.comm.run_as(op, None, output);
+                    return s.comm.run_as(op, None, output, deadline);
                 }
                 if me == leader {
                     leaders
                         .expect("leader communicator")
-                        .run_as(op, None, output)?;
+                        .run_as(op, None, output, deadline)?;
                 }
                 world.host_barrier(call, deadline)
             }
