@@ -237,15 +237,10 @@ impl Profile {
         if per_host > 1 {
             let eng = |op: &str, b: usize| self.engine(op, b).unwrap_or(0.0);
             match op {
-                "allreduce"
-                    if bytes >= accord::config::get().hier_stripe_bytes && count >= per_host =>
-                {
+                "allreduce" if accord::comm::allreduce_striped(bytes, count, per_host) => {
                     // From ACCORD_HIER_PIPELINE_BYTES in pieces: the caller's host steps on one
                     // piece overlap another piece's step between hosts.
-                    let pieces = match bytes >= accord::config::get().hier_pipeline_bytes {
-                        true => 4,
-                        false => 1,
-                    };
+                    let pieces = accord::comm::allreduce_pieces(bytes);
                     let slice = count.div_ceil(pieces * per_host);
                     let slice_coll = Collective::AllReduce { count: slice };
                     let net = self.schedule(&slice_coll, hosts, 1, place, per_host)?;

@@ -190,10 +190,7 @@ impl Hierarchy {
     ) -> Result<()> {
         let s = self.stripe.as_ref().expect("caller checked the stripe");
         let esz = call.dtype.size();
-        let pieces = match count * esz >= crate::config::get().hier_pipeline_bytes {
-            true => PIECES,
-            false => 1,
-        };
+        let pieces = allreduce_pieces(count * esz);
         let block = count.div_ceil(pieces * s.per_host);
         tracing::debug!(stripe = s.index, block, pieces, "striped allreduce");
         let plan = Pieces {

@@ -109,6 +109,21 @@ pub fn allreduce_whole_on_stripes(bytes: usize, per_host: usize) -> bool {
     per_host <= WHOLE_STRIPES_MAX_RANKS && bytes * per_host < crate::config::get().hier_stripe_bytes
 }
 
+/// Whether an allreduce of `count` elements (`bytes` bytes) across hosts of `per_host` ranks
+/// with stripes is striped, one slice per local rank (the engine's choice, which `accord sim`
+/// prices too).
+pub fn allreduce_striped(bytes: usize, count: usize, per_host: usize) -> bool {
+    bytes >= crate::config::get().hier_stripe_bytes && count >= per_host
+}
+
+/// The pieces a striped allreduce of `bytes` bytes runs in: [`PIPELINE_MIN_BYTES`].
+pub fn allreduce_pieces(bytes: usize) -> usize {
+    match bytes >= crate::config::get().hier_pipeline_bytes {
+        true => blocks::PIECES,
+        false => 1,
+    }
+}
+
 /// Reduce-scatters and allgathers whose whole buffer is below this many bytes go over the
 /// stripes (`ACCORD_HIER_BLOCKS_BYTES`, alike on every rank); larger ones take one schedule over
 /// the transport, which overlaps its shared-memory and network steps where the stripes run
@@ -198,9 +213,9 @@ impl HostEngine for Hierarchy {
         match op.coll {
             Collective::AllReduce { count } => {
                 let esz = call.dtype.size();
-                if self.stripe.as_ref().is_some_and(|s| {
-                    count * esz >= crate::config::get().hier_stripe_bytes && count >= s.per_host
-                }) {
+                if (self.stripe.as_ref())
+                    .is_some_and(|s| allreduce_striped(count * esz, count, s.per_host))
+                {
                     return self.striped_allreduce(call, op, deadline, input, output, count);
                 }
                 let out = output.as_mut_ptr();
