@@ -7,8 +7,10 @@
 //! - TCP: the same for world sizes 1, 2, 3 and 5 only; every algorithm at 1 MiB + 12 B on 2
 //!   and 3 ranks over 3 lanes, and at 64 KiB and 256 KiB blocks on 5 ranks over 2 lanes;
 //! - shared memory between processes (this binary re-executed as the ranks, see [`rank_main`]):
-//!   2, 3 and 4 ranks on one host, and 4 and 5 ranks over two simulated hosts (the
-//!   hierarchical path), and 6 ranks over three (contiguous placement); the engines' own algorithms, counts 0, 1, 7 and 1031, then a count of
+//!   2, 3, 4 and 7 ranks on one host, and 4 and 5 ranks over two simulated hosts (the
+//!   hierarchical path), 6 ranks over three (contiguous placement), and 3, 7, 8 and 9 ranks
+//!   over hosts of one to three ranks (uneven, interleaved, and three stripes of three); the
+//!   engines' own algorithms, counts 0, 1, 7 and 1031, then a count of
 //!   40009 (many staging chunks, and copies between processes) on bf16, f64 and u8 only, and
 //!   allreduces of 262147 and 262144 elements (striped across hosts) on f32, f64 and i64;
 //!   the same over two simulated hosts without the hierarchy (`ACCORD_HIERARCHY=off`).
@@ -136,7 +138,7 @@ fn shm_runs(engine: &str) -> [Options; 3] {
 
 #[test]
 fn shared_memory_between_processes_on_one_host() {
-    for n in [2, 3, 4] {
+    for n in [2, 3, 4, 7] {
         // Small staging chunks: the 1031-element calls are pipelined over several chunks.
         run_ranks(
             n,
@@ -178,6 +180,26 @@ fn shared_memory_across_three_simulated_hosts() {
 }
 
 #[test]
+fn shared_memory_across_hosts_of_other_shapes() {
+    // 3 ranks: hosts of two and one (no stripes: the leaders' paths). 7: hosts of three, two
+    // and two, interleaved. 8: four hosts of two, interleaved. 9: three hosts of three, whose
+    // small allreduces go through the leaders and whose stripes have three ranks a host.
+    // (ranks, rank -> host, whether hosts have equal rank counts)
+    type Shape = (usize, fn(usize) -> String, &'static str);
+    let shapes: [Shape; 4] = [
+        (3, |r| ["a", "a", "b"][r].into(), "0"),
+        (7, |r| ["a", "b", "c"][r % 3].into(), "0"),
+        (8, |r| ["a", "b", "c", "d"][r % 4].into(), "1"),
+        (9, |r| ["a", "b", "c"][r / 3].into(), "1"),
+    ];
+    for (n, host, stripes) in shapes {
+        let t = Instant::now();
+        run_ranks(n, host, &[("CONFORMANCE_STRIPES", stripes)]);
+        println!("{n} ranks: {:?}", t.elapsed());
+    }
+}
+
+#[test]
 fn flat_schedules_across_two_simulated_hosts() {
     // No hierarchy: one schedule over shared-memory rings and TCP at once.
     run_ranks(
@@ -200,13 +222,17 @@ fn run_ranks(n: usize, host: impl Fn(usize) -> String, extra: &[(&str, &str)]) {
             c.env("CONFORMANCE_RANK", "1")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
+            if (0..n).filter(|&q| host(q) == host(r)).count() == 1 {
+                c.env("CONFORMANCE_ALONE", "1");
+            }
             for (k, v) in extra {
                 c.env(k, v);
             }
             c.spawn().unwrap()
         })
         .collect();
-    let end = Instant::now() + Duration::from_secs(120);
+    // Nine ranks take about 50 s on two CPUs.
+    let end = Instant::now() + Duration::from_secs(240);
     let mut report = String::new();
     for (r, mut c) in children.into_iter().enumerate() {
         while c.try_wait().unwrap().is_none() && Instant::now() < end {
@@ -239,11 +265,14 @@ fn rank_main() {
         comm.uses_shm() != flat,
         "expected the shared-memory engine unless turned off"
     );
-    // Shared-memory rings alone on one host; with TCP between hosts (the hierarchy) on two.
+    // Shared-memory rings alone on one host; with TCP between hosts (the hierarchy) on several.
     let one_host = std::env::var("ACCORD_HOST_ID").unwrap() == ONE_HOST;
-    let (hosts, transport) = match one_host {
-        true => ("one host", "shm"),
-        false => ("two hosts", "tcp+shm"),
+    // A rank alone on its host has no shared memory with anyone.
+    let alone = std::env::var("CONFORMANCE_ALONE").is_ok();
+    let (hosts, transport) = match (one_host, alone) {
+        (true, _) => ("one host", "shm"),
+        (false, false) => ("several hosts", "tcp+shm"),
+        (false, true) => ("several hosts, alone on its own", "tcp"),
     };
     assert_eq!(comm.transport_name(), transport);
     let engine = match flat {
