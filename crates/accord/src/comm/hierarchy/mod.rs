@@ -14,8 +14,8 @@
 //! Reduce-scatter and allgather of equal blocks, and regular all-to-all, go over the same
 //! stripes below their limits (`blocks`).
 //!
-//! A barrier meets inside each host, then on the stripes (or between the leaders, who then
-//! release their hosts' ranks).
+//! A barrier meets inside each host, then on the stripes (or between the leaders), then inside
+//! each host again, whose ranks so leave together.
 //!
 //! A call keeps one deadline over all its steps: its steps between hosts end when the call's
 //! timeout, counted from its start, runs out, however long the steps inside the host took.
@@ -316,17 +316,18 @@ impl HostEngine for Hierarchy {
             Collective::Barrier => {
                 // The host's ranks compare the call and meet; then every rank meets its stripe
                 // (once that is done, every rank of every host has arrived), or where there
-                // are no stripes the leaders meet and release their hosts' ranks. The ranks of
-                // a host thus leave within a shared-memory step of each other, where one flat
-                // schedule over every rank lets them leave one network message apart.
+                // are no stripes the leaders meet; then the host's ranks meet again, so that
+                // they leave within a shared-memory step of each other. Stripes end at
+                // different times: without the last step a host's ranks left up to a network
+                // message apart, which a collective timed after a barrier pays in its first
+                // step inside the host (one flat schedule over every rank as well).
                 world.host_barrier(call, deadline)?;
-                if let Some(s) = &self.stripe {
-                    return s.comm.run_as(op, None, output, deadline);
-                }
-                if me == leader {
-                    leaders
+                match &self.stripe {
+                    Some(s) => s.comm.run_as(op, None, output, deadline)?,
+                    None if me == leader => leaders
                         .expect("leader communicator")
-                        .run_as(op, None, output, deadline)?;
+                        .run_as(op, None, output, deadline)?,
+                    None => {}
                 }
                 world.host_barrier(call, deadline)
             }
