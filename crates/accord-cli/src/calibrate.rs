@@ -33,6 +33,7 @@
 
 use crate::bench::{self, BenchOpts};
 use crate::launch;
+use accord::schedule::calibrated::{fit, points};
 use accord::{Communicator, DataType, ReduceOp};
 use serde_json::{json, Value};
 use std::time::Instant;
@@ -135,8 +136,7 @@ pub fn launch(
     }
     let (tcp, shm) = (&parts[0], &parts[1]);
     let link = |v: &Value| {
-        let pp = points(&v["pingpong"]);
-        let (alpha, beta) = fit(&pp);
+        let (alpha, beta) = fit(&points(&v["pingpong"])).unwrap_or((0.0, 1e-9));
         json!({"alpha_us": alpha, "beta_us_per_byte": beta, "pingpong": v["pingpong"],
                "exchange": v["exchange"]})
     };
@@ -177,35 +177,6 @@ fn read_part(part: &str) -> Result<Value, String> {
     std::fs::read_to_string(part)
         .map_err(|e| e.to_string())
         .and_then(|s| serde_json::from_str::<Value>(&s).map_err(|e| e.to_string()))
-}
-
-/// `[[bytes, us], ...]` as pairs.
-pub fn points(v: &Value) -> Vec<(f64, f64)> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|p| Some((p.get(0)?.as_f64()?, p.get(1)?.as_f64()?)))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// `alpha + beta x bytes` through ping-pong points: alpha is the smallest message's time, beta
-/// the least-squares slope of the points from 256 KiB (at least 1e-9 us per byte).
-pub fn fit(pp: &[(f64, f64)]) -> (f64, f64) {
-    let alpha = pp.first().map_or(0.0, |p| p.1);
-    let big: Vec<_> = pp.iter().filter(|p| p.0 >= 262_144.0).collect();
-    let n = big.len() as f64;
-    if n < 2.0 {
-        return (alpha, 1e-9);
-    }
-    let (mb, mt) = (
-        big.iter().map(|p| p.0).sum::<f64>() / n,
-        big.iter().map(|p| p.1).sum::<f64>() / n,
-    );
-    let cov: f64 = big.iter().map(|p| (p.0 - mb) * (p.1 - mt)).sum();
-    let var: f64 = big.iter().map(|p| (p.0 - mb).powi(2)).sum();
-    (alpha, (cov / var).max(1e-9))
 }
 
 /// Rank side of one phase; rank 0 writes the measurements to `out`.

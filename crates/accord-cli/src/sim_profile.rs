@@ -3,7 +3,8 @@
 //!
 //! - one host: the shared-memory engine's measured times (interpolated between sizes, log-log),
 //!   or, for what the engine does not run, the schedule over the point-to-point rings;
-//! - one rank per host: the schedule the tuner picks for TCP, simulated message by message with
+//! - one rank per host: the schedule the tuner picks for TCP (with its built-in costs, or the
+//!   profile `ACCORD_TUNER_PROFILE` names, as the library does), simulated message by message with
 //!   the measured message times (one way, or both ways at once where the sender receives at
 //!   least half as much in the same round, from its peer or another: a ring's round; a
 //!   zero-byte token does not load the link) and the reduction's cost measured for arrays of
@@ -19,7 +20,7 @@
 //!   (`ACCORD_HIER_ALLTOALL_BYTES`) go over the stripes (the engine's step inside each host, one
 //!   schedule per local rank between hosts, all at once), larger ones after a barrier inside
 //!   each host and one on each stripe; a barrier meets inside each host, then on every stripe at
-//!   once; everything else is one schedule over all ranks whose messages cost the shared-memory
+//!   once, then inside each host again; everything else is one schedule over all ranks whose messages cost the shared-memory
 //!   rings' price inside a host and TCP's between hosts (ranks
 //!   placed host by host).
 //!
@@ -32,7 +33,7 @@
 //! only the network messages leaving the same host do (its link and CPUs). The shared-memory
 //! engine's times are taken as measured, whatever else runs beside it.
 
-use crate::calibrate::{fit, points};
+use accord::schedule::calibrated::{points, Calibrated};
 use accord::schedule::tuner::{self, CostModel};
 use accord::schedule::{sim, Collective};
 use serde_json::Value;
@@ -72,32 +73,14 @@ impl Profile {
                 "{path} is not an Accord profile (make one with `accord bench --calibrate {path}`)"
             ));
         }
-        let gamma = v["gamma_us_per_byte"]
-            .as_f64()
-            .ok_or(format!("{path}: no gamma_us_per_byte"))?;
-        let link = |k: &str| -> Result<CostModel, String> {
-            let pp = points(&v[k]["pingpong"]);
-            if pp.is_empty() {
-                return Err(format!("{path}: no {k} ping-pong"));
-            }
-            let (alpha_us, beta_us_per_byte) = fit(&pp);
-            Ok(CostModel {
-                alpha_us,
-                beta_us_per_byte,
-                gamma_us_per_byte: gamma,
-                concurrent_share: match k {
-                    "tcp" => CostModel::tcp().concurrent_share,
-                    _ => 1.0,
-                },
-            })
-        };
+        let models = Calibrated::from_json(v, path)?;
         let engine = v["shm_engine"]
             .as_object()
             .map(|m| m.iter().map(|(k, t)| (k.clone(), points(t))).collect())
             .unwrap_or_default();
         Ok(Profile {
-            tcp: link("tcp")?,
-            shm: link("shm")?,
+            tcp: models.tcp,
+            shm: models.shm,
             tcp_msg: [points(&v["tcp"]["pingpong"]), points(&v["tcp"]["exchange"])],
             shm_msg: [points(&v["shm"]["pingpong"]), points(&v["shm"]["exchange"])],
             crowd: crowd_tables(&v["tcp"]["crowd"]),
@@ -185,7 +168,9 @@ impl Profile {
         place: &Placement,
         streams: usize,
     ) -> Result<f64, String> {
-        let algo = tuner::select(coll, world, 4, &CostModel::tcp());
+        // The tuner's model as the library builds it (calibrated where ACCORD_TUNER_PROFILE says).
+        let model = accord::config::get().cost_model(accord::transport::LinkKind::Tcp);
+        let algo = tuner::select(coll, world, 4, &model);
         let host = |r: usize| r / per_host;
         // On one machine a round's shared-memory copies compete with its network messages for
         // the same memory and CPUs: they count in the crowd and are slowed by it too.

@@ -231,6 +231,46 @@ fn a_setting_that_must_be_alike_set_otherwise_on_one_rank_fails_every_rank() {
     }
 }
 
+/// `ACCORD_TUNER_PROFILE` steers the tuner's choices, which must match on every rank: ranks
+/// compare the costs read from it (one rank with a profile fails every rank, naming it), start
+/// when all read the same, and all fail naming the file when none can read it.
+#[test]
+fn ranks_share_the_tuners_calibrated_costs() {
+    let profile = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../bench/results/profile_16cpu_vm_m4_ns.json"
+    );
+    let costs = accord::schedule::calibrated::Calibrated::load(profile)
+        .unwrap()
+        .describe();
+    let set = |p: &str| vec![("ACCORD_TUNER_PROFILE".to_string(), p.to_string())];
+    let outs = spawn_world(3, "ops", |r| match r {
+        1 => set(profile),
+        _ => vec![],
+    });
+    for (r, o) in outs.iter().enumerate() {
+        let err = text(&o.stderr);
+        assert!(!o.status.success(), "rank {r}: {err}");
+        let want = format!("ACCORD_TUNER_PROFILE is none on rank 0 and {costs} on rank 1");
+        assert!(err.contains(&want), "rank {r}: {err}");
+    }
+    for (r, o) in spawn_world(3, "ops", |_| set(profile)).iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "rank {r}: {} {}",
+            text(&o.stderr),
+            text(&o.stdout)
+        );
+    }
+    let outs = spawn_world(3, "ops", |_| set("/nonexistent/profile.json"));
+    for (r, o) in outs.iter().enumerate() {
+        let err = text(&o.stderr);
+        assert!(!o.status.success(), "rank {r}: {err}");
+        let want = "ACCORD_TUNER_PROFILE: /nonexistent/profile.json: ";
+        assert!(err.contains(want), "rank {r}: {err}");
+    }
+}
+
 #[test]
 fn different_calls_are_a_desync_on_every_rank() {
     let outs = spawn_world(3, "desync", |_| vec![]);

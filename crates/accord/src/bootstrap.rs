@@ -260,7 +260,11 @@ fn check_alike(store: &Watched, rank: usize, size: usize, timeout: Duration) -> 
     let verdict = store.get_all(&["verdict".to_string()], timeout)?.remove(0);
     let verdict = String::from_utf8_lossy(&verdict).into_owned();
     match verdict.split_at(verdict.len().min(1)) {
-        ("", _) => Ok(()),
+        // Alike, but every rank failed to read the same profile the same way.
+        ("", _) => match &crate::config::get().tuner_profile {
+            Some(Err(e)) => Err(Error::invalid(format!("ACCORD_TUNER_PROFILE: {e}"))),
+            _ => Ok(()),
+        },
         ("P", why) => Err(Error::Protocol(why.to_string())),
         (_, why) => Err(Error::invalid(why)),
     }

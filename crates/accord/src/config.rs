@@ -11,6 +11,7 @@
 //! | `ACCORD_TIMEOUT` | seconds (fractional, > 0; trimmed) | 300 | deadline of every blocking call of a communicator |
 //! | `ACCORD_EXPLAIN` | `1` (trimmed) | off | rank 0 prints which algorithm each collective uses and why |
 //! | `ACCORD_ALGO_<OP>` | algorithm name | cost model | force the algorithm of one collective, e.g. `ACCORD_ALGO_ALLREDUCE=ring`, `ACCORD_ALGO_REDUCE_SCATTER=rabenseifner`; a name that does not apply is warned about and ignored; the same on every rank |
+//! | `ACCORD_TUNER_PROFILE` | path of a profile | built-in costs | the tuner prices algorithms with the TCP and shared-memory costs `accord bench --calibrate` measured (`schedule::calibrated`); an unreadable profile fails the start; the same costs on every rank |
 //! | `ACCORD_CHUNK_BYTES` | bytes | 524288 | largest frame payload; rounded down to a multiple of 8 within 8 B..64 MiB |
 //! | `ACCORD_MAX_UNMATCHED_BYTES` | bytes (> 0; trimmed) | 1 GiB | frames one peer may leave in a mailbox that no receive has taken |
 //! | `ACCORD_HOST` | host or IP (blank: unset) | the advertised address | where TCP listens ([`crate::transport::tcp`]) |
@@ -136,6 +137,9 @@ pub struct Config {
     pub tcp_stripe_bytes: usize,
     /// `ACCORD_TCP_LANES`: connections per pair of ranks (1 to 8), where set.
     pub tcp_lanes: Option<usize>,
+    /// `ACCORD_TUNER_PROFILE`: the tuner's costs measured by `accord bench --calibrate`, or
+    /// why the profile could not be read (reported when the world forms).
+    pub tuner_profile: Option<Result<crate::schedule::calibrated::Calibrated, String>>,
     /// `ACCORD_HIERARCHY`: collectives across hosts take the hierarchical engine.
     pub hierarchy: bool,
     /// `ACCORD_HIER_STRIPE_BYTES`: allreduces across hosts from this size are striped.
@@ -250,7 +254,27 @@ impl Config {
             ("ACCORD_SHM_CMA_BYTES", bytes(self.shm_cma_bytes)),
             ("ACCORD_SHM_SLOT_BYTES", bytes(self.shm_slot_bytes)),
             ("ACCORD_ALGO_<OP>", self.algo_overrides()),
+            (
+                "ACCORD_TUNER_PROFILE",
+                match &self.tuner_profile {
+                    None => "none".to_string(),
+                    Some(Ok(c)) => c.describe(),
+                    Some(Err(e)) => format!("unreadable ({})", e.replace('\n', " ")),
+                },
+            ),
         ]
+    }
+
+    /// The tuner's cost model for a world whose slowest link is `link`: the calibrated one
+    /// where `ACCORD_TUNER_PROFILE` names a readable profile, else the built-in one.
+    pub fn cost_model(
+        &self,
+        link: crate::transport::LinkKind,
+    ) -> crate::schedule::tuner::CostModel {
+        match &self.tuner_profile {
+            Some(Ok(c)) => c.for_link(link),
+            _ => crate::schedule::tuner::CostModel::for_link(link),
+        }
     }
 
     /// The `ACCORD_ALGO_<OP>` overrides that take effect, in one line (`allreduce=ring,...`, or
@@ -317,6 +341,8 @@ impl Config {
             tcp_stripe_bytes: trimmed("ACCORD_TCP_STRIPE_BYTES")
                 .unwrap_or(crate::transport::tcp::STRIPE_MIN_BYTES),
             tcp_lanes: trimmed("ACCORD_TCP_LANES").map(|n: usize| n.clamp(1, 8)),
+            tuner_profile: not_blank("ACCORD_TUNER_PROFILE")
+                .map(|p| crate::schedule::calibrated::Calibrated::load(p.trim())),
             hierarchy: !switched_off(raw("ACCORD_HIERARCHY").as_deref()),
             hier_stripe_bytes: trimmed("ACCORD_HIER_STRIPE_BYTES")
                 .unwrap_or(crate::comm::STRIPE_MIN_BYTES),
@@ -600,5 +626,40 @@ mod tests {
             shared(&spelled),
             "allreduce=recursive_doubling,reduce_scatter=rabenseifner"
         );
+    }
+
+    /// A calibrated profile replaces the built-in TCP and shared-memory costs; ranks compare
+    /// the costs themselves, and an unreadable profile is carried to the start as an error.
+    #[test]
+    fn a_tuner_profile_replaces_the_built_in_costs() {
+        use crate::schedule::tuner::CostModel;
+        use crate::transport::LinkKind;
+        let shared = |c: &Config| {
+            let s = c.shared();
+            s.into_iter()
+                .find(|(k, _)| *k == "ACCORD_TUNER_PROFILE")
+                .unwrap()
+                .1
+        };
+        assert_eq!(with(&[]).cost_model(LinkKind::Tcp), CostModel::tcp());
+        assert_eq!(shared(&with(&[("ACCORD_TUNER_PROFILE", " ")])), "none");
+        let path = std::env::temp_dir().join(format!("tuner-profile-{}.json", std::process::id()));
+        let pp = "[[8, 9.0], [262144, 40.0], [1048576, 130.0]]";
+        let text = format!(
+            r#"{{"accord_profile": 1, "gamma_us_per_byte": 0.0001,
+                "tcp": {{"pingpong": {pp}}}, "shm": {{"pingpong": [[8, 1.5]]}}}}"#
+        );
+        std::fs::write(&path, text).unwrap();
+        let c = with(&[("ACCORD_TUNER_PROFILE", path.to_str().unwrap())]);
+        std::fs::remove_file(&path).unwrap();
+        let tcp = c.cost_model(LinkKind::Tcp);
+        assert_eq!(tcp.alpha_us, 9.0);
+        assert!((tcp.beta_us_per_byte - 90.0 / 786_432.0).abs() < 1e-12);
+        assert_eq!(c.cost_model(LinkKind::SharedMemory).alpha_us, 1.5);
+        assert_eq!(c.cost_model(LinkKind::InProcess), CostModel::inproc());
+        assert!(shared(&c).starts_with("tcp 9.0 us + "), "{}", shared(&c));
+        let missing = with(&[("ACCORD_TUNER_PROFILE", "/nonexistent/p.json")]);
+        assert_eq!(missing.cost_model(LinkKind::Tcp), CostModel::tcp());
+        assert!(shared(&missing).starts_with("unreadable (/nonexistent/p.json: "));
     }
 }

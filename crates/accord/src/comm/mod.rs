@@ -184,7 +184,7 @@ impl Communicator {
         crate::observe::trace::init();
         let ranks = (0..transport.size()).collect();
         let rank = transport.rank();
-        let model = tuner::CostModel::for_link(transport.link());
+        let model = crate::config::get().cost_model(transport.link());
         let shm_world = resources.shm.clone();
         let mut comm = Communicator {
             inner: Arc::new(Inner {

@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use std::fmt;
 
 pub mod algorithms;
+pub mod calibrated;
 pub mod check;
 pub mod sim;
 pub mod tuner;

@@ -7,7 +7,9 @@
 //! not a power of two), using the largest block where block sizes are uneven. The choice for a
 //! call is the cheapest applicable algorithm, ties going to the one listed first by
 //! [`algorithms::applicable`]; `ACCORD_ALGO_<OP>` (e.g. `ACCORD_ALGO_ALLREDUCE=ring`,
-//! `ACCORD_ALGO_REDUCE_SCATTER=rabenseifner`) overrides it.
+//! `ACCORD_ALGO_REDUCE_SCATTER=rabenseifner`) overrides it. The model's constants are built in
+//! per kind of link ([`CostModel::for_link`]) unless `ACCORD_TUNER_PROFILE` names a profile
+//! measured on the machine ([`super::calibrated`]).
 //!
 //! Every rank of a call must pick the same algorithm; the inputs here are the same on every rank
 //! for all collectives except all-to-all-v, whose callers should pass an explicit algorithm.
