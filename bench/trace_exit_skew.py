@@ -11,19 +11,28 @@ bench/barrier_skew.c for OpenMPI.
 import collections
 import glob
 import json
+import re
 import statistics
 import sys
 
 folder, only = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else None)
 jobs = collections.defaultdict(dict)  # job -> rank -> seq -> (name, end)
 for path in glob.glob(f"{folder}/*.json"):
-    job, rank = path.rsplit("-rank", 1)
+    named = re.fullmatch(r"(.*)-rank(\d+)\.json", path)
+    if not named:
+        continue  # not one rank's timeline (a merged one, say)
     events = json.load(open(path))
     events = events["traceEvents"] if isinstance(events, dict) else events
-    jobs[job][int(rank.split(".")[0])] = {
+    world = {
+        e["tid"]
+        for e in events
+        if e["ph"] == "M" and e["name"] == "thread_name"
+        and e["args"]["name"] == "communicator world"
+    }
+    jobs[named[1]][int(named[2])] = {
         e["args"]["seq"]: (e["name"], e["ts"] + e["dur"])
         for e in events
-        if e["ph"] == "X" and e["tid"] == 1 and "engine" in e.get("args", {})
+        if e["ph"] == "X" and e["tid"] in world and "engine" in e.get("args", {})
     }
 for job, ranks in sorted(jobs.items()):
     seqs = sorted(set.intersection(*(set(calls) for calls in ranks.values())))

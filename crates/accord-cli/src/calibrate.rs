@@ -1,4 +1,5 @@
-//! `accord bench --calibrate PROFILE`: measure what `accord sim --profile` prices calls with.
+//! `accord bench --calibrate PROFILE`: measure what `accord sim --profile` prices calls with,
+//! and what the tuner chooses algorithms by where `ACCORD_TUNER_PROFILE` names the profile.
 //!
 //! Two jobs of N local ranks (default 2) measure, in turn:
 //! - over TCP only (`ACCORD_TRANSPORT=tcp`): the half round trip of a message between ranks 0
@@ -135,12 +136,20 @@ pub fn launch(
         }
     }
     let (tcp, shm) = (&parts[0], &parts[1]);
-    let link = |v: &Value| {
-        let (alpha, beta) = fit(&points(&v["pingpong"])).unwrap_or((0.0, 1e-9));
-        json!({"alpha_us": alpha, "beta_us_per_byte": beta, "pingpong": v["pingpong"],
-               "exchange": v["exchange"]})
+    let link = |v: &Value, name: &str| {
+        let fitted = fit(&points(&v["pingpong"]));
+        let Some((alpha, beta)) = fitted else {
+            eprintln!("accord bench --calibrate: no usable {name} ping-pong times (each positive)");
+            return None;
+        };
+        Some(
+            json!({"alpha_us": alpha, "beta_us_per_byte": beta, "pingpong": v["pingpong"],
+               "exchange": v["exchange"]}),
+        )
     };
-    let mut tcp_link = link(tcp);
+    let (Some(mut tcp_link), Some(shm_link)) = (link(tcp, "tcp"), link(shm, "shm")) else {
+        return 1;
+    };
     if let Some(c) = parts.get(2) {
         tcp_link["crowd"] = c["crowd"].clone();
     }
@@ -151,7 +160,7 @@ pub fn launch(
         "gamma_us_per_byte": tcp["gamma_us_per_byte"],
         "gamma": tcp["gamma"],
         "tcp": tcp_link,
-        "shm": link(shm),
+        "shm": shm_link,
         "shm_engine": shm["engine"],
     });
     let text = serde_json::to_string_pretty(&profile).unwrap_or_default();

@@ -68,11 +68,7 @@ impl Profile {
 
     /// The profile in `v`; `path` names it in errors.
     fn from_json(v: &Value, path: &str) -> Result<Profile, String> {
-        if v["accord_profile"].as_u64() != Some(1) {
-            return Err(format!(
-                "{path} is not an Accord profile (make one with `accord bench --calibrate {path}`)"
-            ));
-        }
+        // Refuses what is not a profile, or one without both links' ping-pong times.
         let models = Calibrated::from_json(v, path)?;
         let engine = v["shm_engine"]
             .as_object()
@@ -168,9 +164,17 @@ impl Profile {
         place: &Placement,
         streams: usize,
     ) -> Result<f64, String> {
-        // The tuner's model as the library builds it (calibrated where ACCORD_TUNER_PROFILE says).
-        let model = accord::config::get().cost_model(accord::transport::LinkKind::Tcp);
-        let algo = tuner::select(coll, world, 4, &model);
+        // The tuner's model as the library builds it (calibrated where ACCORD_TUNER_PROFILE
+        // says): for the slowest link among these ranks.
+        let config = accord::config::get();
+        if let Some(Err(e)) = &config.tuner_profile {
+            return Err(format!("ACCORD_TUNER_PROFILE: {e}"));
+        }
+        let link = match per_host >= world {
+            true => accord::transport::LinkKind::SharedMemory,
+            false => accord::transport::LinkKind::Tcp,
+        };
+        let algo = tuner::select(coll, world, 4, &config.cost_model(link));
         let host = |r: usize| r / per_host;
         // On one machine a round's shared-memory copies compete with its network messages for
         // the same memory and CPUs: they count in the crowd and are slowed by it too.

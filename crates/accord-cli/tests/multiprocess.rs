@@ -254,14 +254,20 @@ fn ranks_share_the_tuners_calibrated_costs() {
         let want = format!("ACCORD_TUNER_PROFILE is none on rank 0 and {costs} on rank 1");
         assert!(err.contains(&want), "rank {r}: {err}");
     }
-    for (r, o) in spawn_world(3, "ops", |_| set(profile)).iter().enumerate() {
-        assert!(
-            o.status.success(),
-            "rank {r}: {} {}",
-            text(&o.stderr),
-            text(&o.stdout)
-        );
+    // Alike, they start, and their schedules are chosen with the profile's costs (its TCP
+    // alpha, 8.5635 us, where the built-in model says 25).
+    let outs = spawn_world(3, "ops", |_| {
+        let mut env = set(profile);
+        env.push(("ACCORD_TRANSPORT".into(), "tcp".into()));
+        env.push(("ACCORD_EXPLAIN".into(), "1".into()));
+        env
+    });
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.status.success(), "rank {r}: {}", text(&o.stderr));
     }
+    let explained = text(&outs[0].stderr);
+    assert!(explained.contains("(alpha 8.5635 us, "), "{explained}");
+    assert!(!explained.contains("(alpha 25 us, "), "{explained}");
     let outs = spawn_world(3, "ops", |_| set("/nonexistent/profile.json"));
     for (r, o) in outs.iter().enumerate() {
         let err = text(&o.stderr);

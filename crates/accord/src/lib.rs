@@ -73,8 +73,9 @@
 //!    the choice.
 //! 4. **The schedule** ([`schedule`]). [`schedule::tuner`] picks an algorithm (ring, recursive
 //!    doubling, Rabenseifner, trees, Bruck, pairwise...) from a latency/bandwidth model of the
-//!    transport's link kind (`ACCORD_ALGO_<OP>=name` overrides it; `accord bench --explain`
-//!    prints the table), and turns (collective, world, rank, algorithm) into a
+//!    transport's link kind, built in or measured on the machine (`ACCORD_TUNER_PROFILE`,
+//!    [`schedule::calibrated`]; `ACCORD_ALGO_<OP>=name` overrides the choice; `accord bench
+//!    --explain` prints the table), and turns (collective, world, rank, algorithm) into a
 //!    [`schedule::Schedule`]: plain data, rounds of send / receive / receive-and-reduce / copy
 //!    steps over element ranges. Schedules are cached, and [`schedule::check`] proves every
 //!    algorithm correct symbolically for every world size up to 16 and uneven counts.

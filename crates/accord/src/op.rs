@@ -592,11 +592,12 @@ pub(crate) struct Call<'a> {
     pub dtype: DataType,
     /// Reduce operator (`Sum` where the collective does not reduce).
     pub op: ReduceOp,
-    /// How long the call may take (`set_timeout`): its waits end by its start plus this.
+    /// How long the call may wait (`set_timeout`): its waits for peers end by its start plus
+    /// this.
     pub timeout: Duration,
     /// Where the call is a step of a larger one (a hierarchical collective's step between
-    /// hosts), the instant that one must end by: the step's waits end then, not `timeout`
-    /// after the step began, so the whole call keeps one deadline.
+    /// hosts), that one's deadline: the step's waits end then, not `timeout` after the step
+    /// began, so the whole call keeps one deadline.
     pub until: Option<Instant>,
 }
 

@@ -119,8 +119,8 @@ impl Communicator {
     /// Run `op`, a step of a call on another communicator, under that call's fingerprint: the
     /// leaders' or a stripe's step of a hierarchical collective, whose frames must carry what
     /// the world call was (its root, its reduce op) so that ranks that disagree fail; its
-    /// waits end by `until`, the world call's deadline, so that the steps together take no
-    /// longer than the call's own timeout.
+    /// waits for peers end by `until`, the world call's deadline, so that the steps together
+    /// wait no longer than the call's own timeout (a timeout's diagnosis comes after it).
     pub(super) fn run_as(
         &self,
         op: &Op,

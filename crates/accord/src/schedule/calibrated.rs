@@ -42,8 +42,9 @@ impl Calibrated {
             .filter(|g| g.is_finite() && *g > 0.0)
             .ok_or(format!("{path}: no gamma_us_per_byte"))?;
         let link = |k: &str, built_in: CostModel| -> Result<CostModel, String> {
-            let (alpha_us, beta_us_per_byte) =
-                fit(&points(&v[k]["pingpong"])).ok_or(format!("{path}: no {k} ping-pong times"))?;
+            let (alpha_us, beta_us_per_byte) = fit(&points(&v[k]["pingpong"])).ok_or(format!(
+                "{path}: no usable {k} ping-pong times (each positive)"
+            ))?;
             Ok(CostModel {
                 alpha_us,
                 beta_us_per_byte,
@@ -79,13 +80,17 @@ impl Calibrated {
     }
 }
 
-/// `[[bytes, us], ...]` as pairs (entries that are not pairs of numbers are skipped).
+/// `[[bytes, us], ...]` as pairs sorted by size (entries that are not pairs of numbers are
+/// skipped).
 pub fn points(v: &Value) -> Vec<(f64, f64)> {
     v.as_array()
         .map(|a| {
-            a.iter()
+            let mut pp: Vec<(f64, f64)> = a
+                .iter()
                 .filter_map(|p| Some((p.get(0)?.as_f64()?, p.get(1)?.as_f64()?)))
-                .collect()
+                .collect();
+            pp.sort_by(|x, y| x.0.total_cmp(&y.0));
+            pp
         })
         .unwrap_or_default()
 }
@@ -152,7 +157,7 @@ mod tests {
         let mut v = profile(8.0, 1e4);
         v["tcp"]["pingpong"] = serde_json::json!([]);
         let e = Calibrated::from_json(&v, "p.json").unwrap_err();
-        assert!(e.contains("no tcp ping-pong"), "{e}");
+        assert!(e.contains("no usable tcp ping-pong"), "{e}");
         v["tcp"]["pingpong"] = serde_json::json!([[8, -1.0]]);
         assert!(Calibrated::from_json(&v, "p.json").is_err());
         let e = Calibrated::load("/nonexistent/profile.json").unwrap_err();

@@ -116,7 +116,8 @@ pub fn allreduce_striped(bytes: usize, count: usize, per_host: usize) -> bool {
     bytes >= crate::config::get().hier_stripe_bytes && count >= per_host
 }
 
-/// The pieces a striped allreduce of `bytes` bytes runs in: [`PIPELINE_MIN_BYTES`].
+/// The pieces a striped allreduce of `bytes` bytes runs in: 4 from `ACCORD_HIER_PIPELINE_BYTES`
+/// (default [`PIPELINE_MIN_BYTES`]), else 1.
 pub fn allreduce_pieces(bytes: usize) -> usize {
     match bytes >= crate::config::get().hier_pipeline_bytes {
         true => blocks::PIECES,
