@@ -4,8 +4,8 @@
 //! - one host: the shared-memory engine's measured times (interpolated between sizes, log-log),
 //!   or, for what the engine does not run, the schedule over the point-to-point rings;
 //! - one rank per host: the schedule the tuner picks for TCP (with its built-in costs, or the
-//!   profile `ACCORD_TUNER_PROFILE` names, as the library does), simulated message by message with
-//!   the measured message times (one way, or both ways at once where the sender receives at
+//!   profile `ACCORD_TUNER_PROFILE` names, as the library does), simulated message by message
+//!   with the measured message times (one way, or both ways at once where the sender receives at
 //!   least half as much in the same round, from its peer or another: a ring's round; a
 //!   zero-byte token does not load the link) and the reduction's cost measured for arrays of
 //!   the call's size (beyond the caches it runs at memory's pace);
@@ -20,8 +20,8 @@
 //!   (`ACCORD_HIER_ALLTOALL_BYTES`) go over the stripes (the engine's step inside each host, one
 //!   schedule per local rank between hosts, all at once), larger ones after a barrier inside
 //!   each host and one on each stripe; a barrier meets inside each host, then on every stripe at
-//!   once, then inside each host again; everything else is one schedule over all ranks whose messages cost the shared-memory
-//!   rings' price inside a host and TCP's between hosts (ranks
+//!   once, then inside each host again; everything else is one schedule over all ranks whose
+//!   messages cost the shared-memory rings' price inside a host and TCP's between hosts (ranks
 //!   placed host by host).
 //!
 //! Messages of one round that compete for the same resource cost more, by the slowdown the
@@ -165,11 +165,8 @@ impl Profile {
         streams: usize,
     ) -> Result<f64, String> {
         // The tuner's model as the library builds it (calibrated where ACCORD_TUNER_PROFILE
-        // says): for the slowest link among these ranks.
+        // says; `run` refused an unreadable one): for the slowest link among these ranks.
         let config = accord::config::get();
-        if let Some(Err(e)) = &config.tuner_profile {
-            return Err(format!("ACCORD_TUNER_PROFILE: {e}"));
-        }
         let link = match per_host >= world {
             true => accord::transport::LinkKind::SharedMemory,
             false => accord::transport::LinkKind::Tcp,
@@ -388,6 +385,10 @@ pub fn run(
 ) -> Result<(), String> {
     let (hosts, per_host, one_machine) = (place.hosts, place.per_host, place.one_machine);
     let n = hosts * per_host;
+    // The tuner reads it as the library does (where the library would refuse to start).
+    if let Some(Err(e)) = &accord::config::get().tuner_profile {
+        return Err(format!("ACCORD_TUNER_PROFILE: {e}"));
+    }
     let p = Profile::load(profile)?;
     println!(
         "# accord sim {op}: {hosts} host(s) x {per_host} rank(s){}, f32, priced with {profile} \

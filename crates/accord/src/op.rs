@@ -610,13 +610,15 @@ impl Call<'_> {
 }
 
 impl Op {
-    /// This op as call `seq` of communicator `comm_id`.
+    /// This op as call `seq` of communicator `comm_id`, a step of a larger call ending by
+    /// `until` where given.
     pub(crate) fn call<'a>(
         &self,
         comm_id: u64,
         comm_name: &'a str,
         seq: u64,
         timeout: Duration,
+        until: Option<Instant>,
     ) -> Call<'a> {
         Call {
             comm_id,
@@ -626,7 +628,7 @@ impl Op {
             dtype: self.dtype,
             op: self.reduce_or_sum(),
             timeout,
-            until: None,
+            until,
         }
     }
 }

@@ -68,8 +68,7 @@ impl Communicator {
                 self.explain_engine(op, || e.name());
                 let route = Route::Engine(at as u8);
                 let rec = self.record_host(seq, op, route, true);
-                let mut call = op.call(self.inner.id, &self.inner.name, seq, self.timeout());
-                call.until = until;
+                let call = op.call(self.inner.id, &self.inner.name, seq, self.timeout(), until);
                 let r = e.run(&call, op, input, output).map_err(|e| self.fail(e));
                 self.record_end(rec, &r);
                 (r, route)
@@ -161,8 +160,7 @@ impl Communicator {
                 output_len: output.len(),
             },
         };
-        let mut call = op.call(self.inner.id, &self.inner.name, seq, self.timeout());
-        call.until = until;
+        let mut call = op.call(self.inner.id, &self.inner.name, seq, self.timeout(), until);
         // Ranks that chose other algorithms (forced differently) fail on the first frame.
         call.fp = call.fp.with_algorithm(algo);
         let routed = self.routed(call);
