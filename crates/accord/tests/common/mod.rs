@@ -2,8 +2,10 @@
 // Each test binary uses some of them.
 #![allow(dead_code)]
 
+use accord::auth::Token;
+use accord::rendezvous::StoreServer;
 use std::net::SocketAddr;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A port that was free a moment ago on loopback (for a store the test starts later).
@@ -51,4 +53,62 @@ pub fn rank_command(
         .env("ACCORD_HOST_ID", host)
         .env_remove("ACCORD_TRANSPORT");
     c
+}
+
+/// The token of the stores [`spawn`] hosts.
+const TOKEN: &str = "shm-test-token";
+
+/// Start `n` ranks of this binary running `scenario` (its `rank_main` reads
+/// `SHM_TEST_SCENARIO`), with a store hosted here; `host(r)` gives each rank's simulated host
+/// id, `extra` more variables. Ranks' stdout is kept for [`collect`].
+pub fn spawn(
+    scenario: &str,
+    n: usize,
+    host: impl Fn(usize) -> String,
+    extra: &[(&str, &str)],
+) -> (StoreServer, Vec<Child>) {
+    let server = StoreServer::bind("127.0.0.1:0", Token::new(TOKEN)).unwrap();
+    let children = (0..n)
+        .map(|r| {
+            let mut c = rank_command(r, n, server.addr(), TOKEN, &host(r));
+            c.env("SHM_TEST_SCENARIO", scenario)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit());
+            for (k, v) in extra {
+                c.env(k, v);
+            }
+            c.spawn().unwrap()
+        })
+        .collect();
+    (server, children)
+}
+
+/// Wait for every child (killing those still running after `limit`); their exit codes and
+/// stdout.
+pub fn collect(children: Vec<Child>, limit: Duration) -> Vec<(Option<i32>, String)> {
+    let end = Instant::now() + limit;
+    let mut out = Vec::new();
+    for mut c in children {
+        loop {
+            if c.try_wait().unwrap().is_some() || Instant::now() > end {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let o = c.wait_with_output().unwrap();
+        out.push((
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        ));
+    }
+    out
+}
+
+/// Every rank exited 0 after printing `RANK-OK`.
+pub fn all_ok(res: &[(Option<i32>, String)]) {
+    for (r, (code, out)) in res.iter().enumerate() {
+        assert_eq!(*code, Some(0), "rank {r} failed:\n{out}");
+        assert!(out.contains("RANK-OK"), "rank {r} did not finish:\n{out}");
+    }
 }
