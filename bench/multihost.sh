@@ -22,7 +22,10 @@
 # unset), REF (reference drivers: mpicoll.c and gloo_coll.py; default ../shared/bench),
 # PYTHON (a Python with torch, for gloo), OUT (results folder), ACCORD_B (settings of a second
 # Accord side in the same rounds, e.g. "ACCORD_HIERARCHY=off", or "ACCORD_BIN=path" for another
-# build: the table's `accordb` column).
+# build: the table's `accordb` column), VETH_NAPI (`gro`: GRO on and TSO off at both ends of every
+# veth, which sends TCP through the veths' NAPI, a receive queue that busy polling,
+# ACCORD_TCP_BUSY_POLL_US, can poll, though the sender's CPU mostly empties it at once;
+# `threaded`: a kernel thread empties it, as a NIC's interrupt defers the work; needs ethtool).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
@@ -72,6 +75,14 @@ net_up() {
     ip -n ${PFX}h$h addr add $NET.$((10 + h))/24 dev eth0
     ip -n ${PFX}h$h link set eth0 up
     ip -n ${PFX}h$h link set lo up
+    if [ "${VETH_NAPI:-}" ]; then
+      ethtool -K ${PFX}v$h gro on tso off
+      ip netns exec ${PFX}h$h ethtool -K eth0 gro on tso off
+      if [ "$VETH_NAPI" = threaded ]; then
+        echo 1 >/sys/class/net/${PFX}v$h/threaded
+        ip netns exec ${PFX}h$h sh -c 'echo 1 >/sys/class/net/eth0/threaded'
+      fi
+    fi
   done
 }
 trap net_down EXIT
@@ -221,6 +232,13 @@ bench)
     fi
   done
   { head -1 "$OUT/summary.txt"; python3 "$HERE/multihost_table.py" "$OUT/summary.txt"; } | tee "$OUT/table.md"
+  if [ "${VETH_NAPI:-}" ]; then
+    # Packets that reads took off the veths' queues by busy polling, per namespace.
+    for h in $(seq 0 $((HOSTS - 1))); do
+      echo "# host $h: $(ip netns exec ${PFX}h$h awk '/^TcpExt:/ { if (!n) n = split($0, k);
+        else for (i = 1; i <= n; i++) if (k[i] == "BusyPollRxPackets") print k[i], $i }' /proc/net/netstat)"
+    done | tee -a "$OUT/table.md"
+  fi
   ;;
 calibrate)
   # The calibration's TCP phase between two namespaces (one rank each), its crowd phase over

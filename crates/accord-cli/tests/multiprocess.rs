@@ -278,6 +278,33 @@ fn ranks_share_the_tuners_calibrated_costs() {
 }
 
 #[test]
+fn tcp_connections_busy_poll_where_asked() {
+    // Processes with CAP_NET_ADMIN set SO_BUSY_POLL on every connection and run as before;
+    // where a kernel refuses it to others, every rank fails to start, naming the variable.
+    let outs = spawn_world(3, "ops", |_| {
+        vec![
+            ("ACCORD_TCP_BUSY_POLL_US".to_string(), "50".to_string()),
+            ("ACCORD_TRANSPORT".into(), "tcp".into()),
+        ]
+    });
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+        .unwrap();
+    let net_admin = caps & (1 << 12) != 0;
+    for (r, o) in outs.iter().enumerate() {
+        let err = text(&o.stderr);
+        let named = err.contains("ACCORD_TCP_BUSY_POLL_US=50: setting SO_BUSY_POLL failed");
+        assert!(
+            o.status.success() || (!net_admin && named),
+            "rank {r}: {err}"
+        );
+    }
+}
+
+#[test]
 fn different_calls_are_a_desync_on_every_rank() {
     let outs = spawn_world(3, "desync", |_| vec![]);
     for (r, o) in outs.iter().enumerate() {

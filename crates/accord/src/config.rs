@@ -31,6 +31,7 @@
 //! | `ACCORD_TCP_PUMP_BYTES` | bytes (trimmed) | 1 MiB | waits for TCP messages below this size read the peer's socket themselves; from 64 KiB only where every rank of the host and its reader thread can have a CPU of their own |
 //! | `ACCORD_TCP_LANES` | count 1-8 (trimmed) | this process's usable CPUs / the ranks drawing on them (of any host name: network namespaces of one machine), 1 to 4 | TCP connections a rank opens to each lower rank; messages from `ACCORD_TCP_STRIPE_BYTES` are dealt over them ([`crate::transport::tcp`]) |
 //! | `ACCORD_TCP_STRIPE_BYTES` | bytes (trimmed) | 256 KiB | TCP messages from this size are dealt over a pair's connections, in at least one frame per connection |
+//! | `ACCORD_TCP_BUSY_POLL_US` | microseconds (trimmed) | off (the kernel's `net.core.busy_read`) | `SO_BUSY_POLL` on every TCP connection: a read finding nothing polls the network device's queue itself (NICs with NAPI) instead of waiting for its interrupt; some kernels let only processes with `CAP_NET_ADMIN` raise it above `net.core.busy_read`; a rank that cannot set it fails to start, naming this variable ([`crate::transport::tcp`]) |
 //! | `ACCORD_SHM_SPIN_US` | microseconds (trimmed) | 50 (crowded: 0, rings 2) | how long a shared-memory wait spins before yielding |
 //! | `ACCORD_SHM_YIELD_US` | microseconds (trimmed) | 500 (crowded: 5000) | how long it then yields before sleeping |
 //! | `ACCORD_SHM_SMALL_BYTES` | bytes (trimmed) | 16 KiB | shared-memory allreduces up to this size take the one-barrier path (the shared-memory collectives); the same on every rank |
@@ -137,6 +138,8 @@ pub struct Config {
     pub tcp_stripe_bytes: usize,
     /// `ACCORD_TCP_LANES`: connections per pair of ranks (1 to 8), where set.
     pub tcp_lanes: Option<usize>,
+    /// `ACCORD_TCP_BUSY_POLL_US`: `SO_BUSY_POLL` for every TCP connection, where set and not 0.
+    pub tcp_busy_poll: Option<Duration>,
     /// `ACCORD_TUNER_PROFILE`: the tuner's costs measured by `accord bench --calibrate`, or
     /// why the profile could not be read (reported when the world forms).
     pub tuner_profile: Option<Result<crate::schedule::calibrated::Calibrated, String>>,
@@ -341,6 +344,7 @@ impl Config {
             tcp_stripe_bytes: trimmed("ACCORD_TCP_STRIPE_BYTES")
                 .unwrap_or(crate::transport::tcp::STRIPE_MIN_BYTES),
             tcp_lanes: trimmed("ACCORD_TCP_LANES").map(|n: usize| n.clamp(1, 8)),
+            tcp_busy_poll: micros("ACCORD_TCP_BUSY_POLL_US").filter(|d| !d.is_zero()),
             tuner_profile: not_blank("ACCORD_TUNER_PROFILE")
                 .map(|p| crate::schedule::calibrated::Calibrated::load(p.trim())),
             hierarchy: !switched_off(raw("ACCORD_HIERARCHY").as_deref()),
@@ -570,6 +574,7 @@ mod tests {
             ("ACCORD_TCP_POLL_US", " 0 "),
             ("ACCORD_TCP_PUMP_BYTES", " 1048576"),
             ("ACCORD_TCP_LANES", "12"),
+            ("ACCORD_TCP_BUSY_POLL_US", " 50"),
             ("ACCORD_HIERARCHY", "off"),
         ]);
         assert_eq!(c.host, "");
@@ -584,7 +589,12 @@ mod tests {
         assert_eq!(c.tcp_poll, Duration::ZERO);
         assert_eq!(c.tcp_pump_bytes, 1 << 20);
         assert_eq!(c.tcp_lanes, Some(8), "at most 8");
+        assert_eq!(c.tcp_busy_poll, Some(Duration::from_micros(50)));
         assert!(!c.hierarchy);
+        assert_eq!(
+            with(&[("ACCORD_TCP_BUSY_POLL_US", "0")]).tcp_busy_poll,
+            None
+        );
         let c = with(&[("ACCORD_HOST_ID", "node7"), ("ACCORD_HOST", "eth0")]);
         assert_eq!(
             (c.host_id.as_deref(), c.host.as_str()),

@@ -441,6 +441,34 @@ mod tests {
     }
 
     #[test]
+    fn busy_polling_is_set_or_refused_naming_the_variable() {
+        use std::os::fd::AsRawFd;
+        let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        match busy_poll(&SockRef::from(&s), Duration::from_micros(50)) {
+            Ok(()) => {
+                let (mut v, mut len) = (0 as libc::c_int, 4 as libc::socklen_t);
+                // SAFETY: a valid descriptor, a c_int and its size.
+                let r = unsafe {
+                    libc::getsockopt(
+                        s.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        libc::SO_BUSY_POLL,
+                        (&mut v as *mut libc::c_int).cast(),
+                        &mut len,
+                    )
+                };
+                assert_eq!((r, v), (0, 50), "the socket busy-polls 50 us");
+            }
+            // Without CAP_NET_ADMIN the kernel refuses; the error says what to do.
+            Err(e) => {
+                let m = e.to_string();
+                assert!(m.contains("ACCORD_TCP_BUSY_POLL_US=50"), "{m}");
+                assert!(m.contains("CAP_NET_ADMIN"), "{m}");
+            }
+        }
+    }
+
+    #[test]
     fn bad_arguments_are_refused_before_listening() {
         let book = MemoryAddressBook::new();
         let t = Token::new("t");

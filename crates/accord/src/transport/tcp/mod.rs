@@ -73,11 +73,12 @@
 //!
 //! # Configuration
 //!
-//! | Environment variable    | Meaning                                                          |
-//! |-------------------------|------------------------------------------------------------------|
-//! | `ACCORD_HOST`           | Address the listener binds to (default: the published address)   |
-//! | `ACCORD_ADVERTISE_HOST` | Host or IP published for peers to connect to                     |
-//! | `ACCORD_TCP_LANES`      | Connections to each lower rank (default 1, at most 8)            |
+//! | Environment variable      | Meaning                                                        |
+//! |---------------------------|----------------------------------------------------------------|
+//! | `ACCORD_HOST`             | Address the listener binds to (default: the published address) |
+//! | `ACCORD_ADVERTISE_HOST`   | Host or IP published for peers to connect to                   |
+//! | `ACCORD_TCP_LANES`        | Connections to each lower rank (default 1, at most 8)          |
+//! | `ACCORD_TCP_BUSY_POLL_US` | `SO_BUSY_POLL` on every connection (default: the kernel's)     |
 //!
 //! Without `ACCORD_ADVERTISE_HOST`, the published host is `ACCORD_HOST` when that is a specific
 //! address; otherwise the first non-loopback IPv4 address this machine's host name resolves to;
@@ -101,7 +102,7 @@ use crate::auth::gate::{Gate, Outcome};
 use crate::auth::{self, HandshakeLimits, Role, Token};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
-use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
+use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, TcpKeepalive, Type};
 use std::collections::HashMap;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::ToSocketAddrs;
@@ -343,6 +344,11 @@ impl TcpTransport {
 
         let advertised = opts.advertised_host();
         let listener = listen_for(&opts.bind_host, &advertised)?;
+        if let Some(poll) = crate::config::get().tcp_busy_poll {
+            // Connections inherit the listener's setting or set it as the listener did; a rank
+            // that may not busy-poll fails here, before any peer counts on it.
+            busy_poll(&SockRef::from(&listener), poll)?;
+        }
         let port = listener
             .local_addr()
             .map_err(|e| Error::io("reading the listener's address", e))?
@@ -956,7 +962,49 @@ fn write_frame(s: &Socket, hdr: &[u8], body: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// `SO_BUSY_POLL` of `poll`: a read that finds the socket empty polls the network device's
+/// receive queue itself (drivers with NAPI) rather than waiting for the device's interrupt,
+/// which NICs delay to batch packets. A call waiting for a small message reads its socket
+/// without blocking (module `reader`), so each of those reads polls the device once. Loopback
+/// and veth pairs without NAPI have no queue to poll: there it changes nothing.
+fn busy_poll(s: &SockRef<'_>, poll: Duration) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let us = poll.as_micros().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: a valid descriptor and a c_int option of the size passed.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_BUSY_POLL,
+            (&us as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    let why = if e.raw_os_error() == Some(libc::EPERM) {
+        let system = std::fs::read_to_string("/proc/sys/net/core/busy_read")
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|_| "?".into());
+        format!(
+            "{e}: this kernel lets only processes with CAP_NET_ADMIN raise it above \
+             net.core.busy_read ({system} us here); run with that capability, set the sysctl \
+             on every host instead, or unset the variable"
+        )
+    } else {
+        e.to_string()
+    };
+    Err(Error::invalid(format!(
+        "ACCORD_TCP_BUSY_POLL_US={us}: setting SO_BUSY_POLL failed: {why}"
+    )))
+}
+
 fn tune(s: &Socket) {
+    if let Some(poll) = crate::config::get().tcp_busy_poll {
+        let _ = busy_poll(&SockRef::from(s), poll); // the listener's setting was checked
+    }
     let _ = s.set_nodelay(true);
     let _ = s.set_send_buffer_size(SOCKET_BUFFER_BYTES);
     let _ = s.set_recv_buffer_size(SOCKET_BUFFER_BYTES);
