@@ -45,6 +45,9 @@ impl Communicator {
         let src = self.inner.ranks[peer];
         let mailbox = self.inner.transport.mailbox();
         if !wait && !mailbox.has_frames(src, call.comm_id, call.seq) {
+            mailbox.pump_once(src);
+        }
+        if !wait && !mailbox.has_frames(src, call.comm_id, call.seq) {
             return Ok(None);
         }
         // Point-to-point lanes match frames by key alone: any message's first frame comes.

@@ -116,6 +116,10 @@ struct State {
     aborted: Option<(usize, String)>,
     /// Destinations receives posted for frames to be read into (see [`super::placement`]).
     posted: HashMap<Key, Posting>,
+    /// Waits asleep on `ready`, and withdrawals asleep on `released`: a condition variable's
+    /// notify is a system call even with nobody to wake, and polling takers are the rule.
+    sleepers: usize,
+    unposting: usize,
 }
 
 impl State {
@@ -251,6 +255,22 @@ impl Mailbox {
         let _ = self.pump.set(p);
     }
 
+    /// Make sure whoever reads `src`'s connection for waits that do not read it themselves
+    /// (its reader thread) is reading: a turn taken and ended at once does that.
+    fn rouse(&self, src: usize) {
+        if let Some(turn) = self.pump.get().and_then(|p| p(src)) {
+            turn.sleep();
+        }
+    }
+
+    /// Read what `src`'s connection holds now, where waits read it themselves: a probe that
+    /// does not wait sees a message that has arrived, not only one a reader thread took in.
+    pub fn pump_once(&self, src: usize) {
+        if let Some(turn) = self.pump.get().and_then(|p| p(src)) {
+            turn.pump();
+        }
+    }
+
     /// Let waits for messages below `bytes` read the source's connection themselves
     /// ([`Mailbox::set_pump`]; [`POLL_MAX_BYTES`] unless set). From [`POLL_MAX_BYTES`] only
     /// where [`Mailbox::set_poll_large`] allows polling, and they poll then for as long as bytes
@@ -270,6 +290,16 @@ impl Mailbox {
         st.queues
             .get(&(src, comm, seq))
             .is_some_and(|q| !q.is_empty())
+    }
+
+    /// Release the state and wake the waits asleep on it, if any (they went to sleep holding
+    /// the lock, so none can be missed).
+    fn wake(&self, st: std::sync::MutexGuard<'_, State>) {
+        let asleep = st.sleepers > 0;
+        drop(st);
+        if asleep {
+            self.ready.notify_all();
+        }
     }
 
     /// A frame from `src` arrived.
@@ -299,8 +329,7 @@ impl Mailbox {
                 .or_default()
                 .push_back(frame);
         }
-        drop(st);
-        self.ready.notify_all();
+        self.wake(st);
     }
 
     /// `src` sent more than the cap: free what it left and report it lost, saying why.
@@ -356,16 +385,14 @@ impl Mailbox {
             .entry((src, frame.env.comm, frame.env.seq))
             .or_default()
             .push_front(frame);
-        drop(st);
-        self.ready.notify_all();
+        self.wake(st);
     }
 
     /// `src` is unreachable from now on; waits on it fail with `cause`.
     pub fn peer_lost(&self, src: usize, cause: impl Into<String>) {
         let mut st = self.state.lock().unwrap();
         st.lost.entry(src).or_insert_with(|| cause.into());
-        drop(st);
-        self.ready.notify_all();
+        self.wake(st);
     }
 
     /// `src` said goodbye: it closed its communicator (after its last call, if it was right
@@ -378,8 +405,7 @@ impl Mailbox {
             e.insert(format!("rank {src} closed its communicator"));
             st.left.insert(src);
         }
-        drop(st);
-        self.ready.notify_all();
+        self.wake(st);
     }
 
     /// Whether `src` was lost by saying goodbye ([`Mailbox::peer_left`]) rather than failing.
@@ -395,8 +421,7 @@ impl Mailbox {
         if first {
             st.aborted = Some((by, reason.clone()));
         }
-        drop(st);
-        self.ready.notify_all();
+        self.wake(st);
         if first {
             // Every rank's record is wanted, also of ranks busy elsewhere when the world ends.
             crate::observe::on_failure(format!("rank {by} aborted the job: {reason}"));
@@ -446,6 +471,7 @@ impl Mailbox {
         let pump = self.pump.get().filter(|_| pumped);
         // Recorded once the wait sleeps, for peers that ask what this rank is blocked on.
         let mut blocked = None;
+        let mut roused = pumped;
         let mut st = self.state.lock().unwrap();
         loop {
             if let Some(q) = st.queues.get_mut(&key) {
@@ -456,6 +482,16 @@ impl Mailbox {
                     st.unbuffer(src, f.data.len());
                     return Ok(f);
                 }
+            }
+            if !roused {
+                // The source's reader thread reads this message; it may be keeping out of the
+                // way of an earlier wait's polling (parked for up to a millisecond): send it
+                // back to the socket now.
+                roused = true;
+                drop(st);
+                self.rouse(src);
+                st = self.state.lock().unwrap();
+                continue;
             }
             if seq & P2P_LANE == 0 {
                 let odd = st.queues.iter().find_map(|(&(s, c, q), frames)| {
@@ -541,7 +577,9 @@ impl Mailbox {
                     gave_up: false,
                 })
             });
+            st.sleepers += 1;
             st = self.ready.wait_timeout(st, deadline - now).unwrap().0;
+            st.sleepers -= 1;
         }
     }
 
@@ -574,8 +612,7 @@ impl Mailbox {
             .entry((me, frame.env.comm, frame.env.seq))
             .or_default()
             .push_back(frame);
-        drop(st);
-        self.ready.notify_all();
+        self.wake(st);
     }
 
     /// Let frames of the message from `src` for (`comm`, `seq`) be read straight into `dest`,
@@ -647,8 +684,11 @@ impl Mailbox {
         if let Some(p) = st.posted.get_mut(&key) {
             p.claims -= 1;
         }
+        let waiting = st.unposting > 0;
         drop(st);
-        self.released.notify_all();
+        if waiting {
+            self.released.notify_all();
+        }
     }
 
     /// Withdraw the destination posted under `key`: once no reader writes into it, frames
@@ -663,11 +703,13 @@ impl Mailbox {
         let since = Instant::now();
         while st.posted.get(&key).is_some_and(|p| p.claims > 0) {
             // A reader checks at every read (see `tcp::reader`): this is short.
+            st.unposting += 1;
             st = self
                 .released
                 .wait_timeout(st, std::time::Duration::from_secs(1))
                 .unwrap()
                 .0;
+            st.unposting -= 1;
             if since.elapsed() > std::time::Duration::from_secs(5) {
                 tracing::warn!(?key, "a reader still writes into a withdrawn destination");
             }

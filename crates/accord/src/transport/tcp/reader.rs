@@ -14,7 +14,9 @@
 //! and blocks in `recv` only inside a frame, whose sender is writing the rest. While callers
 //! poll the connection it stays out of their way, parked (at most [`PARK_SLICE`] at a time):
 //! woken for every frame it would only take CPU time and the decoder from them (on a rank
-//! bound to one CPU, the caller's whole gain). A caller that stops polling to sleep wakes it.
+//! bound to one CPU, the caller's whole gain). A caller that stops polling to sleep wakes it,
+//! and so does one that starts waiting for a message it leaves to the reader thread (a large
+//! one), which would otherwise sit in the socket until the park ends.
 
 use super::lanes::Sequencer;
 use super::*;
