@@ -209,10 +209,11 @@ bench)
   echo "# $HOSTS hosts x $RANKS ranks${TRANSPORT:+, transport $TRANSPORT}, $(nproc) CPUs, float32; results in $OUT" | tee "$OUT/summary.txt"
   for op in $OPS; do
     for round in $(seq 1 "$ROUNDS"); do
-      first=accord
-      [ $((round % 2)) = 0 ] && first=mpi
-      sides="accord ${ACCORD_B:+accordb} mpi"
-      [ $first = mpi ] && sides="mpi ${ACCORD_B:+accordb} accord"
+      # Every side takes every place in turn: a second Accord side always run between the other
+      # two came out 3-10 % faster or slower than the same binary on the first side.
+      all=(accord ${ACCORD_B:+accordb} mpi)
+      k=$(((round - 1) % ${#all[@]}))
+      sides="${all[*]:k} ${all[*]:0:k}"
       for who in $sides; do
         if [ $who = accord ] || [ $who = accordb ]; then
           (
