@@ -14,15 +14,12 @@
 
 mod common;
 
-use accord::auth::Token;
-use accord::rendezvous::StoreServer;
 use accord::{Error, ReduceOp};
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Stdio};
+use std::process::{Child, ChildStdin};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-const TOKEN: &str = "stopped-rank-token";
 const WORLD: usize = 4;
 const STOPPED: usize = 3;
 /// The call's timeout (`ACCORD_TIMEOUT` stays long so that joining is never the problem).
@@ -52,20 +49,14 @@ struct Outcome {
 
 /// One run: 4 ranks of `scenario`, rank 3 stopped, the others started in `order`.
 fn run_once(scenario: &str, extra: &[(&str, &str)], order: &[usize]) -> Vec<Outcome> {
-    let server = StoreServer::bind("127.0.0.1:0", Token::new(TOKEN)).unwrap();
-    let mut children: Vec<Child> = (0..WORLD)
-        .map(|r| {
-            let mut c = common::rank_command(r, WORLD, server.addr(), TOKEN, "stopped-test-host");
-            c.env("STOPPED_TEST_SCENARIO", scenario)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit());
-            for (k, v) in extra {
-                c.env(k, v);
-            }
-            c.spawn().unwrap()
-        })
-        .collect();
+    // The store lives as long as this run.
+    let (_store, mut children) = common::spawn_ranks(
+        ("STOPPED_TEST_SCENARIO", scenario),
+        WORLD,
+        |_| "stopped-test-host".into(),
+        extra,
+        true,
+    );
     let mut last = children.pop().unwrap();
     let last_out = last.stdout.take().unwrap();
     let stopped = Stopped(last);

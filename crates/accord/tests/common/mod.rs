@@ -67,13 +67,28 @@ pub fn spawn(
     host: impl Fn(usize) -> String,
     extra: &[(&str, &str)],
 ) -> (StoreServer, Vec<Child>) {
+    spawn_ranks(("SHM_TEST_SCENARIO", scenario), n, host, extra, false)
+}
+
+/// [`spawn`] with the variable naming the scenario (`(variable, scenario)`), and with each
+/// rank's stdin a pipe the test holds where `stdin` says so.
+pub fn spawn_ranks(
+    (var, scenario): (&str, &str),
+    n: usize,
+    host: impl Fn(usize) -> String,
+    extra: &[(&str, &str)],
+    stdin: bool,
+) -> (StoreServer, Vec<Child>) {
     let server = StoreServer::bind("127.0.0.1:0", Token::new(TOKEN)).unwrap();
     let children = (0..n)
         .map(|r| {
             let mut c = rank_command(r, n, server.addr(), TOKEN, &host(r));
-            c.env("SHM_TEST_SCENARIO", scenario)
+            c.env(var, scenario)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit());
+            if stdin {
+                c.stdin(Stdio::piped());
+            }
             for (k, v) in extra {
                 c.env(k, v);
             }
