@@ -75,7 +75,9 @@ net_up() {
     ip -n ${PFX}h$h addr add $NET.$((10 + h))/24 dev eth0
     ip -n ${PFX}h$h link set eth0 up
     ip -n ${PFX}h$h link set lo up
-    if [ "${VETH_NAPI:-}" ]; then
+    if [ -n "${VETH_NAPI:-}" ]; then
+      case $VETH_NAPI in gro | threaded) ;; *) echo "multihost: VETH_NAPI is gro or threaded" >&2; exit 2 ;; esac
+      command -v ethtool >/dev/null || { echo "multihost: VETH_NAPI needs ethtool" >&2; exit 3; }
       ethtool -K ${PFX}v$h gro on tso off
       ip netns exec ${PFX}h$h ethtool -K eth0 gro on tso off
       if [ "$VETH_NAPI" = threaded ]; then
@@ -209,11 +211,16 @@ bench)
   echo "# $HOSTS hosts x $RANKS ranks${TRANSPORT:+, transport $TRANSPORT}, $(nproc) CPUs, float32; results in $OUT" | tee "$OUT/summary.txt"
   for op in $OPS; do
     for round in $(seq 1 "$ROUNDS"); do
-      # Every side takes every place in turn: a second Accord side always run between the other
-      # two came out 3-10 % faster or slower than the same binary on the first side.
-      all=(accord ${ACCORD_B:+accordb} mpi)
+      # Every side takes every place in turn, and follows each other side as often as it
+      # precedes it: a second Accord side always run between the other two came out 3-10 %
+      # faster or slower than the same binary run first.
+      all=(accord ${ACCORD_B:+accordb})
+      skip mpi || all+=(mpi)
       k=$(((round - 1) % ${#all[@]}))
       sides="${all[*]:k} ${all[*]:0:k}"
+      if [ $(((round - 1) / ${#all[@]} % 2)) = 1 ]; then
+        sides=$(printf '%s\n' $sides | tac | tr '\n' ' ')
+      fi
       for who in $sides; do
         if [ $who = accord ] || [ $who = accordb ]; then
           (

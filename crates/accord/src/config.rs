@@ -3,8 +3,9 @@
 //! [`get`] reads every variable below the first time anything asks and keeps the result for the
 //! life of the process; setting one of them later has no effect. [`Config::from_lookup`] parses
 //! the same variables through any lookup, so tests need not touch the process environment.
-//! A value that does not parse counts as unset: the default applies. Sizes are in bytes, times as
-//! noted; "trimmed" means surrounding whitespace is ignored.
+//! A value that does not parse counts as unset: the default applies (so does one that is not
+//! UTF-8, with a warning; but an `ACCORD_TUNER_PROFILE` that is not fails the start). Sizes are
+//! in bytes, times as noted; "trimmed" means surrounding whitespace is ignored.
 //!
 //! | Variable | Type | Default | Meaning |
 //! |---|---|---|---|
@@ -403,7 +404,22 @@ pub fn algo_var(kind: OpKind) -> String {
 /// The process's configuration, read from its environment on first use.
 pub fn get() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
-    CONFIG.get_or_init(|| Config::from_lookup(&|k| std::env::var(k).ok()))
+    CONFIG.get_or_init(|| {
+        let mut c = Config::from_lookup(&|k| match std::env::var(k) {
+            Ok(v) => Some(v),
+            Err(std::env::VarError::NotUnicode(raw)) => {
+                tracing::warn!("{k} is not valid UTF-8 ({raw:?}): ignored");
+                None
+            }
+            Err(std::env::VarError::NotPresent) => None,
+        });
+        // A profile asked for and not read fails the start, as an unreadable file does.
+        if let Some(raw) = std::env::var_os("ACCORD_TUNER_PROFILE").filter(|v| v.to_str().is_none())
+        {
+            c.tuner_profile = Some(Err(format!("{} is not valid UTF-8", raw.to_string_lossy())));
+        }
+        c
+    })
 }
 
 #[cfg(test)]

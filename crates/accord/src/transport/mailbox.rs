@@ -155,7 +155,8 @@ pub trait PollTurn: Send {
     /// Read what has arrived into the mailbox, without blocking (nothing if another thread is
     /// reading already); whether any bytes came.
     fn pump(&self) -> bool;
-    /// End the turn because the caller is going to sleep: whoever reads for sleepers must.
+    /// End the turn because the caller is going to sleep or leaves the reading to others:
+    /// whoever reads for them must (a reader thread parked behind the turn goes back to it).
     fn sleep(self: Box<Self>);
 }
 
@@ -177,7 +178,8 @@ pub struct Mailbox {
     /// Whether waits for large messages poll too (see [`Mailbox::set_poll_large`]).
     poll_large: std::sync::atomic::AtomicBool,
     /// Run by polling waits for small messages: reads the source's connection in the waiting
-    /// thread.
+    /// thread. Also taken, and ended at once, to send a parked reader thread back to a
+    /// connection whose message a wait leaves to it, and by a probe ([`Mailbox::pump_once`]).
     pump: std::sync::OnceLock<Pump>,
     /// Waits for messages below this size call `pump` (from [`POLL_MAX_BYTES`] only where
     /// large messages poll too: see [`Mailbox::set_pump_below`]).
@@ -263,12 +265,23 @@ impl Mailbox {
         }
     }
 
-    /// Read what `src`'s connection holds now, where waits read it themselves: a probe that
-    /// does not wait sees a message that has arrived, not only one a reader thread took in.
+    /// Bring in what has arrived from `src` for a look that does not wait (a probe): the side
+    /// path's frames (shared-memory rings), and what its connection holds, read here where
+    /// waits read it themselves (else its reader thread is sent back to it), so that a message
+    /// that has arrived is seen, not only one a reader thread happened to take in.
     pub fn pump_once(&self, src: usize) {
-        if let Some(turn) = self.pump.get().and_then(|p| p(src)) {
+        if let Some((f, _)) = self.flush.get() {
+            f(self, false);
+        }
+        let Some(turn) = self.pump.get().and_then(|p| p(src)) else {
+            return;
+        };
+        if self.poll_ns.load(Ordering::Relaxed) > 0 {
             turn.pump();
         }
+        // Ending the turn as a sleeping wait does lets a reader thread that parked meanwhile
+        // go back to the socket.
+        turn.sleep();
     }
 
     /// Let waits for messages below `bytes` read the source's connection themselves
@@ -450,7 +463,9 @@ impl Mailbox {
     /// messages of [`POLL_MAX_BYTES`] or more poll only where [`Mailbox::set_poll_large`]
     /// allows, up to [`LARGE_POLL_MAX_BYTES`] (see [`Mailbox::set_poll`]). Waits that read the
     /// source's connection themselves ([`Mailbox::set_pump`], small messages) poll as long as
-    /// bytes keep coming, and sleep after a polling period without any.
+    /// bytes keep coming, and sleep after a polling period without any; the others first send
+    /// the source's reader thread back to its connection, in case it parked behind an earlier
+    /// wait's polling.
     pub fn take(
         &self,
         src: usize,
@@ -782,6 +797,132 @@ mod tests {
         let f = m.take(0, 1, 5, &fp, deadline, bytes).expect("the frame");
         assert_eq!(f.data.len(), bytes);
         deliver.join().unwrap()
+    }
+
+    /// A pump that counts turns taken, reads and ends, delivering `frames` (each once) when
+    /// read.
+    #[derive(Default)]
+    struct Counts {
+        entered: std::sync::atomic::AtomicUsize,
+        pumped: std::sync::atomic::AtomicUsize,
+        slept: std::sync::atomic::AtomicUsize,
+    }
+
+    struct Turn(Arc<Counts>, Arc<Mailbox>, Arc<Mutex<Vec<Frame>>>);
+
+    impl PollTurn for Turn {
+        fn pump(&self) -> bool {
+            self.0.pumped.fetch_add(1, Ordering::SeqCst);
+            let frames = std::mem::take(&mut *self.2.lock().unwrap());
+            let any = !frames.is_empty();
+            for f in frames {
+                self.1.deliver(0, f);
+            }
+            any
+        }
+        fn sleep(self: Box<Self>) {
+            self.0.slept.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counted(m: &Arc<Mailbox>, frames: Vec<Frame>) -> Arc<Counts> {
+        let counts = Arc::new(Counts::default());
+        let (c, weak, frames) = (
+            counts.clone(),
+            Arc::downgrade(m),
+            Arc::new(Mutex::new(frames)),
+        );
+        m.set_pump(Box::new(move |_| {
+            c.entered.fetch_add(1, Ordering::SeqCst);
+            let t: Box<dyn PollTurn> = Box::new(Turn(c.clone(), weak.upgrade()?, frames.clone()));
+            Some(t)
+        }));
+        counts
+    }
+
+    fn seen(c: &Counts) -> (usize, usize, usize) {
+        let n = |a: &std::sync::atomic::AtomicUsize| a.load(Ordering::SeqCst);
+        (n(&c.entered), n(&c.pumped), n(&c.slept))
+    }
+
+    #[test]
+    fn waits_read_small_messages_and_send_the_reader_back_for_large_ones() {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // A small message: read by the waiting thread itself, its turn not ended as a sleep.
+        let m = Arc::new(Mailbox::new());
+        m.set_poll(Duration::from_secs(2));
+        let small = frame(16);
+        let counts = counted(&m, vec![frame(16)]);
+        assert!(m.take(0, 1, 5, &small.env.fp, deadline, 16).is_ok());
+        let (entered, pumped, slept) = seen(&counts);
+        assert_eq!((entered, slept), (1, 0));
+        assert!(pumped >= 1);
+        // A large one: one turn, ended at once (the reader thread reads it), no reading here.
+        let m = Arc::new(Mailbox::new());
+        m.set_poll(Duration::from_secs(2));
+        let counts = counted(&m, vec![]);
+        let big = frame(4 << 20);
+        let late = {
+            let m = m.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                m.deliver(0, frame(4 << 20));
+            })
+        };
+        assert!(m.take(0, 1, 5, &big.env.fp, deadline, 4 << 20).is_ok());
+        late.join().unwrap();
+        assert_eq!(seen(&counts), (1, 0, 1));
+        // A probe: reads once where waits poll, and ends its turn as a sleep; only sends the
+        // reader back where they do not (crowded hosts).
+        let m = Arc::new(Mailbox::new());
+        m.set_poll(Duration::from_secs(2));
+        let counts = counted(&m, vec![frame(16)]);
+        m.pump_once(0);
+        assert_eq!(seen(&counts), (1, 1, 1));
+        assert!(m.has_frames(0, 1, 5));
+        let m = Arc::new(Mailbox::new());
+        let counts = counted(&m, vec![frame(16)]);
+        m.pump_once(0);
+        assert_eq!(seen(&counts), (1, 0, 1));
+    }
+
+    #[test]
+    fn a_sleeping_wait_wakes_for_a_frame_a_lost_source_and_an_abort() {
+        type Event = fn(&Mailbox);
+        type Expected = fn(&Result<Frame, WaitError>) -> bool;
+        let events: [(Event, Expected); 3] = [
+            (|m| m.deliver(0, frame(16)), |r| r.is_ok()),
+            (
+                |m| m.peer_lost(0, "gone"),
+                |r| matches!(r, Err(WaitError::Lost { .. })),
+            ),
+            (
+                |m| m.abort(2, "stop"),
+                |r| matches!(r, Err(WaitError::Aborted { .. })),
+            ),
+        ];
+        for (event, expected) in events {
+            // No polling: the wait sleeps at once, and only a notification ends it early.
+            let m = Arc::new(Mailbox::new());
+            let fp = frame(16).env.fp;
+            let later = {
+                let m = m.clone();
+                std::thread::spawn(move || {
+                    while m.waits().now().is_empty() {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    event(&m);
+                })
+            };
+            let start = Instant::now();
+            let r = m.take(0, 1, 5, &fp, start + Duration::from_secs(30), 16);
+            later.join().unwrap();
+            assert!(expected(&r), "{:?}", r.as_ref().map(|f| f.len()));
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "woken, not timed out"
+            );
+        }
     }
 
     #[test]

@@ -459,11 +459,13 @@ mod tests {
                 };
                 assert_eq!((r, v), (0, 50), "the socket busy-polls 50 us");
             }
-            // Without CAP_NET_ADMIN the kernel refuses; the error says what to do.
+            // Refused (without CAP_NET_ADMIN on some kernels, or without busy polling built
+            // in): the error names the variable, and the capability where that is the cause.
             Err(e) => {
                 let m = e.to_string();
                 assert!(m.contains("ACCORD_TCP_BUSY_POLL_US=50"), "{m}");
-                assert!(m.contains("CAP_NET_ADMIN"), "{m}");
+                let eperm = io::Error::from_raw_os_error(libc::EPERM).to_string();
+                assert!(!m.contains(&eperm) || m.contains("CAP_NET_ADMIN"), "{m}");
             }
         }
     }

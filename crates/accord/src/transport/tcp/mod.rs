@@ -77,7 +77,7 @@
 //! |---------------------------|----------------------------------------------------------------|
 //! | `ACCORD_HOST`             | Address the listener binds to (default: the published address) |
 //! | `ACCORD_ADVERTISE_HOST`   | Host or IP published for peers to connect to                   |
-//! | `ACCORD_TCP_LANES`        | Connections to each lower rank (default 1, at most 8)          |
+//! | `ACCORD_TCP_LANES`        | Connections to each lower rank (1-8; default [`lanes_for`])    |
 //! | `ACCORD_TCP_BUSY_POLL_US` | `SO_BUSY_POLL` on every connection (default: the kernel's)     |
 //!
 //! Without `ACCORD_ADVERTISE_HOST`, the published host is `ACCORD_HOST` when that is a specific
@@ -1003,7 +1003,10 @@ fn busy_poll(s: &SockRef<'_>, poll: Duration) -> Result<()> {
 
 fn tune(s: &Socket) {
     if let Some(poll) = crate::config::get().tcp_busy_poll {
-        let _ = busy_poll(&SockRef::from(s), poll); // the listener's setting was checked
+        // The listener's setting was checked: this one fails only as that one would have.
+        if let Err(e) = busy_poll(&SockRef::from(s), poll) {
+            tracing::debug!("{e}");
+        }
     }
     let _ = s.set_nodelay(true);
     let _ = s.set_send_buffer_size(SOCKET_BUFFER_BYTES);
