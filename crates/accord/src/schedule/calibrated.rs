@@ -7,7 +7,9 @@
 //! ([`CostModel::tcp`]: 25 us and 1.25 GB/s, a 10 Gb Ethernet; [`CostModel::shm`]), so that its
 //! choices follow the network it runs on. A link's `alpha` is its smallest ping-pong message's
 //! time, `beta` the least-squares slope of its ping-pong times from 256 KiB; `gamma` is the
-//! profile's reduction cost per byte (of the arrays beyond the caches).
+//! profile's reduction cost per byte (of the arrays beyond the caches). The direct all-to-all's
+//! share of `beta` ([`CostModel::concurrent_share`]) is scaled so that direct posting still
+//! pays from the block size where it was measured to (see `concurrent_share`).
 
 use super::tuner::CostModel;
 use crate::transport::LinkKind;
@@ -49,7 +51,7 @@ impl Calibrated {
                 alpha_us,
                 beta_us_per_byte,
                 gamma_us_per_byte: gamma,
-                concurrent_share: built_in.concurrent_share,
+                concurrent_share: concurrent_share(built_in, alpha_us, beta_us_per_byte),
             })
         };
         Ok(Calibrated {
@@ -78,6 +80,19 @@ impl Calibrated {
             self.tcp.gamma_us_per_byte
         )
     }
+}
+
+/// The share of `beta` a direct all-to-all's bytes cost on a link of `alpha` and `beta`, where
+/// the built-in model's share stands for what was measured: direct posting pays its extra
+/// message from about the same block size on the machines it was measured on
+/// ([`super::tuner::DIRECT_ALLTOALL_MAX_RANKS`]), which the built-in costs and share put at
+/// `alpha / ((1 - share) (p - 1) beta)`. Kept at that block size with the profile's `alpha`
+/// and `beta` (a profile's faster bytes would otherwise make the overlap look worthless and
+/// the tuner take pairwise exchange, measured 1.04-1.22x slower at 256 KiB); within 0 and 1.
+fn concurrent_share(built_in: CostModel, alpha: f64, beta: f64) -> f64 {
+    let saved = (1.0 - built_in.concurrent_share) * (alpha / beta)
+        / (built_in.alpha_us / built_in.beta_us_per_byte);
+    (1.0 - saved).clamp(0.0, 1.0)
 }
 
 /// `[[bytes, us], ...]` as pairs sorted by size (entries that are not pairs of numbers are
@@ -145,7 +160,13 @@ mod tests {
         assert!((c.tcp.beta_us_per_byte - 1e-4).abs() < 1e-12);
         assert!((c.shm.beta_us_per_byte - 1.0 / 8000.0).abs() < 1e-12);
         assert_eq!(c.tcp.gamma_us_per_byte, 1e-4);
-        assert_eq!(c.tcp.concurrent_share, CostModel::tcp().concurrent_share);
+        // A link with the built-in ratio of alpha to beta keeps the built-in share.
+        let same = concurrent_share(CostModel::tcp(), 50.0, 2.0 / 1250.0);
+        assert!((same - CostModel::tcp().concurrent_share).abs() < 1e-9);
+        assert_eq!(
+            c.shm.concurrent_share, 1.0,
+            "no overlap gain through shared memory"
+        );
         assert_eq!(c.for_link(LinkKind::Tcp), c.tcp);
         assert_eq!(c.for_link(LinkKind::InProcess), CostModel::inproc());
     }
@@ -162,6 +183,29 @@ mod tests {
         assert!(Calibrated::from_json(&v, "p.json").is_err());
         let e = Calibrated::load("/nonexistent/profile.json").unwrap_err();
         assert!(e.starts_with("/nonexistent/profile.json: "), "{e}");
+    }
+
+    /// A calibrated network moves the direct all-to-all's crossover no further than the
+    /// built-in model puts it: 256 KiB over 4 and 8 ranks (64 and 32 KiB blocks) stays direct,
+    /// as measured faster there, and 4 KiB blocks stay with pairwise or Bruck.
+    #[test]
+    fn a_calibrated_network_keeps_the_direct_all_to_all_where_it_was_measured_faster() {
+        let c = Calibrated::from_json(&profile(8.5, 9_900.0), "p").unwrap();
+        assert!(c.tcp.concurrent_share < CostModel::tcp().concurrent_share);
+        let a2a = |bytes: usize, p| Collective::AllToAll {
+            send_counts: vec![bytes / 4 / p; p],
+            recv_counts: vec![bytes / 4 / p; p],
+        };
+        for p in [4, 8] {
+            assert_eq!(
+                tuner::select(&a2a(256 << 10, p), p, 4, &c.tcp),
+                Algorithm::Direct
+            );
+            assert_ne!(
+                tuner::select(&a2a(4 << 10, p), p, 4, &c.tcp),
+                Algorithm::Direct
+            );
+        }
     }
 
     /// Over many ranks a network faster per message than the built-in 10 Gb Ethernet makes
