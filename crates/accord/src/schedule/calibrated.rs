@@ -88,7 +88,9 @@ impl Calibrated {
 /// ([`super::tuner::DIRECT_ALLTOALL_MAX_RANKS`]), which the built-in costs and share put at
 /// `alpha / ((1 - share) (p - 1) beta)`. Kept at that block size with the profile's `alpha`
 /// and `beta` (a profile's faster bytes would otherwise make the overlap look worthless and
-/// the tuner take pairwise exchange, measured 1.04-1.22x slower at 256 KiB); within 0 and 1.
+/// the tuner take pairwise exchange, measured 1.04-1.22x slower at 256 KiB), as far as a share
+/// within 0 and 1 allows: a profile whose `alpha / beta` is more than 5 times the built-in
+/// one's gets 0, and direct then pays from `alpha / ((p - 1) beta)`.
 fn concurrent_share(built_in: CostModel, alpha: f64, beta: f64) -> f64 {
     let saved = (1.0 - built_in.concurrent_share) * (alpha / beta)
         / (built_in.alpha_us / built_in.beta_us_per_byte);
@@ -187,7 +189,8 @@ mod tests {
 
     /// A calibrated network moves the direct all-to-all's crossover no further than the
     /// built-in model puts it: 256 KiB over 4 and 8 ranks (64 and 32 KiB blocks) stays direct,
-    /// as measured faster there, and 4 KiB blocks stay with pairwise or Bruck.
+    /// as measured faster there, and 4 KiB calls (1 KiB and 512 B blocks) stay with pairwise or
+    /// Bruck.
     #[test]
     fn a_calibrated_network_keeps_the_direct_all_to_all_where_it_was_measured_faster() {
         let c = Calibrated::from_json(&profile(8.5, 9_900.0), "p").unwrap();

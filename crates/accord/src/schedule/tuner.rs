@@ -157,7 +157,8 @@ impl Shape {
 
 /// A direct all-to-all has a message to and from every peer in flight at once, where pairwise
 /// exchange has one of each per round: on up to this many ranks the model charges its bytes
-/// [`CostModel::concurrent_share`] of pairwise's (TCP: 0.8; shared memory and threads, whose
+/// [`CostModel::concurrent_share`] of pairwise's (TCP: 0.8, a calibrated profile's scaled to
+/// keep the same crossover, `schedule::calibrated`; shared memory and threads, whose
 /// messages this does not speed up: 1), and one message more for posting them all.
 /// With every receive of a round posted before its sends (the executor), its messages land in
 /// place however they interleave. Measured on 16 CPUs over TCP (4 and 8 ranks) and network
