@@ -1,6 +1,6 @@
 //! Forming the mesh: listening on the published address, dialling lower ranks, the
-//! introduction that follows the token handshake (see the [parent module](super)), and how
-//! long waits on the formed mesh poll.
+//! introduction that follows the token handshake (see the [parent module](super)), the options
+//! every connection gets, and how long waits on the formed mesh poll.
 
 use super::*;
 use crate::transport::wire::PROTOCOL;
@@ -392,6 +392,62 @@ pub(super) fn poll_for<'a>(
             (crate::config::get().tcp_poll, own && 2 * local <= cpus)
         }
     }
+}
+
+/// `SO_BUSY_POLL` of `poll`: a read that finds the socket empty polls the network device's
+/// receive queue itself (drivers with NAPI) rather than waiting for the device's interrupt,
+/// which NICs delay to batch packets. A call waiting for a small message reads its socket
+/// without blocking (module `reader`), so each of those reads polls the device once. Loopback
+/// and veth pairs without NAPI have no queue to poll: there it changes nothing.
+pub(super) fn busy_poll(s: &SockRef<'_>, poll: Duration) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let us = poll.as_micros().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: a valid descriptor and a c_int option of the size passed.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_BUSY_POLL,
+            (&us as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    let why = if e.raw_os_error() == Some(libc::EPERM) {
+        let system = std::fs::read_to_string("/proc/sys/net/core/busy_read")
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|_| "?".into());
+        format!(
+            "{e}: this kernel lets only processes with CAP_NET_ADMIN raise it above \
+             net.core.busy_read ({system} us here); run with that capability, set the sysctl \
+             on every host instead, or unset the variable"
+        )
+    } else {
+        e.to_string()
+    };
+    Err(Error::invalid(format!(
+        "ACCORD_TCP_BUSY_POLL_US={us}: setting SO_BUSY_POLL failed: {why}"
+    )))
+}
+
+/// The options every connection gets (and the listener, whose connections inherit them).
+pub(super) fn tune(s: &Socket) {
+    if let Some(poll) = crate::config::get().tcp_busy_poll {
+        // The listener's setting was checked: this one fails only as that one would have.
+        if let Err(e) = busy_poll(&SockRef::from(s), poll) {
+            tracing::debug!("{e}");
+        }
+    }
+    let _ = s.set_nodelay(true);
+    let _ = s.set_send_buffer_size(SOCKET_BUFFER_BYTES);
+    let _ = s.set_recv_buffer_size(SOCKET_BUFFER_BYTES);
+    let ka = TcpKeepalive::new()
+        .with_time(Duration::from_secs(30))
+        .with_interval(Duration::from_secs(10));
+    let _ = s.set_tcp_keepalive(&ka);
 }
 
 #[cfg(test)]
