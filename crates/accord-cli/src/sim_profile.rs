@@ -171,7 +171,14 @@ impl Profile {
             true => accord::transport::LinkKind::SharedMemory,
             false => accord::transport::LinkKind::Tcp,
         };
-        let algo = tuner::select(coll, world, 4, &config.cost_model(link));
+        // A call in pieces takes the algorithm of a piece, as the library's does.
+        let piece = accord::schedule::pieces::piece_of(coll, 4, config.piece_bytes);
+        let algo = tuner::select(
+            piece.as_ref().unwrap_or(coll),
+            world,
+            4,
+            &config.cost_model(link),
+        );
         let host = |r: usize| r / per_host;
         // On one machine a round's shared-memory copies compete with its network messages for
         // the same memory and CPUs: they count in the crowd and are slowed by it too.

@@ -35,6 +35,7 @@
 //! | `ACCORD_TCP_BUSY_POLL_US` | microseconds (trimmed) | off (the kernel's `net.core.busy_read`) | `SO_BUSY_POLL` on every TCP connection: a read finding nothing polls the network device's queue itself (NICs with NAPI) instead of waiting for its interrupt; some kernels let only processes with `CAP_NET_ADMIN` raise it above `net.core.busy_read`; a rank that cannot set it fails to start, naming this variable ([`crate::transport::tcp`]) |
 //! | `ACCORD_SHM_SPIN_US` | microseconds (trimmed) | 50 (crowded: 0, rings 2) | how long a shared-memory wait spins before yielding |
 //! | `ACCORD_SHM_YIELD_US` | microseconds (trimmed) | 500 (crowded: 5000) | how long it then yields before sleeping |
+//! | `ACCORD_PIECE_BYTES` | bytes (trimmed) | 8 MiB | allreduces that run as a schedule over the transport (TCP) and are larger than twice this size run as consecutive allreduces on pieces of it, whose bytes stay in the caches while they are reduced (`schedule::pieces`); 0: never; the same on every rank |
 //! | `ACCORD_SHM_SMALL_BYTES` | bytes (trimmed) | 16 KiB | shared-memory allreduces up to this size take the one-barrier path (the shared-memory collectives); the same on every rank |
 //! | `ACCORD_SHM_CMA_BYTES` | bytes (trimmed) | off | from this size, broadcast and allgather readers copy straight out of the owner's buffer; the same on every rank |
 //! | `ACCORD_SHM_STREAM_BYTES` | bytes (trimmed) | 2 MiB | copies into user buffers from this size use non-temporal stores |
@@ -156,6 +157,9 @@ pub struct Config {
     pub hier_alltoall_bytes: usize,
     /// `ACCORD_HIER_PIPELINE_BYTES`: striped allreduces from this size are pipelined.
     pub hier_pipeline_bytes: usize,
+    /// `ACCORD_PIECE_BYTES`: allreduces run as schedules of more than twice this size run in
+    /// pieces of it (`schedule::pieces`); 0: never.
+    pub piece_bytes: usize,
     /// `ACCORD_SHM_SPIN_US` (the default depends on whether the host is crowded).
     pub shm_spin: Option<Duration>,
     /// `ACCORD_SHM_YIELD_US` (the default depends on whether the host is crowded).
@@ -251,6 +255,7 @@ impl Config {
                 "ACCORD_HIER_PIPELINE_BYTES",
                 bytes(self.hier_pipeline_bytes),
             ),
+            ("ACCORD_PIECE_BYTES", self.piece_bytes.to_string()),
             ("ACCORD_SHM_CMA", on(self.shm_cma)),
             ("ACCORD_SHM_CHUNK_BYTES", bytes(self.shm_half_bytes)),
             ("ACCORD_SHM_RING_BYTES", bytes(self.shm_ring_bytes)),
@@ -357,6 +362,8 @@ impl Config {
                 .unwrap_or(crate::comm::ALLTOALL_MAX_BYTES),
             hier_pipeline_bytes: trimmed("ACCORD_HIER_PIPELINE_BYTES")
                 .unwrap_or(crate::comm::PIPELINE_MIN_BYTES),
+            piece_bytes: trimmed("ACCORD_PIECE_BYTES")
+                .unwrap_or(crate::schedule::pieces::PIECE_BYTES),
             shm_spin: micros("ACCORD_SHM_SPIN_US"),
             shm_yield: micros("ACCORD_SHM_YIELD_US"),
             shm_small_bytes: trimmed("ACCORD_SHM_SMALL_BYTES").unwrap_or(16 << 10),
@@ -458,6 +465,7 @@ mod tests {
         assert_eq!(c.hier_blocks_bytes, 1 << 20);
         assert_eq!(c.hier_alltoall_bytes, 256 << 10);
         assert_eq!(c.hier_pipeline_bytes, 32 << 20);
+        assert_eq!(c.piece_bytes, 8 << 20);
         assert!(c.hierarchy);
         assert_eq!(
             (
@@ -640,6 +648,12 @@ mod tests {
                 .1
         };
         assert_eq!(shared(&c), "allreduce=ring,reduce_scatter=rabenseifner");
+        // So is the size of the pieces large calls run in (the schedule's shape).
+        let pieces = with(&[("ACCORD_PIECE_BYTES", " 0\n")]);
+        assert_eq!(pieces.piece_bytes, 0);
+        assert!(pieces
+            .shared()
+            .contains(&("ACCORD_PIECE_BYTES", "0".into())));
         assert_eq!(shared(&with(&[])), "none");
         // As parsed: spelling, aliases, blanks and unknown names (ignored where set) aside.
         let spelled = with(&[

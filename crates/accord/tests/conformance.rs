@@ -13,7 +13,8 @@
 //!   engines' own algorithms, counts 0, 1, 7 and 1031, then a count of
 //!   40009 (many staging chunks, and copies between processes) on bf16, f64 and u8 only, and
 //!   allreduces of 262147 and 262144 elements (striped across hosts) on f32, f64 and i64;
-//!   the same over two simulated hosts without the hierarchy (`ACCORD_HIERARCHY=off`).
+//!   the same over two simulated hosts without the hierarchy (`ACCORD_HIERARCHY=off`), and
+//!   there on 3 ranks with allreduces in pieces of 1 KiB.
 //!
 //! Every type and reduce operator runs on every engine.
 
@@ -209,6 +210,17 @@ fn flat_schedules_across_two_simulated_hosts() {
     );
 }
 
+#[test]
+fn flat_schedules_in_pieces_across_two_simulated_hosts() {
+    // Allreduces above 2 KiB in pieces of 1 KiB: the matrix's 1031 elements of 4 bytes and
+    // more, the large counts in tens to thousands of pieces.
+    run_ranks(
+        3,
+        |r| ["a", "b"][r % 2].into(),
+        &[("ACCORD_HIERARCHY", "off"), ("ACCORD_PIECE_BYTES", "1024")],
+    );
+}
+
 /// Start `n` ranks of this binary ([`rank_main`]) with `host(r)` as rank `r`'s host id and
 /// `extra` in their environment, and require every one to pass.
 fn run_ranks(n: usize, host: impl Fn(usize) -> String, extra: &[(&str, &str)]) {
@@ -275,9 +287,13 @@ fn rank_main() {
         (false, true) => ("several hosts, alone on its own", "tcp"),
     };
     assert_eq!(comm.transport_name(), transport);
+    let pieces = match std::env::var("ACCORD_PIECE_BYTES") {
+        Ok(b) => format!(", in pieces of {b} bytes"),
+        Err(_) => String::new(),
+    };
     let engine = match flat {
-        false => format!("shared memory, {hosts}"),
-        true => format!("schedules over shared-memory rings and TCP, {hosts}"),
+        false => format!("shared memory, {hosts}{pieces}"),
+        true => format!("schedules over shared-memory rings and TCP, {hosts}{pieces}"),
     };
     let mut calls = 0;
     for opts in shm_runs(&engine) {

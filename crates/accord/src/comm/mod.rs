@@ -14,6 +14,7 @@
 
 use crate::atomic_duration::AtomicDuration;
 use crate::buffer::{AsInOut, AsRecv, AsSend, RecvBuf, RecvData, SendBuf, SendData};
+use crate::config;
 use crate::dtype::{self, DataType, ReduceOp};
 use crate::engine::HostEngine;
 use crate::error::{Error, Result};
@@ -21,7 +22,7 @@ use crate::exec::{self, Buffers, Routed};
 use crate::fingerprint::{Fingerprint, OpKind};
 use crate::op::Op;
 use crate::p2p_order::{Side, Turn, Turns};
-use crate::schedule::{algorithms, tuner, Algorithm, Collective, Schedule};
+use crate::schedule::{pieces, tuner, Algorithm, Collective, Schedule};
 use crate::transport::{Envelope, Frame, Transport, P2P_LANE};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -465,23 +466,38 @@ impl Communicator {
             return Ok(s.clone());
         }
         let forced = self.inner.forced.lock().unwrap().get(&coll.kind()).copied();
+        let (piece_bytes, esz) = (config::get().piece_bytes, dtype.size());
+        // A call in pieces runs each piece with the algorithm best for a piece.
+        let piece = pieces::piece_of(coll, esz, piece_bytes);
+        let tuned = piece.as_ref().unwrap_or(coll);
         let algo = match (forced, coll) {
             (Some(a), _) => a,
             // Each rank sees only its own alltoallv counts, so a size-based choice could differ
             // between ranks; pairwise works for every count pattern.
             (None, Collective::AllToAll { .. }) if kind == OpKind::AllToAllV => Algorithm::Pairwise,
-            (None, _) => tuner::select(coll, self.size(), dtype.size(), &self.inner.model),
+            (None, _) => tuner::select(tuned, self.size(), esz, &self.inner.model),
         };
         if self.rank() == 0 && self.inner.explain {
+            let pieced = match &piece {
+                Some(p) => format!(", in pieces of {} elements", p.elements()),
+                None => String::new(),
+            };
             eprintln!(
-                "accord: {} on {} ({} ranks) uses {algo}\n{}",
+                "accord: {} on {} ({} ranks) uses {algo}{pieced}\n{}",
                 kind,
                 self.name(),
                 self.size(),
-                tuner::explain(coll, self.size(), dtype.size(), &self.inner.model)
+                tuner::explain(tuned, self.size(), esz, &self.inner.model)
             );
         }
-        let s = Arc::new(algorithms::build(coll, self.size(), self.rank(), algo)?);
+        let s = Arc::new(pieces::build(
+            coll,
+            self.size(),
+            self.rank(),
+            algo,
+            esz,
+            piece_bytes,
+        )?);
         let mut cache = self.inner.cache.lock().unwrap();
         if cache.len() > 4096 {
             cache.clear(); // bounded: workloads with ever-changing sizes must not grow it forever

@@ -53,6 +53,22 @@ pub fn verify_schedules(colls: &[Collective], scheds: Vec<Schedule>) -> Result<(
     Sim::new(colls, scheds, false).run()
 }
 
+/// [`verify_schedules`] with each rank's `In` and `Out` the same memory (see
+/// [`verify_in_place`]).
+pub fn verify_schedules_in_place(
+    colls: &[Collective],
+    scheds: Vec<Schedule>,
+) -> Result<(), String> {
+    if colls.len() != scheds.len() {
+        return Err(format!(
+            "{} collectives for {} schedules",
+            colls.len(),
+            scheds.len()
+        ));
+    }
+    Sim::new(colls, scheds, true).run()
+}
+
 fn build_all(colls: &[Collective], algo: Algorithm) -> Result<Vec<Schedule>, String> {
     let p = colls.len();
     (0..p)

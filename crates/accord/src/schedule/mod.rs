@@ -25,6 +25,7 @@ use std::fmt;
 pub mod algorithms;
 pub mod calibrated;
 pub mod check;
+pub mod pieces;
 pub mod sim;
 pub mod tuner;
 
@@ -117,6 +118,30 @@ pub enum Step {
         /// The range.
         dst: Span,
     },
+}
+
+impl Step {
+    /// The same step with every span passed through `f`.
+    pub fn with_spans(self, mut f: impl FnMut(Span) -> Span) -> Step {
+        match self {
+            Step::Send { peer, src } => Step::Send { peer, src: f(src) },
+            Step::Recv { peer, dst } => Step::Recv { peer, dst: f(dst) },
+            Step::RecvReduce { peer, src, dst } => Step::RecvReduce {
+                peer,
+                src: f(src),
+                dst: f(dst),
+            },
+            Step::Copy { src, dst } => Step::Copy {
+                src: f(src),
+                dst: f(dst),
+            },
+            Step::Reduce { src, dst } => Step::Reduce {
+                src: f(src),
+                dst: f(dst),
+            },
+            Step::Finalize { dst } => Step::Finalize { dst: f(dst) },
+        }
+    }
 }
 
 /// A complete plan for one rank's part of one call.

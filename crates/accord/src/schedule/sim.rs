@@ -21,7 +21,7 @@
 //! with the traffic that competes for the same resource.
 
 use super::tuner::CostModel;
-use super::{algorithms, Algorithm, Collective, Schedule, Step};
+use super::{algorithms, pieces, Algorithm, Collective, Schedule, Step};
 use crate::error::Result;
 use std::collections::{HashMap, VecDeque};
 
@@ -87,8 +87,11 @@ pub fn simulate_on(
     domain: &dyn Fn(usize, usize) -> Option<usize>,
     gamma: f64,
 ) -> Result<Simulation> {
+    // Large calls in pieces as the library runs them (`ACCORD_PIECE_BYTES`); what the pieces
+    // gain in the caches is not modelled, only their rounds.
+    let piece_bytes = crate::config::get().piece_bytes;
     let scheds = (0..world)
-        .map(|r| algorithms::build(coll, world, r, algo))
+        .map(|r| pieces::build(coll, world, r, algo, elem_size, piece_bytes))
         .collect::<Result<Vec<_>>>()?;
     Ok(run(&scheds, elem_size, message, domain, gamma))
 }
@@ -251,7 +254,8 @@ fn run(
     }
 }
 
-/// One table for `accord sim`: every applicable algorithm, simulated and predicted.
+/// One table for `accord sim`: every applicable algorithm, simulated as the library runs it
+/// (large calls in pieces) and predicted by the tuner's closed form for the whole call.
 pub fn table(
     coll: &Collective,
     world: usize,
@@ -259,7 +263,9 @@ pub fn table(
     model: &CostModel,
 ) -> Result<String> {
     use std::fmt::Write as _;
-    let chosen = super::tuner::select(coll, world, elem_size, model);
+    // The library's choice: a call in pieces takes the algorithm of a piece.
+    let piece = pieces::piece_of(coll, elem_size, crate::config::get().piece_bytes);
+    let chosen = super::tuner::select(piece.as_ref().unwrap_or(coll), world, elem_size, model);
     let mut out = format!(
         "{} on {world} ranks, {} elements x {elem_size} B\n{:<22} {:>14} {:>14} {:>10} {:>14}\n",
         coll.kind(),
