@@ -43,14 +43,7 @@ pub fn verify_in_place(coll: &Collective, world: usize, algo: Algorithm) -> Resu
 
 /// Check hand-made (or modified) schedules: `scheds[r]` is rank `r`'s part of `colls[r]`.
 pub fn verify_schedules(colls: &[Collective], scheds: Vec<Schedule>) -> Result<(), String> {
-    if colls.len() != scheds.len() {
-        return Err(format!(
-            "{} collectives for {} schedules",
-            colls.len(),
-            scheds.len()
-        ));
-    }
-    Sim::new(colls, scheds, false).run()
+    verify_given(colls, scheds, false)
 }
 
 /// [`verify_schedules`] with each rank's `In` and `Out` the same memory (see
@@ -59,6 +52,10 @@ pub fn verify_schedules_in_place(
     colls: &[Collective],
     scheds: Vec<Schedule>,
 ) -> Result<(), String> {
+    verify_given(colls, scheds, true)
+}
+
+fn verify_given(colls: &[Collective], scheds: Vec<Schedule>, in_place: bool) -> Result<(), String> {
     if colls.len() != scheds.len() {
         return Err(format!(
             "{} collectives for {} schedules",
@@ -66,7 +63,7 @@ pub fn verify_schedules_in_place(
             scheds.len()
         ));
     }
-    Sim::new(colls, scheds, true).run()
+    Sim::new(colls, scheds, in_place).run()
 }
 
 fn build_all(colls: &[Collective], algo: Algorithm) -> Result<Vec<Schedule>, String> {
