@@ -7,7 +7,7 @@
 mod common;
 
 use accord::{Error, ReduceOp};
-use common::{all_ok, collect, spawn};
+use common::{all_ok, collect, run_ok, spawn};
 use std::time::{Duration, Instant};
 
 /// Hosts that disagree about a reduce-scatter or allgather on the stripes (block size, reduce
@@ -65,10 +65,8 @@ fn hosts_that_disagree_about_a_striped_call_all_fail() {
 fn a_barrier_across_hosts_holds_every_rank_until_the_last_arrives() {
     let uneven = |r: usize| ["a", "a", "b"][r].to_string();
     let striped = |r: usize| ["a", "b", "a", "b"][r].to_string();
-    let (_s, ch) = spawn("barrier-holds", 3, uneven, &[]);
-    all_ok(&collect(ch, Duration::from_secs(60)));
-    let (_s, ch) = spawn("barrier-holds", 4, striped, &[]);
-    all_ok(&collect(ch, Duration::from_secs(60)));
+    run_ok("barrier-holds", 3, uneven, &[], Duration::from_secs(60));
+    run_ok("barrier-holds", 4, striped, &[], Duration::from_secs(60));
 }
 
 /// A deadline set with `set_timeout` holds on every step of a call across hosts, the steps
@@ -87,13 +85,17 @@ fn set_timeout_bounds_the_steps_between_hosts() {
         "allreduce_small",
         "barrier",
     ] {
-        let (_s, ch) = spawn("hier-timeout", 4, host, &[("HIER_TIMEOUT_OP", op)]);
-        all_ok(&collect(ch, Duration::from_secs(60)));
+        run_ok(
+            "hier-timeout",
+            4,
+            host,
+            &[("HIER_TIMEOUT_OP", op)],
+            Duration::from_secs(60),
+        );
     }
     for op in ["alltoall_large", "allreduce_small", "barrier"] {
         let env = [("HIER_TIMEOUT_OP", op), ("HIER_TIMEOUT_LATE", "2500")];
-        let (_s, ch) = spawn("hier-timeout", 4, host, &env);
-        all_ok(&collect(ch, Duration::from_secs(60)));
+        run_ok("hier-timeout", 4, host, &env, Duration::from_secs(60));
     }
 }
 

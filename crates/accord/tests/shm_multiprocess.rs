@@ -7,7 +7,7 @@ mod common;
 
 use accord::Parts;
 use accord::{Communicator, Error, ReduceOp};
-use common::{all_ok, collect, spawn};
+use common::{all_ok, collect, run_ok, spawn};
 use std::time::{Duration, Instant};
 
 fn same_host(_: usize) -> String {
@@ -36,7 +36,7 @@ fn assert_no_segments() {
 fn every_collective_over_shared_memory_matches_the_reference() {
     for n in [2, 3, 4] {
         // Small staging halves: every size above a few KiB is pipelined over many chunks.
-        let (_s, ch) = spawn(
+        run_ok(
             "matrix",
             n,
             same_host,
@@ -44,22 +44,26 @@ fn every_collective_over_shared_memory_matches_the_reference() {
                 ("ACCORD_SHM_CHUNK_BYTES", "4096"),
                 ("ACCORD_SHM_CMA_BYTES", "65536"),
             ],
+            Duration::from_secs(120),
         );
-        all_ok(&collect(ch, Duration::from_secs(120)));
     }
-    let (_s, ch) = spawn("matrix", 3, same_host, &[]);
-    all_ok(&collect(ch, Duration::from_secs(120)));
+    run_ok("matrix", 3, same_host, &[], Duration::from_secs(120));
     // Staged copies only (no process_vm_readv).
-    let (_s, ch) = spawn("matrix", 3, same_host, &[("ACCORD_SHM_CMA", "0")]);
-    all_ok(&collect(ch, Duration::from_secs(120)));
+    run_ok(
+        "matrix",
+        3,
+        same_host,
+        &[("ACCORD_SHM_CMA", "0")],
+        Duration::from_secs(120),
+    );
     // Non-temporal (streaming) copies from a few KiB, at unaligned offsets and odd lengths.
-    let (_s, ch) = spawn(
+    run_ok(
         "matrix",
         3,
         same_host,
         &[("ACCORD_SHM_CMA", "0"), ("ACCORD_SHM_STREAM_BYTES", "4096")],
+        Duration::from_secs(120),
     );
-    all_ok(&collect(ch, Duration::from_secs(120)));
     assert_no_segments();
 }
 
@@ -67,16 +71,25 @@ fn every_collective_over_shared_memory_matches_the_reference() {
 fn point_to_point_and_schedule_collectives_use_shared_memory_rings() {
     // Small rings: every message above 16 KiB is chunked and waits for ring space.
     for n in [2, 3, 4] {
-        let (_s, ch) = spawn("p2p", n, same_host, &[("ACCORD_SHM_RING_BYTES", "65536")]);
-        all_ok(&collect(ch, Duration::from_secs(120)));
+        run_ok(
+            "p2p",
+            n,
+            same_host,
+            &[("ACCORD_SHM_RING_BYTES", "65536")],
+            Duration::from_secs(120),
+        );
     }
     // Default ring size, and more ranks than this machine may have cores.
-    let (_s, ch) = spawn("p2p", 5, same_host, &[]);
-    all_ok(&collect(ch, Duration::from_secs(120)));
+    run_ok("p2p", 5, same_host, &[], Duration::from_secs(120));
     // Rings inside each simulated host, TCP between them.
     let host = |r: usize| ["a", "b", "a", "b"][r].to_string();
-    let (_s, ch) = spawn("p2p", 4, host, &[("ACCORD_SHM_RING_BYTES", "65536")]);
-    all_ok(&collect(ch, Duration::from_secs(120)));
+    run_ok(
+        "p2p",
+        4,
+        host,
+        &[("ACCORD_SHM_RING_BYTES", "65536")],
+        Duration::from_secs(120),
+    );
     assert_no_segments();
 }
 
@@ -84,13 +97,13 @@ fn point_to_point_and_schedule_collectives_use_shared_memory_rings() {
 /// each) arrive whole and in each thread's order; nonblocking receives match in posting order.
 #[test]
 fn messages_with_one_tag_in_flight_arrive_whole_over_rings() {
-    let (_s, ch) = spawn(
+    run_ok(
         "p2p-order",
         2,
         same_host,
         &[("ACCORD_SHM_RING_BYTES", "65536")],
+        Duration::from_secs(60),
     );
-    all_ok(&collect(ch, Duration::from_secs(60)));
 }
 
 #[test]
@@ -114,30 +127,44 @@ fn a_rank_killed_during_point_to_point_is_named_and_last_messages_arrive() {
         t0.elapsed()
     );
     // A rank that sends and exits normally: its messages are still received.
-    let (_s, ch) = spawn("p2p-exit", 2, same_host, &[]);
-    all_ok(&collect(ch, Duration::from_secs(60)));
+    run_ok("p2p-exit", 2, same_host, &[], Duration::from_secs(60));
     assert_no_segments();
 }
 
 #[test]
 fn point_to_point_timeouts_and_mismatches_end_waits() {
-    let (_s, ch) = spawn("p2p-timeout", 2, same_host, &[("ACCORD_TIMEOUT", "2")]);
-    all_ok(&collect(ch, Duration::from_secs(60)));
+    run_ok(
+        "p2p-timeout",
+        2,
+        same_host,
+        &[("ACCORD_TIMEOUT", "2")],
+        Duration::from_secs(60),
+    );
 }
 
 #[test]
 fn two_simulated_hosts_use_shared_memory_inside_and_tcp_between() {
     // Ranks 0 and 2 on host a, 1 and 3 on host b, 4 alone on host c.
     let host = |r: usize| ["a", "b", "a", "b", "c"][r].to_string();
-    let (_s, ch) = spawn("mixed", 5, host, &[("ACCORD_SHM_CHUNK_BYTES", "8192")]);
-    all_ok(&collect(ch, Duration::from_secs(120)));
+    run_ok(
+        "mixed",
+        5,
+        host,
+        &[("ACCORD_SHM_CHUNK_BYTES", "8192")],
+        Duration::from_secs(120),
+    );
     assert_no_segments();
 }
 
 #[test]
 fn forced_tcp_gives_the_same_results_without_shared_memory() {
-    let (_s, ch) = spawn("tcp", 3, same_host, &[("ACCORD_TRANSPORT", "tcp")]);
-    all_ok(&collect(ch, Duration::from_secs(120)));
+    run_ok(
+        "tcp",
+        3,
+        same_host,
+        &[("ACCORD_TRANSPORT", "tcp")],
+        Duration::from_secs(120),
+    );
 }
 
 #[test]
@@ -183,16 +210,13 @@ fn a_rank_cut_off_for_flooding_is_told_why() {
         ("ACCORD_MAX_UNMATCHED_BYTES", "1048576"),
         ("ACCORD_TIMEOUT", "20"),
     ];
-    let (_s, ch) = spawn("flood", 2, same_host, &extra);
-    all_ok(&collect(ch, Duration::from_secs(60)));
+    run_ok("flood", 2, same_host, &extra, Duration::from_secs(60));
 }
 
 #[test]
 fn desync_and_abort_end_shared_memory_waits() {
-    let (_s, ch) = spawn("desync", 3, same_host, &[]);
-    all_ok(&collect(ch, Duration::from_secs(60)));
-    let (_s, ch) = spawn("abort", 3, same_host, &[]);
-    all_ok(&collect(ch, Duration::from_secs(60)));
+    run_ok("desync", 3, same_host, &[], Duration::from_secs(60));
+    run_ok("abort", 3, same_host, &[], Duration::from_secs(60));
 }
 
 /// Ranks that disagree on the root of a rooted collective all fail with a desync at once, on
@@ -230,8 +254,7 @@ fn ranks_that_disagree_on_the_root_all_fail_over_shared_memory() {
     for roots in ["0,2,0,2", "1,1,2,1"] {
         for op in ["broadcast", "broadcast_large", "reduce"] {
             let extra = [("ROOTS", roots), ("ROOT_OP", op)];
-            let (_s, ch) = spawn("root-mismatch", 4, host, &extra);
-            all_ok(&collect(ch, Duration::from_secs(60)));
+            run_ok("root-mismatch", 4, host, &extra, Duration::from_secs(60));
         }
     }
 }

@@ -127,3 +127,17 @@ pub fn all_ok(res: &[(Option<i32>, String)]) {
         assert!(out.contains("RANK-OK"), "rank {r} did not finish:\n{out}");
     }
 }
+
+/// [`spawn`] `n` ranks running `scenario`, wait up to `limit` for them ([`collect`]), and assert
+/// [`all_ok`]: every rank exited 0 after printing `RANK-OK` (a failing rank is reported with its
+/// stdout). The store lives until every rank has ended.
+pub fn run_ok(
+    scenario: &str,
+    n: usize,
+    host: impl Fn(usize) -> String,
+    extra: &[(&str, &str)],
+    limit: Duration,
+) {
+    let (_server, children) = spawn(scenario, n, host, extra);
+    all_ok(&collect(children, limit));
+}
