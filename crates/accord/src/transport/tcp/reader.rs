@@ -113,6 +113,10 @@ struct Decoder {
     ended: bool,
     /// Bytes read so far.
     received: u64,
+    /// The last read took less than it had room for: the socket held nothing more then, so
+    /// looking again at once after the frames it completed would most likely find nothing
+    /// (a system call per message, contending for the socket's lock with the sender's).
+    drained: bool,
 }
 
 /// A frame whose header has been read.
@@ -168,6 +172,7 @@ impl Inbound {
                 frame: None,
                 ended: false,
                 received: 0,
+                drained: false,
             }),
         }
     }
@@ -345,6 +350,9 @@ impl Inbound {
                 continue;
             }
             let begun = d.end - d.start;
+            if begun == 0 && std::mem::take(&mut d.drained) {
+                return true;
+            }
             match self.fill(d, inside_frames && begun > 0) {
                 Ok(Got::Bytes) => {}
                 Ok(Got::Nothing) => return true,
@@ -375,6 +383,7 @@ impl Inbound {
                 Ok(n) => {
                     d.end += n;
                     d.received += n as u64;
+                    d.drained = d.end < d.buf.len();
                     return Ok(Got::Bytes);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Got::Nothing),
