@@ -6,8 +6,13 @@
 //! peer that sends more than that, whether a program bug or a peer that knows the token and
 //! floods us, is treated as lost with a cause that says so, its frames are freed, and waits on
 //! it fail naming it, instead of this process growing without bound.
+//!
+//! This file holds the frames, their queues and the waits on them. Posting destinations for
+//! frames to be read straight into ([`Mailbox::post`], [`Mailbox::claim`] and the withdrawal)
+//! is in [`super::placement`]; its bookkeeping lives in this mailbox's state, under the same
+//! lock, since [`Mailbox::deliver`] follows the postings as it queues a frame.
 
-use super::placement::{Claim, Posted, Posting};
+use super::placement::Posting;
 use super::waits::{Blocked, Waits};
 use super::{Envelope, P2P_LANE};
 use crate::fingerprint::Fingerprint;
@@ -93,7 +98,7 @@ pub enum WaitError {
     },
 }
 
-type Key = (usize, u64, u64);
+pub(super) type Key = (usize, u64, u64);
 
 pub use crate::config::DEFAULT_MAX_UNMATCHED_BYTES;
 
@@ -104,10 +109,10 @@ pub fn max_unmatched_bytes() -> usize {
 }
 
 #[derive(Default)]
-struct State {
-    queues: HashMap<Key, VecDeque<Frame>>,
+pub(super) struct State {
+    pub(super) queues: HashMap<Key, VecDeque<Frame>>,
     /// Payload bytes waiting per source.
-    buffered: HashMap<usize, usize>,
+    pub(super) buffered: HashMap<usize, usize>,
     /// Sources that went over the cap: their frames are dropped from then on.
     flooded: std::collections::HashSet<usize>,
     lost: HashMap<usize, String>,
@@ -115,11 +120,11 @@ struct State {
     left: std::collections::HashSet<usize>,
     aborted: Option<(usize, String)>,
     /// Destinations receives posted for frames to be read into (see [`super::placement`]).
-    posted: HashMap<Key, Posting>,
+    pub(super) posted: HashMap<Key, Posting>,
     /// Waits asleep on `ready`, and withdrawals asleep on `released`: a condition variable's
     /// notify is a system call even with nobody to wake, and polling takers are the rule.
     sleepers: usize,
-    unposting: usize,
+    pub(super) unposting: usize,
 }
 
 impl State {
@@ -162,7 +167,7 @@ pub trait PollTurn: Send {
 
 /// Incoming frames of one rank.
 pub struct Mailbox {
-    state: Mutex<State>,
+    pub(super) state: Mutex<State>,
     ready: Condvar,
     /// Bytes one source may leave untaken (see the module docs).
     cap: usize,
@@ -188,7 +193,7 @@ pub struct Mailbox {
     /// allocation of that size is mapped and faulted in page by page, and zeroed.
     spare: Mutex<Vec<Vec<u8>>>,
     /// Signalled when a reader stops writing into a posted destination.
-    released: Condvar,
+    pub(super) released: Condvar,
     /// Payload bytes delivered read straight into posted destinations ([`Mailbox::placed_bytes`]).
     placed: AtomicU64,
 }
@@ -630,119 +635,6 @@ impl Mailbox {
         self.wake(st);
     }
 
-    /// Let frames of the message from `src` for (`comm`, `seq`) be read straight into `dest`,
-    /// the `len` bytes a receive of that whole message (fingerprint `fp`) fills, until the
-    /// returned guard is dropped (see [`super::placement`]). The caller keeps `dest` valid and
-    /// neither reads nor writes it while the guard lives, except through frames it takes.
-    pub fn post(
-        &self,
-        src: usize,
-        comm: u64,
-        seq: u64,
-        fp: &Fingerprint,
-        dest: *mut u8,
-        len: usize,
-    ) -> Posted<'_> {
-        let key = (src, comm, seq);
-        let mut st = self.state.lock().unwrap();
-        let mut p = Posting::new(dest, len, *fp);
-        // Only the frames up to the message's end (or to another message before it) matter:
-        // a backlog of later messages is not scanned at every receive.
-        for f in st.queues.get(&key).into_iter().flatten() {
-            p.delivered(f);
-            if p.behind || p.next >= len {
-                break;
-            }
-        }
-        // Nothing to post where everything has arrived (or the key is posted already).
-        let fresh = p.next < len && !p.behind && !st.posted.contains_key(&key);
-        if fresh {
-            st.posted.insert(key, p);
-        }
-        Posted {
-            mailbox: self,
-            key: fresh.then_some(key),
-        }
-    }
-
-    /// Claim the place of the frame `h` from `src`, whose header was just read, in the
-    /// destination posted for it, if it has one; `in_order` says whether every frame `src`
-    /// sent before it has been delivered. (Found out before the call: a transport that puts
-    /// frames back in order delivers them here under its own lock.)
-    pub fn claim(
-        self: &std::sync::Arc<Self>,
-        src: usize,
-        h: &super::wire::Header,
-        in_order: bool,
-    ) -> Option<Claim> {
-        let key = (src, h.env.comm, h.env.seq);
-        let mut st = self.state.lock().unwrap();
-        let p = st.posted.get_mut(&key)?;
-        if !p.admits(h, in_order) {
-            return None;
-        }
-        p.claimed(h);
-        Some(Claim {
-            mailbox: self.clone(),
-            key,
-            posting: p.id,
-            // SAFETY (of the offset): `admits` checked offset + len <= the destination's length.
-            dest: unsafe { p.dest.add(h.offset as usize) },
-            len: h.chunk_len as usize,
-            revoked: p.revoked.clone(),
-        })
-    }
-
-    /// A reader stopped writing into the destination posted under `key`.
-    pub(super) fn release(&self, key: Key) {
-        let mut st = self.state.lock().unwrap();
-        if let Some(p) = st.posted.get_mut(&key) {
-            p.claims -= 1;
-        }
-        let waiting = st.unposting > 0;
-        drop(st);
-        if waiting {
-            self.released.notify_all();
-        }
-    }
-
-    /// Withdraw the destination posted under `key`: once no reader writes into it, frames
-    /// placed there and not taken get buffers of their own (their receive failed, or a later
-    /// one may take them).
-    pub(super) fn unpost(&self, key: Key) {
-        let mut st = self.state.lock().unwrap();
-        let Some(p) = st.posted.get(&key) else {
-            return;
-        };
-        p.revoked.store(true, Ordering::Release);
-        let since = Instant::now();
-        while st.posted.get(&key).is_some_and(|p| p.claims > 0) {
-            // A reader checks at every read (see `tcp::reader`): this is short.
-            st.unposting += 1;
-            st = self
-                .released
-                .wait_timeout(st, std::time::Duration::from_secs(1))
-                .unwrap()
-                .0;
-            st.unposting -= 1;
-            if since.elapsed() > std::time::Duration::from_secs(5) {
-                tracing::warn!(?key, "a reader still writes into a withdrawn destination");
-            }
-        }
-        let p = st.posted.remove(&key).expect("posted above");
-        let mut kept = 0;
-        for f in st.queues.get_mut(&key).into_iter().flatten() {
-            if f.placed > 0 && f.posting == p.id {
-                // SAFETY: the frame was read into the destination at its offset; the
-                // destination is still the caller's (see `post`).
-                let at = unsafe { p.dest.add(f.offset as usize) }.cast_const();
-                f.data = unsafe { std::slice::from_raw_parts(at, f.placed) }.to_vec();
-                kept += std::mem::take(&mut f.placed);
-            }
-        }
-        *st.buffered.entry(key.0).or_default() += kept;
-    }
-
     /// Payload bytes that readers have delivered read straight into the destinations receives
     /// posted, since this mailbox was made (the rest went to buffers of their own).
     pub fn placed_bytes(&self) -> u64 {
@@ -757,14 +649,14 @@ impl Mailbox {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::dtype::DataType;
     use crate::fingerprint::OpKind;
     use std::sync::Arc;
     use std::time::Duration;
 
-    fn frame(bytes: usize) -> Frame {
+    pub(in crate::transport) fn frame(bytes: usize) -> Frame {
         Frame::new(
             Envelope {
                 comm: 1,
@@ -963,46 +855,6 @@ mod tests {
         m.recycle(part);
         let grown = m.buffer(RECYCLE_MIN_BYTES + 16);
         assert!(grown[RECYCLE_MIN_BYTES..].iter().all(|&b| b == 0));
-    }
-
-    /// The header of `f` as a reader would have read it off the wire.
-    fn header_of(f: &Frame) -> super::super::wire::Header {
-        super::super::wire::Header {
-            kind: super::super::wire::FrameKind::Data,
-            src: 0,
-            chunk_len: f.len() as u32,
-            env: f.env,
-            total_len: f.total_len,
-            offset: f.offset,
-            order: 0,
-        }
-    }
-
-    #[test]
-    fn a_destination_posted_behind_a_message_of_another_size_takes_nothing() {
-        // A point-to-point receive of 64 KiB waits where a 96 KiB message comes first: it
-        // fails on that one and leaves it; the 64 KiB message after it is not its to take.
-        let (theirs, mine) = (frame(96 << 10), frame(64 << 10));
-        let mut dest = vec![0u8; 64 << 10];
-        for arrived_first in [true, false] {
-            let m = Arc::new(Mailbox::new());
-            if arrived_first {
-                m.deliver(0, frame(96 << 10));
-            }
-            let posted = m.post(0, 1, 5, &mine.env.fp, dest.as_mut_ptr(), dest.len());
-            if !arrived_first {
-                // Still posted, as nothing arrived: the next frame in line would be placed.
-                assert!(m.claim(0, &header_of(&mine), true).is_some());
-                m.deliver(0, frame(96 << 10));
-            }
-            assert!(m.claim(0, &header_of(&theirs), true).is_none());
-            assert!(m.claim(0, &header_of(&mine), true).is_none());
-            drop(posted);
-        }
-        // With nothing ahead of it, the message's first frame is placed.
-        let m = Arc::new(Mailbox::new());
-        let _posted = m.post(0, 1, 5, &mine.env.fp, dest.as_mut_ptr(), dest.len());
-        assert!(m.claim(0, &header_of(&mine), true).is_some());
     }
 
     #[test]
