@@ -150,7 +150,7 @@ impl Inner {
                 poison: Mutex::new(None),
                 poisoned: Default::default(),
                 closed: Default::default(),
-                cache: Mutex::new(HashMap::new()),
+                cache: Mutex::default(),
                 forced: Mutex::new(HashMap::new()),
                 explain: self.explain,
                 explained: Default::default(),

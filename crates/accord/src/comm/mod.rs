@@ -38,6 +38,7 @@ mod group;
 mod hierarchy;
 mod host;
 mod p2p;
+mod plans;
 mod probe;
 mod recorded;
 mod request;
@@ -137,10 +138,8 @@ struct Inner {
     poisoned: std::sync::atomic::AtomicBool,
     /// `close` was called.
     closed: std::sync::atomic::AtomicBool,
-    /// Plans by (operation, collective, element size): the algorithm choice depends on all
-    /// three (an all-to-all-v takes pairwise whatever its counts, which a regular all-to-all of
-    /// the same counts need not).
-    cache: Mutex<HashMap<(OpKind, Collective, usize), Plan>>,
+    /// The schedules built so far, by call.
+    cache: Mutex<plans::Plans>,
     /// `ACCORD_EXPLAIN=1`: say which engine and algorithm run each operation.
     explain: bool,
     /// The (operation, engine) pairs `ACCORD_EXPLAIN` has reported.
@@ -201,7 +200,7 @@ impl Communicator {
                 poison: Mutex::new(None),
                 poisoned: Default::default(),
                 closed: Default::default(),
-                cache: Mutex::new(HashMap::new()),
+                cache: Mutex::default(),
                 forced: Mutex::new(HashMap::new()),
                 explain: crate::config::get().explain,
                 explained: Default::default(),
@@ -461,8 +460,13 @@ impl Communicator {
         kind: OpKind,
         dtype: DataType,
     ) -> Result<(Arc<Schedule>, Algorithm)> {
-        let key = (kind, coll.clone(), dtype.size());
-        if let Some(s) = self.inner.cache.lock().unwrap().get(&key) {
+        if let Some(s) = self
+            .inner
+            .cache
+            .lock()
+            .unwrap()
+            .get(kind, coll, dtype.size())
+        {
             return Ok(s.clone());
         }
         let forced = self.inner.forced.lock().unwrap().get(&coll.kind()).copied();
@@ -498,11 +502,12 @@ impl Communicator {
             esz,
             piece_bytes,
         )?);
-        let mut cache = self.inner.cache.lock().unwrap();
-        if cache.len() > 4096 {
-            cache.clear(); // bounded: workloads with ever-changing sizes must not grow it forever
-        }
-        cache.insert(key, (s.clone(), algo));
+        let plan = (s.clone(), algo);
+        self.inner
+            .cache
+            .lock()
+            .unwrap()
+            .insert(kind, coll, esz, plan);
         Ok((s, algo))
     }
 

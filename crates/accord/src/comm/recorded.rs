@@ -132,8 +132,10 @@ impl Communicator {
         if !trace::enabled() {
             return None;
         }
-        let key = (op.kind(), op.coll.clone(), op.dtype.size());
-        self.inner.cache.lock().unwrap().get(&key).map(|(_, a)| *a)
+        let cache = self.inner.cache.lock().unwrap();
+        cache
+            .get(op.kind(), &op.coll, op.dtype.size())
+            .map(|(_, a)| *a)
     }
 }
 
