@@ -17,6 +17,7 @@
 //! fail on the first frame (the call's fingerprint names the whole call); the piece size is
 //! compared when a world forms.
 
+use super::plan::Layout;
 use super::{algorithms, Algorithm, Buf, Collective, Schedule, Span};
 use crate::error::Result;
 
@@ -24,23 +25,41 @@ use crate::error::Result;
 /// in pieces. Measured on 16 CPUs (300 MiB of last-level cache) over TCP against one schedule
 /// over the whole buffer, alternating rounds: 4 ranks, 32-128 MiB 0.87-0.88x the time (5
 /// rounds; in another run of pieces of 16 MiB 0.86-0.99x, 32 MiB 0.91-0.93x), 2 ranks
-/// 0.95-0.96x; 16 MiB in pieces of 8 MiB 1.06x, so not pieced.
+/// 0.95-0.96x; 16 MiB in pieces of 8 MiB 1.06x, so calls up to twice the piece stay whole.
 pub const PIECE_BYTES: usize = 8 << 20;
 
-/// The allreduce each piece of `coll` runs, where `coll` runs in pieces of `piece_bytes`
-/// (0: never), or `None` where it runs whole.
-pub fn piece_of(coll: &Collective, elem_size: usize, piece_bytes: usize) -> Option<Collective> {
+/// Most pieces a call is cut into: beyond, the pieces grow instead, so that a plan (every
+/// piece's rounds, kept in the communicator's cache) stays bounded whatever the count and
+/// `ACCORD_PIECE_BYTES`.
+pub const MAX_PIECES: usize = 256;
+
+/// How many pieces an allreduce of `count` elements runs in: 1 (whole) up to twice the piece,
+/// else as many as pieces of at most `piece_bytes` need (0: never), at most [`MAX_PIECES`].
+/// The pieces are equal but for one element, so none is a tiny remainder.
+fn pieces(count: usize, elem_size: usize, piece_bytes: usize) -> usize {
     let piece = piece_bytes / elem_size.max(1);
+    match piece > 0 && count > piece.saturating_mul(2) {
+        true => count.div_ceil(piece).min(MAX_PIECES),
+        false => 1,
+    }
+}
+
+/// The allreduce the largest piece of `coll` runs, where `coll` runs in pieces of at most
+/// `piece_bytes` (0: never), or `None` where it runs whole.
+pub fn piece_of(coll: &Collective, elem_size: usize, piece_bytes: usize) -> Option<Collective> {
     match *coll {
-        Collective::AllReduce { count } if piece > 0 && count > piece.saturating_mul(2) => {
-            Some(Collective::AllReduce { count: piece })
-        }
+        Collective::AllReduce { count } => match pieces(count, elem_size, piece_bytes) {
+            1 => None,
+            n => Some(Collective::AllReduce {
+                count: count.div_ceil(n),
+            }),
+        },
         _ => None,
     }
 }
 
-/// `rank`'s schedule for `coll` with `algo`: in pieces of `piece_bytes` where [`piece_of`]
-/// says so, else [`algorithms::build`]'s.
+/// `rank`'s schedule for `coll` with `algo`: in pieces of at most `piece_bytes` where
+/// [`piece_of`] says so, else [`algorithms::build`]'s.
 pub fn build(
     coll: &Collective,
     world: usize,
@@ -49,26 +68,37 @@ pub fn build(
     elem_size: usize,
     piece_bytes: usize,
 ) -> Result<Schedule> {
-    let Some(piece) = piece_of(coll, elem_size, piece_bytes) else {
-        return algorithms::build(coll, world, rank, algo);
+    let n = match *coll {
+        Collective::AllReduce { count } => pieces(count, elem_size, piece_bytes),
+        _ => 1,
     };
-    let (count, step) = (coll.elements(), piece.elements());
-    let mut whole = Schedule::default();
-    let mut off = 0;
-    while off < count {
-        let part = Collective::AllReduce {
-            count: step.min(count - off),
+    if n < 2 {
+        return algorithms::build(coll, world, rank, algo);
+    }
+    let count = coll.elements();
+    let sizes = Layout::even(count, n);
+    // Pieces differ by at most one element: two schedules, each built once.
+    let (big, small) = (count.div_ceil(n), count / n);
+    let of = |c| algorithms::build(&Collective::AllReduce { count: c }, world, rank, algo);
+    let (big, small) = (of(big)?, of(small)?);
+    let mut whole = Schedule {
+        rounds: Vec::new(),
+        tmp_len: big.tmp_len.max(small.tmp_len),
+    };
+    for i in 0..n {
+        let (off, len) = (sizes.off(i), sizes.len(i));
+        let piece = if len == count.div_ceil(n) {
+            &big
+        } else {
+            &small
         };
-        let s = algorithms::build(&part, world, rank, algo)?;
-        whole.tmp_len = whole.tmp_len.max(s.tmp_len);
         let moved = |span| shifted(span, off);
-        whole.rounds.extend(s.rounds.into_iter().map(|round| {
+        whole.rounds.extend(piece.rounds.iter().map(|round| {
             round
-                .into_iter()
+                .iter()
                 .map(|s| s.with_spans(moved))
                 .collect::<Vec<_>>()
         }));
-        off += step;
     }
     Ok(whole)
 }
@@ -97,8 +127,14 @@ mod tests {
     fn only_allreduces_above_twice_the_piece_run_in_pieces() {
         let ar = |count| Collective::AllReduce { count };
         assert_eq!(piece_of(&ar(16), 4, 32), None);
-        assert_eq!(piece_of(&ar(17), 4, 32), Some(ar(8)));
+        // Three pieces of at most 8 elements, equal but for one element: 6, 6 and 5.
+        assert_eq!(piece_of(&ar(17), 4, 32), Some(ar(6)));
         assert_eq!(piece_of(&ar(1 << 30), 4, 0), None);
+        // At most MAX_PIECES: the pieces grow instead.
+        assert_eq!(
+            piece_of(&ar(1 << 30), 4, 4),
+            Some(ar((1 << 30) / MAX_PIECES))
+        );
         let bc = Collective::Broadcast {
             count: 100,
             root: 3,
@@ -123,13 +159,14 @@ mod tests {
 
     #[test]
     fn pieced_schedules_compute_their_collective() {
-        // Counts that leave a short last piece, pieces smaller than the world, odd worlds.
+        // Pieces of two sizes, pieces smaller than the world, more pieces than MAX_PIECES
+        // would allow (600 elements: 88 pieces of 3 and 168 of 2), odd worlds.
         for world in 1..=7 {
             for algo in algorithms::applicable(&Collective::AllReduce { count: 1 })
                 .iter()
                 .copied()
             {
-                for (count, piece) in [(7, 3), (20, 6), (3, 1), (64, 8)] {
+                for (count, piece) in [(7, 3), (20, 6), (3, 1), (64, 8), (600, 1)] {
                     let coll = Collective::AllReduce { count };
                     let colls = vec![coll.clone(); world];
                     check::verify_schedules(&colls, pieced(&coll, world, algo, piece))
@@ -143,22 +180,21 @@ mod tests {
 
     #[test]
     fn pieces_run_one_after_another_over_their_own_ranges() {
+        // 10 elements in pieces of at most 3: 3, 3, 2 and 2.
         let coll = Collective::AllReduce { count: 10 };
         let whole = build(&coll, 3, 0, Algorithm::Ring, 4, 12).unwrap();
-        let one =
-            algorithms::build(&Collective::AllReduce { count: 3 }, 3, 0, Algorithm::Ring).unwrap();
-        let last =
-            algorithms::build(&Collective::AllReduce { count: 1 }, 3, 0, Algorithm::Ring).unwrap();
-        assert_eq!(whole.rounds.len(), 3 * one.rounds.len() + last.rounds.len());
-        assert_eq!(whole.tmp_len, one.tmp_len.max(last.tmp_len));
-        // The third piece covers elements 6..9 of the caller's buffers.
-        let third = &whole.rounds[2 * one.rounds.len()..3 * one.rounds.len()];
-        for step in third.iter().flatten() {
-            step.with_spans(|s| {
-                if s.buf != Buf::Tmp {
-                    assert!(s.off >= 6 && s.off + s.len <= 9, "{s:?}");
+        let of = |c| algorithms::build(&Collective::AllReduce { count: c }, 3, 0, Algorithm::Ring);
+        let (big, small) = (of(3).unwrap(), of(2).unwrap());
+        let (b, s) = (big.rounds.len(), small.rounds.len());
+        assert_eq!(whole.rounds.len(), 2 * b + 2 * s);
+        assert_eq!(whole.tmp_len, big.tmp_len.max(small.tmp_len));
+        // The third piece covers elements 6..8 of the caller's buffers.
+        for step in whole.rounds[2 * b..2 * b + s].iter().flatten() {
+            step.with_spans(|sp| {
+                if sp.buf != Buf::Tmp {
+                    assert!(sp.off >= 6 && sp.off + sp.len <= 8, "{sp:?}");
                 }
-                s
+                sp
             });
         }
     }
