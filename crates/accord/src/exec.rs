@@ -205,7 +205,13 @@ pub(crate) fn execute(call: &Routed<'_>, sched: &Schedule, bufs: &Buffers) -> Re
                 let to = call.ranks[peer];
                 match written_in_round(&mut mem, round, (p, n))? {
                     true => call.transport.send(to, &env, data)?,
-                    false => sending.push(call.transport.send_start(to, &env, data)?),
+                    false => {
+                        let s = call.transport.send_start(to, &env, data)?;
+                        // One that finished (every small one) needs no place in the list.
+                        if !s.is_done() {
+                            sending.push(s);
+                        }
+                    }
                 }
             }
         }

@@ -1,14 +1,13 @@
 //! The schedules a communicator has built, by call: looked up on every call that runs one, so
 //! the lookup borrows the caller's collective (an allgather's counts are not copied to ask) and
-//! hashes with FxHash (a keyed SipHash cost more than the rest of a small call's bookkeeping).
+//! hashes with foldhash (std's SipHash cost more than the rest of a small call's bookkeeping).
 
 use super::Plan;
 use crate::fingerprint::OpKind;
 use crate::schedule::Collective;
-use rustc_hash::FxHashMap;
+use foldhash::HashMap;
 
-/// Most plans kept for one (operation, element size): workloads with ever-changing sizes must
-/// not grow the cache forever.
+/// Most plans kept: workloads with ever-changing sizes must not grow the cache forever.
 const MAX_PLANS: usize = 4096;
 
 /// Plans by (operation, element size), then collective: the algorithm choice depends on all
@@ -16,7 +15,9 @@ const MAX_PLANS: usize = 4096;
 /// the same counts need not).
 #[derive(Default)]
 pub(super) struct Plans {
-    by_call: FxHashMap<(OpKind, usize), FxHashMap<Collective, Plan>>,
+    by_call: HashMap<(OpKind, usize), HashMap<Collective, Plan>>,
+    /// Plans kept, over every (operation, element size).
+    kept: usize,
 }
 
 impl Plans {
@@ -27,16 +28,19 @@ impl Plans {
 
     /// Keep `plan` for this call.
     pub fn insert(&mut self, kind: OpKind, coll: &Collective, elem_size: usize, plan: Plan) {
-        let plans = self.by_call.entry((kind, elem_size)).or_default();
-        if plans.len() >= MAX_PLANS {
-            plans.clear();
+        if self.kept >= MAX_PLANS {
+            self.clear();
         }
-        plans.insert(coll.clone(), plan);
+        let plans = self.by_call.entry((kind, elem_size)).or_default();
+        if plans.insert(coll.clone(), plan).is_none() {
+            self.kept += 1;
+        }
     }
 
     /// Forget every plan (the algorithm choices changed).
     pub fn clear(&mut self) {
         self.by_call.clear();
+        self.kept = 0;
     }
 }
 
@@ -60,9 +64,12 @@ mod tests {
         assert!(p.get(OpKind::AllGather, &ag(5), 4).is_none());
         assert!(p.get(OpKind::Gather, &ag(4), 4).is_none());
         for n in 0..MAX_PLANS {
-            p.insert(OpKind::AllGather, &ag(n + 10), 4, plan(Algorithm::Direct));
+            let kind = [OpKind::AllGather, OpKind::Gather][n % 2];
+            p.insert(kind, &ag(n + 10), 4 + n % 3, plan(Algorithm::Direct));
         }
-        assert!(p.by_call[&(OpKind::AllGather, 4)].len() <= MAX_PLANS);
+        let kept: usize = p.by_call.values().map(|m| m.len()).sum();
+        assert_eq!(kept, p.kept);
+        assert!(kept <= MAX_PLANS);
         p.clear();
         assert!(p.get(OpKind::AllGather, &ag(20), 4).is_none());
     }

@@ -16,7 +16,7 @@ use super::placement::Posting;
 use super::waits::{Blocked, Waits};
 use super::{Envelope, P2P_LANE};
 use crate::fingerprint::Fingerprint;
-use rustc_hash::FxHashMap;
+use foldhash::HashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -109,22 +109,22 @@ pub fn max_unmatched_bytes() -> usize {
     crate::config::get().max_unmatched_bytes
 }
 
-/// The maps every frame and every take touch hash with FxHash: a keyed SipHash cost about as
-/// much as the rest of a small message's bookkeeping, and these keys are ranks and sequence
-/// numbers of an authenticated job.
+/// The maps every frame and every take touch hash with foldhash: std's SipHash cost about as
+/// much as the rest of a small message's bookkeeping; foldhash is seeded per process too, so a
+/// peer cannot choose keys that collide.
 #[derive(Default)]
 pub(super) struct State {
-    pub(super) queues: FxHashMap<Key, VecDeque<Frame>>,
+    pub(super) queues: HashMap<Key, VecDeque<Frame>>,
     /// Payload bytes waiting per source.
-    pub(super) buffered: FxHashMap<usize, usize>,
+    pub(super) buffered: HashMap<usize, usize>,
     /// Sources that went over the cap: their frames are dropped from then on.
     flooded: std::collections::HashSet<usize>,
-    lost: FxHashMap<usize, String>,
+    lost: HashMap<usize, String>,
     /// Sources lost by saying goodbye (they closed their communicator), not by failing.
     left: std::collections::HashSet<usize>,
     aborted: Option<(usize, String)>,
     /// Destinations receives posted for frames to be read into (see [`super::placement`]).
-    pub(super) posted: FxHashMap<Key, Posting>,
+    pub(super) posted: HashMap<Key, Posting>,
     /// Waits asleep on `ready`, and withdrawals asleep on `released`: a condition variable's
     /// notify is a system call even with nobody to wake, and polling takers are the rule.
     sleepers: usize,

@@ -130,6 +130,11 @@ impl<'a> Sending<'a> {
         }
     }
 
+    /// Whether nothing is left to wait for (every small send).
+    pub fn is_done(&self) -> bool {
+        self.rest.is_none()
+    }
+
     /// Wait until the bytes are handed off; the send's outcome.
     pub fn wait(mut self) -> Result<()> {
         self.rest.take().map_or(Ok(()), |f| f())

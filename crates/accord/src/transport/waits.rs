@@ -75,9 +75,9 @@ struct State {
     /// Queries sent and not yet answered: (peer, nonce).
     asked: HashSet<(usize, u64)>,
     answers: HashMap<(usize, u64), Vec<Blocked>>,
-    /// Nanoseconds spent in recorded waits, per communicator id (FxHash: updated by every
+    /// Nanoseconds spent in recorded waits, per communicator id (foldhash: updated by every
     /// recorded wait).
-    blocked_ns: rustc_hash::FxHashMap<u64, u64>,
+    blocked_ns: foldhash::HashMap<u64, u64>,
 }
 
 thread_local! {

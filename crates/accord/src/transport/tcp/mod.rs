@@ -812,8 +812,8 @@ impl Transport for TcpTransport {
     fn send(&self, peer: usize, env: &Envelope, data: &[u8]) -> Result<()> {
         let p = self.peer_to_send(peer)?;
         // A write blocks while the peer does not read: a rank blocked here waits for it. A
-        // frame the socket takes at once (every small one) is not recorded: recording costs
-        // two clock reads and two trips through the record's lock.
+        // frame the connection takes at once (every small one) is not recorded: recording
+        // costs an allocation, two clock reads and two trips through the record's lock.
         let blocked = || {
             self.mailbox.waits().enter(Blocked {
                 comm: env.comm,
@@ -832,8 +832,20 @@ impl Transport for TcpTransport {
         for_each_chunk(data, chunk_bytes(), |off, bytes| {
             let order = p.order.fetch_add(1, Ordering::Relaxed);
             let hdr = lanes::data_header(src, *env, data.len(), off, bytes.len(), order, 0);
-            let w = p.writer.lock().unwrap_or_else(|e| e.into_inner());
-            write_frame_noting(&w, &hdr, bytes, blocked).map_err(|e| self.write_failed(peer, p, e))
+            // Waiting behind another writer of the connection is waiting for the peer too.
+            let (w, held) = match p.writer.try_lock() {
+                Ok(w) => (w, None),
+                Err(TryLockError::Poisoned(e)) => (e.into_inner(), None),
+                Err(TryLockError::WouldBlock) => {
+                    let held = blocked();
+                    (
+                        p.writer.lock().unwrap_or_else(|e| e.into_inner()),
+                        Some(held),
+                    )
+                }
+            };
+            write_frame_noting(&w, &hdr, bytes, || held.is_none().then(blocked))
+                .map_err(|e| self.write_failed(peer, p, e))
         })
     }
 

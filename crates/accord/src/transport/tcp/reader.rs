@@ -20,7 +20,7 @@
 
 use super::lanes::Sequencer;
 use super::*;
-use crate::transport::mailbox::PollTurn;
+use crate::transport::mailbox::{PollTurn, RECYCLE_MIN_BYTES};
 use crate::transport::placement::Claim;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicUsize;
@@ -113,9 +113,10 @@ struct Decoder {
     ended: bool,
     /// Bytes read so far.
     received: u64,
-    /// The last read took less than it had room for: the socket held nothing more then, so
-    /// looking again at once after the frames it completed would most likely find nothing
-    /// (a system call per message, contending for the socket's lock with the sender's).
+    /// The last read (into staging or a frame's own buffer) took less than it had room for:
+    /// the socket held nothing more then, so looking again at once after the frames it
+    /// completed would most likely find nothing (a system call per message, contending for
+    /// the socket's lock with the sender's).
     drained: bool,
 }
 
@@ -226,9 +227,10 @@ impl Inbound {
         Some(Box::new(Polling { inbound: self }))
     }
 
-    /// Read and dispatch frames until the socket has nothing more (`true`) or the connection
-    /// ended (`false`, the peer reported lost). With `inside_frames`, waits in `recv` for the
-    /// rest of a frame already begun.
+    /// Read and dispatch frames until the socket has nothing more, or seemed to have nothing
+    /// more after the last read (`true`: callers and the reader's `poll(2)` come back for what
+    /// arrives later), or the connection ended (`false`, the peer reported lost). With
+    /// `inside_frames`, waits in `recv` for the rest of a frame already begun.
     fn pump(&self, d: &mut Decoder, inside_frames: bool) -> bool {
         let peer = self.peer;
         loop {
@@ -253,6 +255,7 @@ impl Inbound {
                         if left >= DIRECT_READ_BYTES {
                             match rest_of_frame(&self.stream, &mut data[*got..], inside_frames) {
                                 Ok(Some(n)) => {
+                                    d.drained = n < left;
                                     (*got, d.received) = (*got + n, d.received + n as u64)
                                 }
                                 Ok(None) => return true,
@@ -292,8 +295,12 @@ impl Inbound {
                             continue;
                         }
                         // Never blocking, so that a withdrawn destination is noticed soon.
+                        let left = dest.len() - *got;
                         match rest_of_frame(&self.stream, &mut dest[*got..], false) {
-                            Ok(Some(n)) => (*got, d.received) = (*got + n, d.received + n as u64),
+                            Ok(Some(n)) => {
+                                d.drained = n < left;
+                                (*got, d.received) = (*got + n, d.received + n as u64)
+                            }
                             Ok(None) => return true,
                             Err(why) => return self.end(d, why),
                         }
@@ -330,11 +337,7 @@ impl Inbound {
                                 self.placing.store(true, Ordering::Relaxed);
                                 Partial::Placed { h, claim, got: 0 }
                             }
-                            None => Partial::Body {
-                                data: self.mailbox.buffer(h.chunk_len as usize),
-                                got: 0,
-                                h,
-                            },
+                            None => self.body(d, h),
                         })
                     }
                     Err(e) => match wire::unknown_kind_len(&hb, peer as u32) {
@@ -367,6 +370,19 @@ impl Inbound {
                 Err(e) => return self.end(d, e.to_string()),
             }
         }
+    }
+
+    /// The frame whose header `h` was just read: a small body already staged whole is copied
+    /// out once (not into a zeroed buffer first), anything else is read into a buffer of its own.
+    fn body(&self, d: &mut Decoder, h: Header) -> Partial {
+        let len = h.chunk_len as usize;
+        if len < RECYCLE_MIN_BYTES && d.end - d.start >= len {
+            let data = d.buf[d.start..d.start + len].to_vec();
+            d.start += len;
+            return Partial::Body { h, data, got: len };
+        }
+        let data = self.mailbox.buffer(len);
+        Partial::Body { h, data, got: 0 }
     }
 
     /// Read more bytes into the staging buffer.
