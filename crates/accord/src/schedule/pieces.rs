@@ -80,7 +80,11 @@ pub fn build(
     // Pieces differ by at most one element: two schedules, each built once.
     let (big, small) = (count.div_ceil(n), count / n);
     let of = |c| algorithms::build(&Collective::AllReduce { count: c }, world, rank, algo);
-    let (big, small) = (of(big)?, of(small)?);
+    let big = of(big)?;
+    let small = match count % n {
+        0 => big.clone(),
+        _ => of(small)?,
+    };
     let mut whole = Schedule {
         rounds: Vec::new(),
         tmp_len: big.tmp_len.max(small.tmp_len),

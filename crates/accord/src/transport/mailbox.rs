@@ -110,8 +110,8 @@ pub fn max_unmatched_bytes() -> usize {
 }
 
 /// The maps every frame and every take touch hash with foldhash: std's SipHash cost about as
-/// much as the rest of a small message's bookkeeping; foldhash is seeded per process too, so a
-/// peer cannot choose keys that collide.
+/// much as the rest of a small message's bookkeeping. foldhash is seeded per process too, which
+/// makes keys that collide harder for a peer to choose (it claims no more than that).
 #[derive(Default)]
 pub(super) struct State {
     pub(super) queues: HashMap<Key, VecDeque<Frame>>,
