@@ -1,8 +1,8 @@
 //! Large allreduces as consecutive pieces.
 //!
 //! An allreduce of more than twice [`PIECE_BYTES`] (`ACCORD_PIECE_BYTES`) runs as consecutive
-//! allreduces of the same algorithm on pieces of that size, one after another within one
-//! schedule. Each piece's received bytes are then still in the caches when they are reduced and
+//! allreduces of the same algorithm on equal pieces of at most that size (at most
+//! [`MAX_PIECES`]), one after another within one schedule. Each piece's received bytes are then still in the caches when they are reduced and
 //! sent on; one schedule over the whole buffer streams every round's bytes through memory. The
 //! cost is a piece's rounds of latency per piece, small beside the bytes of a piece this large.
 //!
