@@ -15,7 +15,8 @@
 //!   (`ACCORD_HIER_STRIPE_BYTES`) takes every rank's schedule over its stripe with the whole
 //!   vector instead, all at once, and from 64 KiB it is striped (the engine's reduce-scatter,
 //!   one slice's allreduce per local rank between hosts, the engine's allgather; from 32 MiB in
-//!   four pieces whose host and network steps overlap); reduce-scatter and allgather below
+//!   four pieces whose host and network steps overlap, but not on one machine, where they
+//!   compete for its memory); reduce-scatter and allgather below
 //!   1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) and all-to-all below 256 KiB
 //!   (`ACCORD_HIER_ALLTOALL_BYTES`) go over the stripes (the engine's step inside each host, one
 //!   schedule per local rank between hosts, all at once), larger ones after a barrier inside
@@ -232,14 +233,20 @@ impl Profile {
             match op {
                 "allreduce" if accord::comm::allreduce_striped(bytes, count, per_host) => {
                     // From ACCORD_HIER_PIPELINE_BYTES in pieces: the caller's host steps on one
-                    // piece overlap another piece's step between hosts.
+                    // piece overlap another piece's step between hosts, on separate hosts; on
+                    // one machine both copy through the same memory on the same CPUs, and
+                    // measured gain nothing from it (4 x 2 namespaces, 64 MiB: 1.6-1.9x the
+                    // time overlapped steps would take).
                     let pieces = accord::comm::allreduce_pieces(bytes);
                     let slice = count.div_ceil(pieces * per_host);
                     let slice_coll = Collective::AllReduce { count: slice };
                     let net = self.schedule(&slice_coll, hosts, 1, place, per_host)?;
                     let piece = bytes / pieces;
                     let host = eng("reduce_scatter", piece) + eng("allgather", piece);
-                    let t = host + net + (pieces - 1) as f64 * host.max(net);
+                    let t = match place.one_machine {
+                        true => pieces as f64 * (host + net),
+                        false => host + net + (pieces - 1) as f64 * host.max(net),
+                    };
                     return Ok((t, "hosts' engines, striped between hosts"));
                 }
                 "allreduce" if accord::comm::allreduce_whole_on_stripes(bytes, per_host) => {

@@ -11,7 +11,8 @@
 //! through the rank's link, each occupying it for `alpha + beta x bytes` (the tuner's per-message
 //! cost, so `k` messages cost `k` alphas, as in its formulas) and arriving when done. A receive
 //! completes when its message has arrived and the rank is free, then reduction costs `gamma` per
-//! byte and a local copy half that. Messages between a pair are matched in order, exactly as the
+//! byte and a local copy half that; a schedule's finishing step costs nothing (it divides only
+//! for an average, and the simulation prices sums and the other operators). Messages between a pair are matched in order, exactly as the
 //! executor does. The result is the time the slowest rank finishes.
 //!
 //! [`simulate_on`] prices each [`Message`] with a function of the caller's (a measured table,
@@ -221,9 +222,10 @@ fn run(
                             }
                         }
                         Step::Copy { dst, .. } => r.clock += (dst.len * esz) as f64 * gamma / 2.0,
-                        Step::Reduce { dst, .. } | Step::Finalize { dst } => {
-                            r.clock += (dst.len * esz) as f64 * gamma
-                        }
+                        Step::Reduce { dst, .. } => r.clock += (dst.len * esz) as f64 * gamma,
+                        // Only an average's finishing division reads the data; the simulation
+                        // prices the other operators, whose finish does nothing.
+                        Step::Finalize { .. } => {}
                         Step::Send { .. } => unreachable!("filtered out"),
                     }
                     r.step += 1;
