@@ -35,7 +35,7 @@
 //! engine's times are taken as measured, whatever else runs beside it.
 
 use accord::schedule::calibrated::{points, Calibrated};
-use accord::schedule::tuner::{self, CostModel};
+use accord::schedule::tuner::CostModel;
 use accord::schedule::{sim, Collective};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -173,13 +173,8 @@ impl Profile {
             false => accord::transport::LinkKind::Tcp,
         };
         // A call in pieces takes the algorithm of a piece, as the library's does.
-        let piece = accord::schedule::pieces::piece_of(coll, 4, config.piece_bytes);
-        let algo = tuner::select(
-            piece.as_ref().unwrap_or(coll),
-            world,
-            4,
-            &config.cost_model(link),
-        );
+        let model = config.cost_model(link);
+        let algo = accord::schedule::pieces::select(coll, world, 4, &model, config.piece_bytes);
         let host = |r: usize| r / per_host;
         // On one machine a round's shared-memory copies compete with its network messages for
         // the same memory and CPUs: they count in the crowd and are slowed by it too.

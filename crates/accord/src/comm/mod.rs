@@ -471,17 +471,17 @@ impl Communicator {
         }
         let forced = self.inner.forced.lock().unwrap().get(&coll.kind()).copied();
         let (piece_bytes, esz) = (config::get().piece_bytes, dtype.size());
-        // A call in pieces runs each piece with the algorithm best for a piece.
-        let piece = pieces::piece_of(coll, esz, piece_bytes);
-        let tuned = piece.as_ref().unwrap_or(coll);
         let algo = match (forced, coll) {
             (Some(a), _) => a,
             // Each rank sees only its own alltoallv counts, so a size-based choice could differ
             // between ranks; pairwise works for every count pattern.
             (None, Collective::AllToAll { .. }) if kind == OpKind::AllToAllV => Algorithm::Pairwise,
-            (None, _) => tuner::select(tuned, self.size(), esz, &self.inner.model),
+            // A call in pieces runs each piece with the algorithm best for a piece.
+            (None, _) => pieces::select(coll, self.size(), esz, &self.inner.model, piece_bytes),
         };
         if self.rank() == 0 && self.inner.explain {
+            let piece = pieces::piece_of(coll, esz, piece_bytes);
+            let tuned = piece.as_ref().unwrap_or(coll);
             let pieced = match &piece {
                 Some(p) => format!(", in pieces of {} elements", p.elements()),
                 None => String::new(),

@@ -18,6 +18,7 @@
 //! compared when a world forms.
 
 use super::plan::Layout;
+use super::tuner::{self, CostModel};
 use super::{algorithms, Algorithm, Buf, Collective, Schedule, Span};
 use crate::error::Result;
 
@@ -42,6 +43,21 @@ fn pieces(count: usize, elem_size: usize, piece_bytes: usize) -> usize {
         true => count.div_ceil(piece).min(MAX_PIECES),
         false => 1,
     }
+}
+
+/// The algorithm a call of `coll` runs with on `world` ranks where calls run in pieces of at
+/// most `piece_bytes`: the tuner's choice for its largest piece where it runs in pieces (each
+/// piece is a call of its own size), else for the whole call. The library, `accord sim` and
+/// the tuner's tables all choose this way.
+pub fn select(
+    coll: &Collective,
+    world: usize,
+    elem_size: usize,
+    model: &CostModel,
+    piece_bytes: usize,
+) -> Algorithm {
+    let piece = piece_of(coll, elem_size, piece_bytes);
+    tuner::select(piece.as_ref().unwrap_or(coll), world, elem_size, model)
 }
 
 /// The allreduce the largest piece of `coll` runs, where `coll` runs in pieces of at most
@@ -125,6 +141,34 @@ mod tests {
         (0..world)
             .map(|r| build(coll, world, r, algo, 4, piece * 4).unwrap())
             .collect()
+    }
+
+    #[test]
+    fn a_call_in_pieces_takes_the_algorithm_of_a_piece() {
+        // 800 KiB over 4 ranks in 100 pieces of 8 KiB: the tuner sees 8 KiB calls, not an
+        // 800 KiB one (a latency algorithm where the whole would take a bandwidth one).
+        let m = CostModel::tcp();
+        let big = Collective::AllReduce { count: 100 << 11 };
+        let piece = Collective::AllReduce { count: 2 << 10 };
+        let (whole, per_piece) = (
+            tuner::select(&big, 4, 4, &m),
+            tuner::select(&piece, 4, 4, &m),
+        );
+        assert_ne!(
+            whole, per_piece,
+            "the sizes must choose differently for the test to tell"
+        );
+        assert_eq!(select(&big, 4, 4, &m, 8 << 10), per_piece);
+        assert_eq!(select(&big, 4, 4, &m, 0), whole, "never in pieces");
+        let gather = Collective::AllGather {
+            counts: vec![4 << 20; 4],
+        };
+        let g = tuner::select(&gather, 4, 4, &m);
+        assert_eq!(
+            select(&gather, 4, 4, &m, 8 << 10),
+            g,
+            "only allreduces run in pieces"
+        );
     }
 
     #[test]

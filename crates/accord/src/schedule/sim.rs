@@ -265,9 +265,8 @@ pub fn table(
     model: &CostModel,
 ) -> Result<String> {
     use std::fmt::Write as _;
-    // The library's choice: a call in pieces takes the algorithm of a piece.
-    let piece = pieces::piece_of(coll, elem_size, crate::config::get().piece_bytes);
-    let chosen = super::tuner::select(piece.as_ref().unwrap_or(coll), world, elem_size, model);
+    let piece_bytes = crate::config::get().piece_bytes;
+    let chosen = pieces::select(coll, world, elem_size, model, piece_bytes);
     let mut out = format!(
         "{} on {world} ranks, {} elements x {elem_size} B\n{:<22} {:>14} {:>14} {:>10} {:>14}\n",
         coll.kind(),
