@@ -1,8 +1,7 @@
 //! `accord bench --calibrate PROFILE`: measure what `accord sim --profile` prices calls with,
 //! and what the tuner chooses algorithms by where `ACCORD_TUNER_PROFILE` names the profile.
 //!
-//! Two jobs of N local ranks (default 2) measure, in turn (every message table three times,
-//! the passes interleaved, and per size the median of the three kept):
+//! Two jobs of N local ranks (default 2) measure, in turn:
 //! - over TCP only (`ACCORD_TRANSPORT=tcp`): the half round trip of a message between ranks 0
 //!   and 1 from 8 B to 64 MiB, fitted to `alpha + beta x bytes` (alpha: the 8-byte time; beta:
 //!   the least-squares slope from 256 KiB); the time of an *exchange*, both ranks sending to
@@ -200,26 +199,15 @@ pub fn rank_main(phase: &str, out: &str) -> i32 {
     };
     let measured = (|| -> accord::Result<Value> {
         if phase == "crowd" {
-            let sizes = crowd_sizes(comm.size());
-            let mut passes = vec![Vec::new(); sizes.len()];
-            for _ in 0..PASSES {
-                for (i, &pairs) in sizes.iter().enumerate() {
-                    passes[i].push(crowded(&comm, pairs)?);
-                }
+            let mut crowd = Vec::new();
+            for pairs in crowd_sizes(comm.size()) {
+                crowd.push(json!({"pairs": pairs, "exchange": crowded(&comm, pairs)?}));
             }
-            let crowd: Vec<Value> = (sizes.iter().zip(passes))
-                .map(|(pairs, p)| json!({"pairs": pairs, "exchange": median_of(&p)}))
-                .collect();
             return Ok(json!({ "crowd": crowd }));
         }
-        let (mut pingpong, mut exchange) = (Vec::new(), Vec::new());
-        for _ in 0..PASSES {
-            pingpong.push(messages(&comm, false)?);
-            exchange.push(messages(&comm, true)?);
-        }
         let mut v = json!({
-            "pingpong": median_of(&pingpong),
-            "exchange": median_of(&exchange),
+            "pingpong": messages(&comm, false)?,
+            "exchange": messages(&comm, true)?,
         });
         if phase == "tcp" {
             let gammas = gammas();
@@ -311,27 +299,6 @@ fn messages(comm: &Communicator, exchange: bool) -> accord::Result<Vec<Value>> {
     Ok(rows)
 }
 
-/// Times each message table is measured, its passes interleaved with the other tables', so that
-/// a moment of noise on the machine (another job's burst, a rank descheduled) moves one pass of
-/// a size, which the median of the passes leaves out: single passes of a crowded exchange were
-/// seen 2x apart on one machine minutes apart.
-const PASSES: usize = 3;
-
-/// Per size, the median of the passes' times (`[[bytes, us], ...]` each, the same sizes in
-/// the same order; rank 0's, the others' are empty).
-fn median_of(passes: &[Vec<Value>]) -> Vec<Value> {
-    let first = passes.first().map_or(&[][..], |p| &p[..]);
-    (first.iter().enumerate())
-        .map(|(i, row)| {
-            let mut t: Vec<f64> = (passes.iter())
-                .filter_map(|p| p.get(i)?.get(1)?.as_f64())
-                .collect();
-            t.sort_by(f64::total_cmp);
-            json!([row[0], t[t.len() / 2]])
-        })
-        .collect()
-}
-
 /// The numbers of pairs exchanging at once that the calibration times on `n` ranks: 2, 4, ...
 /// up to `n / 2`, which is always among them.
 fn crowd_sizes(n: usize) -> Vec<usize> {
@@ -402,22 +369,7 @@ fn gammas() -> Vec<Value> {
 
 #[cfg(test)]
 mod tests {
-    use super::{crowd_sizes, median_of};
-    use serde_json::json;
-
-    #[test]
-    fn each_size_takes_the_median_of_its_passes() {
-        let passes = vec![
-            vec![json!([8, 1.0]), json!([64, 9.0])],
-            vec![json!([8, 3.0]), json!([64, 2.0])],
-            vec![json!([8, 2.0]), json!([64, 4.0])],
-        ];
-        assert_eq!(median_of(&passes), vec![json!([8, 2.0]), json!([64, 4.0])]);
-        assert!(
-            median_of(&[vec![], vec![]]).is_empty(),
-            "ranks without rows"
-        );
-    }
+    use super::crowd_sizes;
 
     #[test]
     fn crowds_double_up_to_half_the_ranks() {

@@ -225,6 +225,9 @@ impl Profile {
         }
         if per_host > 1 {
             let eng = |op: &str, b: usize| self.engine(op, b).unwrap_or(0.0);
+            // The bytes a call of blocks moves: whole blocks of the ranks (4080 of allgather
+            // over 6 ranks for 4096), what the library's limits compare.
+            let blocks = n * (count / n) * 4;
             match op {
                 "allreduce" if accord::comm::allreduce_striped(bytes, count, per_host) => {
                     // From ACCORD_HIER_PIPELINE_BYTES in pieces: the caller's host steps on one
@@ -267,7 +270,7 @@ impl Profile {
                     ));
                 }
                 "reduce_scatter" | "allgather"
-                    if bytes < accord::config::get().hier_blocks_bytes =>
+                    if blocks < accord::config::get().hier_blocks_bytes =>
                 {
                     // Each stripe moves the blocks of its hosts' ranks: a world buffer's share.
                     let stripe = crate::bench::collective_of(op, hosts, count / per_host)
@@ -284,7 +287,7 @@ impl Profile {
                         "hosts' engines, stripes between hosts",
                     ));
                 }
-                "alltoall" if bytes < accord::config::get().hier_alltoall_bytes => {
+                "alltoall" if blocks < accord::config::get().hier_alltoall_bytes => {
                     // Each stripe carries a host's blocks for its hosts' ranks: the same bytes
                     // per rank in `R` times fewer, larger messages.
                     let stripe = crate::bench::collective_of(op, hosts, count)
@@ -578,6 +581,24 @@ mod tests {
                 1,
             );
             assert!(small < flat.unwrap(), "{op}: {small}");
+        }
+    }
+
+    #[test]
+    fn the_limits_compare_the_whole_blocks_a_call_moves() {
+        // Over 3 x 2 ranks a call asked for at a limit moves a few bytes less (whole blocks of
+        // six ranks), so the library takes the stripes there, and so must the price.
+        let p = profile();
+        let place = Placement::new(6, 2, true).unwrap();
+        let config = accord::config::get();
+        for (op, limit) in [
+            ("allgather", config.hier_blocks_bytes),
+            ("reduce_scatter", config.hier_blocks_bytes),
+            ("alltoall", config.hier_alltoall_bytes),
+        ] {
+            assert_ne!(limit % 24, 0, "{op}: the limit must not be whole blocks");
+            let (_, path) = p.predict(op, &place, limit).unwrap();
+            assert_eq!(path, "hosts' engines, stripes between hosts", "{op}");
         }
     }
 }

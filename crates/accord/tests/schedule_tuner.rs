@@ -38,3 +38,27 @@ fn schedule_choice_builds_and_verifies() {
     assert_eq!(table.matches('*').count(), 1, "{table}");
     println!("{table}");
 }
+
+#[test]
+fn a_call_in_pieces_is_explained_piece_by_piece() {
+    // 64 MiB of f32 runs in eight pieces of 8 MiB (the default ACCORD_PIECE_BYTES): the table
+    // is the one the library chose each piece's algorithm by, not the whole call's.
+    let f32 = accord::DataType::F32;
+    let tables = accord::testing::run_world(2, |comm| {
+        (
+            comm.explain(&Collective::AllReduce { count: 16 << 20 }, f32),
+            comm.explain(&Collective::AllReduce { count: 1 << 10 }, f32),
+        )
+    });
+    for (big, small) in tables {
+        assert!(
+            big.starts_with("in pieces of 2097152 elements, each:\n")
+                && big.contains("allreduce on 2 ranks, 2097152 elements"),
+            "{big}"
+        );
+        assert!(
+            small.starts_with("allreduce on 2 ranks, 1024 elements"),
+            "{small}"
+        );
+    }
+}

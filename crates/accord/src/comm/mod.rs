@@ -364,9 +364,18 @@ impl Communicator {
         !self.inner.engines.is_empty()
     }
 
-    /// The algorithm the tuner picks for `coll` with elements of `dtype`, and its cost table.
+    /// The algorithm the tuner picks for `coll` with elements of `dtype`, and its cost table:
+    /// for each piece where the call runs in pieces (`ACCORD_PIECE_BYTES`), as it runs.
     pub fn explain(&self, coll: &Collective, dtype: DataType) -> String {
-        tuner::explain(coll, self.size(), dtype.size(), &self.inner.model)
+        let esz = dtype.size();
+        match pieces::piece_of(coll, esz, config::get().piece_bytes) {
+            Some(piece) => format!(
+                "in pieces of {} elements, each:\n{}",
+                piece.elements(),
+                tuner::explain(&piece, self.size(), esz, &self.inner.model)
+            ),
+            None => tuner::explain(coll, self.size(), esz, &self.inner.model),
+        }
     }
 
     // ----------------------------------------------------------------------------------------

@@ -12,8 +12,9 @@
 //! cost, so `k` messages cost `k` alphas, as in its formulas) and arriving when done. A receive
 //! completes when its message has arrived and the rank is free, then reduction costs `gamma` per
 //! byte and a local copy half that; a schedule's finishing step costs nothing (it divides only
-//! for an average, and the simulation prices sums and the other operators). Messages between a pair are matched in order, exactly as the
-//! executor does. The result is the time the slowest rank finishes.
+//! for an average, and the simulation prices sums and the other operators). Messages between a
+//! pair are matched in order, exactly as the executor does. The result is the time the slowest
+//! rank finishes.
 //!
 //! [`simulate_on`] prices each [`Message`] with a function of the caller's (a measured table,
 //! ranks of one host talking through shared memory) and tells it how crowded the message's
@@ -319,6 +320,33 @@ mod tests {
         let want = 2.0 * (p - 1) as f64 * (m.alpha_us + (n / p * 4) as f64 * m.beta_us_per_byte);
         assert!((s.time_us - want).abs() < 1e-6, "{} vs {want}", s.time_us);
         assert_eq!(s.messages, 2 * p * (p - 1));
+    }
+
+    #[test]
+    fn a_reduce_scatter_pays_its_reductions_and_not_its_finish() {
+        // Ring on 4 ranks: 3 rounds, each a message of one block and its reduction; the
+        // schedule's finishing step (work only for an average) adds nothing.
+        let m = CostModel {
+            alpha_us: 10.0,
+            beta_us_per_byte: 0.001,
+            gamma_us_per_byte: 0.01,
+            concurrent_share: 1.0,
+        };
+        let coll = Collective::ReduceScatter {
+            counts: vec![256; 4],
+        };
+        let sched = algorithms::build(&coll, 4, 0, Algorithm::Ring).unwrap();
+        let finishes = sched.rounds.iter().flatten();
+        assert!(
+            finishes
+                .filter(|s| matches!(s, Step::Finalize { .. }))
+                .count()
+                > 0
+        );
+        let s = simulate(&coll, 4, 4, Algorithm::Ring, &m).unwrap();
+        let block = 256.0 * 4.0;
+        let want = 3.0 * (m.alpha_us + block * m.beta_us_per_byte + block * m.gamma_us_per_byte);
+        assert!((s.time_us - want).abs() < 1e-6, "{} vs {want}", s.time_us);
     }
 
     #[test]
