@@ -113,6 +113,23 @@ fn tcp_messages_read_into_place_on_five_ranks_and_every_algorithm() {
     ));
 }
 
+/// Broadcasts of two and three pieces of the pipelined chain (at least 128 Ki elements each)
+/// and one just short of two, over TCP on five ranks, every algorithm and a few types: the
+/// pieces' offsets, and the chain's forwarding while it receives.
+#[test]
+fn tcp_broadcasts_in_several_chain_pieces() {
+    let opts = Options {
+        engine: "tcp, 5 ranks, broadcast in chain pieces".into(),
+        counts: vec![(256 << 10) - 1, (256 << 10) + 3, (384 << 10) + 5],
+        dtypes: vec![DataType::F32, DataType::U8, DataType::F64],
+        kinds: vec![OpKind::Broadcast],
+        ..every_algorithm("tcp", 0)
+    };
+    assert_conforms(run_tcp_world(5, Duration::from_secs(60), |comm| {
+        conformance::check(&comm, &HostMemory, &opts)
+    }));
+}
+
 /// The host id of the ranks of the one-host runs.
 const ONE_HOST: &str = "conformance-host";
 

@@ -57,7 +57,9 @@ pub(crate) fn direct(count: usize, root: usize, p: usize, r: usize) -> Schedule 
 /// overhead at every hop and the chain fills in `p - 2` pieces' time; against pieces of at
 /// least 8 Ki elements, 4 ranks over TCP on 16 CPUs took 0.62-0.68x the time at 4 MiB and
 /// 0.57-0.85x at 16 MiB (two jobs, 5 rounds each), 4 x 2 namespaces 0.82-0.83x at 4 MiB and
-/// 1.04x at 16 MiB.
+/// 1.04x at 16 MiB. Measured at 4 ranks (and 4 leaders) only: the tuner prices the chain with
+/// these pieces, so where it prefers scatter-allgather moved with them at other sizes (with
+/// its built-in TCP costs, 8 ranks from about 2.75 to 4.5 MiB, 3 ranks from 5.75 to 2 MiB).
 pub(crate) fn ring_segments(count: usize) -> usize {
     (count / (128 << 10)).clamp(1, 64)
 }

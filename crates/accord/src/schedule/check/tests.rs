@@ -65,6 +65,12 @@ fn broadcast_ring_pipelines_large_messages() {
     let sched = build(&coll, 5, 3, Algorithm::Ring).unwrap();
     let data = |s: &&Step| matches!(s, Step::Recv { dst, .. } if dst.len > 0);
     assert_eq!(sched.rounds.iter().flatten().filter(data).count(), 3);
+    // Pipelined: it forwards one piece in the round it receives the next.
+    let forwards = |s: &Step| matches!(s, Step::Send { src, .. } if src.len > 0);
+    assert!(sched
+        .rounds
+        .iter()
+        .any(|r| r.iter().any(forwards) && r.iter().filter(data).count() > 0));
     verify(&coll, 5, Algorithm::Ring).unwrap();
 }
 
