@@ -489,18 +489,12 @@ impl Communicator {
             (None, _) => pieces::select(coll, self.size(), esz, &self.inner.model, piece_bytes),
         };
         if self.rank() == 0 && self.inner.explain {
-            let piece = pieces::piece_of(coll, esz, piece_bytes);
-            let tuned = piece.as_ref().unwrap_or(coll);
-            let pieced = match &piece {
-                Some(p) => format!(", in pieces of {} elements", p.elements()),
-                None => String::new(),
-            };
             eprintln!(
-                "accord: {} on {} ({} ranks) uses {algo}{pieced}\n{}",
+                "accord: {} on {} ({} ranks) uses {algo}\n{}",
                 kind,
                 self.name(),
                 self.size(),
-                tuner::explain(tuned, self.size(), esz, &self.inner.model)
+                self.explain(coll, dtype)
             );
         }
         let s = Arc::new(pieces::build(

@@ -34,10 +34,13 @@ pub const PIECE_BYTES: usize = 8 << 20;
 /// `ACCORD_PIECE_BYTES`.
 pub const MAX_PIECES: usize = 256;
 
-/// How many pieces an allreduce of `count` elements runs in: 1 (whole) up to twice the piece,
-/// else as many as pieces of at most `piece_bytes` need (0: never), at most [`MAX_PIECES`].
-/// The pieces are equal but for one element, so none is a tiny remainder.
-fn pieces(count: usize, elem_size: usize, piece_bytes: usize) -> usize {
+/// How many pieces `coll` runs in: 1 (whole) but for an allreduce of more than twice the
+/// piece, which runs in as many as pieces of at most `piece_bytes` need (0: never), at most
+/// [`MAX_PIECES`]. The pieces are equal but for one element, so none is a tiny remainder.
+fn pieces(coll: &Collective, elem_size: usize, piece_bytes: usize) -> usize {
+    let Collective::AllReduce { count } = *coll else {
+        return 1;
+    };
     let piece = piece_bytes / elem_size.max(1);
     match piece > 0 && count > piece.saturating_mul(2) {
         true => count.div_ceil(piece).min(MAX_PIECES),
@@ -63,14 +66,11 @@ pub fn select(
 /// The allreduce the largest piece of `coll` runs, where `coll` runs in pieces of at most
 /// `piece_bytes` (0: never), or `None` where it runs whole.
 pub fn piece_of(coll: &Collective, elem_size: usize, piece_bytes: usize) -> Option<Collective> {
-    match *coll {
-        Collective::AllReduce { count } => match pieces(count, elem_size, piece_bytes) {
-            1 => None,
-            n => Some(Collective::AllReduce {
-                count: count.div_ceil(n),
-            }),
-        },
-        _ => None,
+    match pieces(coll, elem_size, piece_bytes) {
+        1 => None,
+        n => Some(Collective::AllReduce {
+            count: coll.elements().div_ceil(n),
+        }),
     }
 }
 
@@ -84,22 +84,19 @@ pub fn build(
     elem_size: usize,
     piece_bytes: usize,
 ) -> Result<Schedule> {
-    let n = match *coll {
-        Collective::AllReduce { count } => pieces(count, elem_size, piece_bytes),
-        _ => 1,
-    };
+    let n = pieces(coll, elem_size, piece_bytes);
     if n < 2 {
         return algorithms::build(coll, world, rank, algo);
     }
     let count = coll.elements();
     let sizes = Layout::even(count, n);
     // Pieces differ by at most one element: two schedules, each built once.
-    let (big, small) = (count.div_ceil(n), count / n);
+    let big_len = count.div_ceil(n);
     let of = |c| algorithms::build(&Collective::AllReduce { count: c }, world, rank, algo);
-    let big = of(big)?;
+    let big = of(big_len)?;
     let small = match count % n {
         0 => big.clone(),
-        _ => of(small)?,
+        _ => of(count / n)?,
     };
     let mut whole = Schedule {
         rounds: Vec::new(),
@@ -107,11 +104,7 @@ pub fn build(
     };
     for i in 0..n {
         let (off, len) = (sizes.off(i), sizes.len(i));
-        let piece = if len == count.div_ceil(n) {
-            &big
-        } else {
-            &small
-        };
+        let piece = if len == big_len { &big } else { &small };
         let moved = |span| shifted(span, off);
         whole.rounds.extend(piece.rounds.iter().map(|round| {
             round
