@@ -129,12 +129,40 @@ pub(super) struct State {
     /// notify is a system call even with nobody to wake, and polling takers are the rule.
     sleepers: usize,
     pub(super) unposting: usize,
+    /// Queues emptied by their last take, kept for the next keys: every call's first frame
+    /// from a peer comes under a new key, whose queue would otherwise be allocated, and freed
+    /// once taken.
+    spare_queues: Vec<VecDeque<Frame>>,
 }
+
+/// Most emptied queues kept ([`State::spare_queues`]), and the largest capacity kept.
+const SPARE_QUEUES: usize = 64;
+const SPARE_QUEUE_CAPACITY: usize = 64;
 
 impl State {
     fn unbuffer(&mut self, src: usize, bytes: usize) {
         if let Some(b) = self.buffered.get_mut(&src) {
             *b = b.saturating_sub(bytes);
+        }
+    }
+
+    /// The queue of `key`, a kept one where it has none.
+    fn queue(&mut self, key: Key) -> &mut VecDeque<Frame> {
+        let spare = &mut self.spare_queues;
+        self.queues
+            .entry(key)
+            .or_insert_with(|| spare.pop().unwrap_or_default())
+    }
+
+    /// Drop the emptied queue of `key`, keeping it for another key.
+    fn retire(&mut self, key: &Key) {
+        if let Some(q) = self.queues.remove(key) {
+            let keep = self.spare_queues.len() < SPARE_QUEUES
+                && q.is_empty()
+                && q.capacity() <= SPARE_QUEUE_CAPACITY;
+            if keep {
+                self.spare_queues.push(q);
+            }
         }
     }
 }
@@ -157,16 +185,48 @@ pub type Flush = Box<dyn Fn(&Mailbox, bool) + Send + Sync>;
 
 /// Starts a waiting caller's turn at reading one source's connection itself (see
 /// [`Mailbox::set_pump`]); `None` where that source's data does not come that way.
-pub type Pump = Box<dyn Fn(usize) -> Option<Box<dyn PollTurn>> + Send + Sync>;
+pub type Pump = Box<dyn Fn(usize) -> Option<PollTurn> + Send + Sync>;
 
-/// A waiting caller's turn at reading a source's connection; dropping it ends the turn.
-pub trait PollTurn: Send {
+/// A source's connection that waiting callers can read themselves ([`PollTurn`]).
+pub trait PollSource: Send + Sync {
     /// Read what has arrived into the mailbox, without blocking (nothing if another thread is
     /// reading already); whether any bytes came.
-    fn pump(&self) -> bool;
-    /// End the turn because the caller is going to sleep or leaves the reading to others:
-    /// whoever reads for them must (a reader thread parked behind the turn goes back to it).
-    fn sleep(self: Box<Self>);
+    fn read_available(&self) -> bool;
+    /// A turn counted in when it was made has ended; `sleeping`: because the caller is going
+    /// to sleep or leaves the reading to others, so whoever reads for them must (a reader
+    /// thread parked behind the turn goes back to it).
+    fn leave(&self, sleeping: bool);
+}
+
+/// A waiting caller's turn at reading a source's connection; dropping it ends the turn. It
+/// holds the source by reference count, so taking a turn allocates nothing.
+pub struct PollTurn(Option<std::sync::Arc<dyn PollSource>>);
+
+impl PollTurn {
+    /// A turn at `source`, which has counted it in.
+    pub fn new(source: std::sync::Arc<dyn PollSource>) -> PollTurn {
+        PollTurn(Some(source))
+    }
+
+    /// Read what has arrived into the mailbox (see [`PollSource::read_available`]).
+    pub fn pump(&self) -> bool {
+        self.0.as_ref().is_some_and(|s| s.read_available())
+    }
+
+    /// End the turn because the caller is going to sleep or leaves the reading to others.
+    pub fn sleep(mut self) {
+        if let Some(s) = self.0.take() {
+            s.leave(true);
+        }
+    }
+}
+
+impl Drop for PollTurn {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            s.leave(false);
+        }
+    }
 }
 
 /// Incoming frames of one rank.
@@ -346,9 +406,7 @@ impl Mailbox {
             let held = *held;
             self.flooded(&mut st, src, held);
         } else {
-            st.queues
-                .entry((src, frame.env.comm, frame.env.seq))
-                .or_default()
+            st.queue((src, frame.env.comm, frame.env.seq))
                 .push_back(frame);
         }
         self.wake(st);
@@ -403,9 +461,7 @@ impl Mailbox {
             return;
         }
         *st.buffered.entry(src).or_default() += frame.data.len();
-        st.queues
-            .entry((src, frame.env.comm, frame.env.seq))
-            .or_default()
+        st.queue((src, frame.env.comm, frame.env.seq))
             .push_front(frame);
         self.wake(st);
     }
@@ -491,7 +547,7 @@ impl Mailbox {
         let mut flushed = false;
         let mut polling: Option<Instant> = None;
         // This wait's turn at reading the source's connection, once it polls.
-        let mut turn: Option<Option<Box<dyn PollTurn>>> = None;
+        let mut turn: Option<Option<PollTurn>> = None;
         let pump = self.pump.get().filter(|_| pumped);
         // Recorded once the wait sleeps, for peers that ask what this rank is blocked on.
         let mut blocked = None;
@@ -501,7 +557,7 @@ impl Mailbox {
             if let Some(q) = st.queues.get_mut(&key) {
                 if let Some(f) = q.pop_front() {
                     if q.is_empty() {
-                        st.queues.remove(&key);
+                        st.retire(&key);
                     }
                     st.unbuffer(src, f.data.len());
                     return Ok(f);
@@ -632,9 +688,7 @@ impl Mailbox {
     /// oneself always arrives before its receive is posted, and cannot flood anyone else).
     pub fn deliver_own(&self, me: usize, frame: Frame) {
         let mut st = self.state.lock().unwrap();
-        st.queues
-            .entry((me, frame.env.comm, frame.env.seq))
-            .or_default()
+        st.queue((me, frame.env.comm, frame.env.seq))
             .push_back(frame);
         self.wake(st);
     }
@@ -673,6 +727,42 @@ pub(super) mod tests {
         )
     }
 
+    /// A key's queue emptied by its last take is kept, empty, and serves the next key, so that
+    /// a call's first frame allocates no queue; frames of the next key still come in order.
+    #[test]
+    fn an_emptied_queue_serves_the_next_key() {
+        let m = Mailbox::new();
+        let fp = frame(4).env.fp;
+        let soon = || Instant::now() + Duration::from_secs(5);
+        for seq in [5, 6] {
+            let mut f = frame(4);
+            f.env.seq = seq;
+            m.deliver(0, f);
+            m.take(0, 1, seq, &fp, soon(), 4).unwrap();
+            let st = m.state.lock().unwrap();
+            assert!(st.queues.is_empty());
+            assert_eq!(
+                st.spare_queues.len(),
+                1,
+                "kept, and taken again for seq {seq}"
+            );
+            assert!(st.spare_queues.iter().all(VecDeque::is_empty));
+        }
+        for (i, len) in [1usize, 2, 3].into_iter().enumerate() {
+            let mut f = frame(len);
+            (f.env.seq, f.env.fp, f.offset) = (7, fp, i as u64);
+            m.deliver(0, f);
+        }
+        assert!(
+            m.state.lock().unwrap().spare_queues.is_empty(),
+            "in use by seq 7"
+        );
+        let got: Vec<usize> = (0..3)
+            .map(|_| m.take(0, 1, 7, &fp, soon(), 6).unwrap().data.len())
+            .collect();
+        assert_eq!(got, [1, 2, 3]);
+    }
+
     /// Whether the wait for a message of `bytes` was recorded as blocked (that is, slept)
     /// before its frame came 100 ms later, with waits polling for up to 2 s.
     fn slept_for(bytes: usize) -> bool {
@@ -704,10 +794,10 @@ pub(super) mod tests {
         slept: std::sync::atomic::AtomicUsize,
     }
 
-    struct Turn(Arc<Counts>, Arc<Mailbox>, Arc<Mutex<Vec<Frame>>>);
+    struct Source(Arc<Counts>, Arc<Mailbox>, Arc<Mutex<Vec<Frame>>>);
 
-    impl PollTurn for Turn {
-        fn pump(&self) -> bool {
+    impl PollSource for Source {
+        fn read_available(&self) -> bool {
             self.0.pumped.fetch_add(1, Ordering::SeqCst);
             let frames = std::mem::take(&mut *self.2.lock().unwrap());
             let any = !frames.is_empty();
@@ -716,8 +806,10 @@ pub(super) mod tests {
             }
             any
         }
-        fn sleep(self: Box<Self>) {
-            self.0.slept.fetch_add(1, Ordering::SeqCst);
+        fn leave(&self, sleeping: bool) {
+            if sleeping {
+                self.0.slept.fetch_add(1, Ordering::SeqCst);
+            }
         }
     }
 
@@ -730,8 +822,8 @@ pub(super) mod tests {
         );
         m.set_pump(Box::new(move |_| {
             c.entered.fetch_add(1, Ordering::SeqCst);
-            let t: Box<dyn PollTurn> = Box::new(Turn(c.clone(), weak.upgrade()?, frames.clone()));
-            Some(t)
+            let source = Source(c.clone(), weak.upgrade()?, frames.clone());
+            Some(PollTurn::new(Arc::new(source)))
         }));
         counts
     }

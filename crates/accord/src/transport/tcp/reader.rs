@@ -20,7 +20,7 @@
 
 use super::lanes::Sequencer;
 use super::*;
-use crate::transport::mailbox::{PollTurn, RECYCLE_MIN_BYTES};
+use crate::transport::mailbox::{PollSource, PollTurn, RECYCLE_MIN_BYTES};
 use crate::transport::placement::Claim;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicUsize;
@@ -64,41 +64,32 @@ pub(super) struct Inbound {
     placing: AtomicBool,
 }
 
-/// A caller's turn at polling a connection ([`Inbound::enter`]).
-pub(super) struct Polling {
-    inbound: Arc<Inbound>,
-}
-
-impl PollTurn for Polling {
-    fn pump(&self) -> bool {
-        let i = &self.inbound;
-        let Ok(mut d) = i.decoder.try_lock() else {
+/// Waiting callers read the connection themselves ([`Inbound::enter`]).
+impl PollSource for Inbound {
+    fn read_available(&self) -> bool {
+        let Ok(mut d) = self.decoder.try_lock() else {
             return false;
         };
         let before = d.received;
-        if !d.ended && !i.pump(&mut d, false) {
+        if !d.ended && !self.pump(&mut d, false) {
             d.frame = None; // a claim on a destination ends with the connection
-            let _ = i.stream.shutdown(Shutdown::Both);
+            let _ = self.stream.shutdown(Shutdown::Both);
         }
         d.received != before
     }
 
-    fn sleep(self: Box<Self>) {
-        let i = self.inbound.clone();
-        drop(self);
+    fn leave(&self, sleeping: bool) {
+        self.polling.fetch_sub(1, Ordering::SeqCst);
         // The reader thread reads for the sleeping caller: wake it if it is parked. (A caller
         // that got its frame does not: the next call is likely to poll again soon, and the
         // reader's park ends by itself.)
-        if i.polling.load(Ordering::SeqCst) == 0 && i.parked.load(Ordering::SeqCst) {
-            let _g = i.park.0.lock().unwrap_or_else(|e| e.into_inner());
-            i.park.1.notify_all();
+        if sleeping
+            && self.polling.load(Ordering::SeqCst) == 0
+            && self.parked.load(Ordering::SeqCst)
+        {
+            let _g = self.park.0.lock().unwrap_or_else(|e| e.into_inner());
+            self.park.1.notify_all();
         }
-    }
-}
-
-impl Drop for Polling {
-    fn drop(&mut self) {
-        self.inbound.polling.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -219,12 +210,12 @@ impl Inbound {
 
     /// Start polling this connection from a waiting caller (`None` where callers do not read
     /// it); the reader thread keeps out of the way until the returned turn is dropped.
-    pub(super) fn enter(self: Arc<Self>) -> Option<Box<dyn PollTurn>> {
+    pub(super) fn enter(self: Arc<Self>) -> Option<PollTurn> {
         if !self.pumped.load(Ordering::Relaxed) {
             return None;
         }
         self.polling.fetch_add(1, Ordering::SeqCst);
-        Some(Box::new(Polling { inbound: self }))
+        Some(PollTurn::new(self))
     }
 
     /// Read and dispatch frames until the socket has nothing more, or seemed to have nothing
