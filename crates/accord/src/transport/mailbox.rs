@@ -135,8 +135,11 @@ pub(super) struct State {
     spare_queues: Vec<VecDeque<Frame>>,
 }
 
-/// Most emptied queues kept ([`State::spare_queues`]), and the largest capacity kept.
+/// Most emptied queues kept ([`State::spare_queues`]): more than the keys a rank's calls have
+/// open at once in practice (one per peer and call in flight).
 const SPARE_QUEUES: usize = 64;
+/// The largest capacity (in frames) of a queue kept: a queue that once held many frames goes,
+/// so that what is kept stays small (at most 64 x 64 frame slots, about half a megabyte).
 const SPARE_QUEUE_CAPACITY: usize = 64;
 
 impl State {
@@ -199,12 +202,14 @@ pub trait PollSource: Send + Sync {
 }
 
 /// A waiting caller's turn at reading a source's connection; dropping it ends the turn. It
-/// holds the source by reference count, so taking a turn allocates nothing.
+/// holds the source by reference count, so taking a turn allocates nothing. (The source is
+/// `None` only once the turn has ended.)
 pub struct PollTurn(Option<std::sync::Arc<dyn PollSource>>);
 
 impl PollTurn {
-    /// A turn at `source`, which has counted it in.
-    pub fn new(source: std::sync::Arc<dyn PollSource>) -> PollTurn {
+    /// A turn at `source`, which must have counted it in: the turn's end counts it out
+    /// ([`PollSource::leave`]).
+    pub(crate) fn new(source: std::sync::Arc<dyn PollSource>) -> PollTurn {
         PollTurn(Some(source))
     }
 
