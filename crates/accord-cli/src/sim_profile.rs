@@ -17,8 +17,8 @@
 //!   one slice's allreduce per local rank between hosts, the engine's allgather; from 32 MiB in
 //!   four pieces whose host and network steps overlap, but not on one machine, where they
 //!   compete for its memory); reduce-scatter and allgather below
-//!   1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) and all-to-all below 256 KiB
-//!   (`ACCORD_HIER_ALLTOALL_BYTES`) go over the stripes (the engine's step inside each host, one
+//!   1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) and all-to-all of blocks below 32 KiB
+//!   (`ACCORD_HIER_ALLTOALL_BLOCK_BYTES`) go over the stripes (the engine's step inside each host, one
 //!   schedule per local rank between hosts, all at once), larger ones after a barrier inside
 //!   each host and one on each stripe; a barrier meets inside each host, then on every stripe at
 //!   once, then inside each host again; everything else is one schedule over all ranks whose
@@ -287,7 +287,7 @@ impl Profile {
                         "hosts' engines, stripes between hosts",
                     ));
                 }
-                "alltoall" if blocks < accord::config::get().hier_alltoall_bytes => {
+                "alltoall" if accord::comm::alltoall_on_stripes(blocks / n) => {
                     // Each stripe carries a host's blocks for its hosts' ranks: the same bytes
                     // per rank in `R` times fewer, larger messages.
                     let stripe = crate::bench::collective_of(op, hosts, count)
@@ -590,15 +590,30 @@ mod tests {
         // six ranks), so the library takes the stripes there, and so must the price.
         let p = profile();
         let place = Placement::new(6, 2, true).unwrap();
-        let config = accord::config::get();
-        for (op, limit) in [
-            ("allgather", config.hier_blocks_bytes),
-            ("reduce_scatter", config.hier_blocks_bytes),
-            ("alltoall", config.hier_alltoall_bytes),
-        ] {
+        let limit = accord::config::get().hier_blocks_bytes;
+        for op in ["allgather", "reduce_scatter"] {
             assert_ne!(limit % 24, 0, "{op}: the limit must not be whole blocks");
             let (_, path) = p.predict(op, &place, limit).unwrap();
             assert_eq!(path, "hosts' engines, stripes between hosts", "{op}");
+        }
+    }
+
+    #[test]
+    fn an_all_to_all_takes_the_stripes_by_its_blocks() {
+        // The library compares one block (what a rank sends each rank) with the limit: over
+        // 3 x 2 ranks, 6 blocks of one element less than the limit take the stripes, 6 of the
+        // limit the schedule over every rank; so over 4 x 2, where 8 such blocks are more bytes.
+        let p = profile();
+        let limit = accord::config::get().hier_alltoall_block_bytes;
+        for (ranks, hosts) in [(6, 2), (8, 2)] {
+            let place = Placement::new(ranks, hosts, true).unwrap();
+            let (_, below) = p.predict("alltoall", &place, ranks * (limit - 4)).unwrap();
+            assert_eq!(
+                below, "hosts' engines, stripes between hosts",
+                "{ranks} ranks"
+            );
+            let (_, at) = p.predict("alltoall", &place, ranks * limit).unwrap();
+            assert_ne!(at, below, "{ranks} ranks");
         }
     }
 }

@@ -27,7 +27,7 @@
 //! | `ACCORD_HIER_STRIPE_BYTES` | bytes (trimmed) | 64 KiB | allreduces across hosts from this size are striped, one slice per local rank; smaller ones on hosts of two ranks whose copies together stay below it run whole on every local rank's stripe (`comm::hierarchy`); the same on every rank |
 //! | `ACCORD_HIER_PIPELINE_BYTES` | bytes (trimmed) | 32 MiB | striped allreduces from this size run in 4 pieces, each piece's step between hosts overlapping the host steps of the others (`comm::hierarchy`); the same on every rank |
 //! | `ACCORD_HIER_BLOCKS_BYTES` | bytes (trimmed) | 1 MiB | reduce-scatters and allgathers across hosts (equal blocks, hosts of equal rank counts) whose whole buffer is below this size go over the stripes; larger ones take one schedule over the transport; the same on every rank |
-//! | `ACCORD_HIER_ALLTOALL_BYTES` | bytes (trimmed) | 256 KiB | all-to-alls across hosts (hosts of equal rank counts) whose send buffer is below this size go over the stripes; larger ones take one schedule over every rank; the same on every rank |
+//! | `ACCORD_HIER_ALLTOALL_BLOCK_BYTES` | bytes (trimmed) | 32 KiB | regular all-to-alls across hosts (hosts of equal rank counts) whose blocks (the bytes a rank sends each rank) are below this size go over the stripes; larger ones, and all-to-all-v, take one schedule over every rank; the same on every rank |
 //! | `ACCORD_TCP_POLL_US` | microseconds (trimmed) | 50 | how long a wait for a small TCP message reads its peer's socket itself (renewed while bytes come) before sleeping; 0: sleep at once |
 //! | `ACCORD_TCP_PUMP_BYTES` | bytes (trimmed) | 1 MiB | waits for TCP messages below this size read the peer's socket themselves; from 64 KiB only where every rank of the host and its reader thread can have a CPU of their own |
 //! | `ACCORD_TCP_LANES` | count 1-8 (trimmed) | this process's usable CPUs / the ranks drawing on them (of any host name: network namespaces of one machine), 1 to 4 | TCP connections a rank opens to each lower rank; messages from `ACCORD_TCP_STRIPE_BYTES` are dealt over them ([`crate::transport::tcp`]) |
@@ -152,9 +152,9 @@ pub struct Config {
     /// `ACCORD_HIER_BLOCKS_BYTES`: reduce-scatters and allgathers across hosts below this size
     /// (the whole buffer) go over the stripes.
     pub hier_blocks_bytes: usize,
-    /// `ACCORD_HIER_ALLTOALL_BYTES`: all-to-alls across hosts below this size (one rank's whole
-    /// send buffer) go over the stripes.
-    pub hier_alltoall_bytes: usize,
+    /// `ACCORD_HIER_ALLTOALL_BLOCK_BYTES`: regular all-to-alls across hosts whose blocks (the
+    /// bytes a rank sends each rank) are below this size go over the stripes.
+    pub hier_alltoall_block_bytes: usize,
     /// `ACCORD_HIER_PIPELINE_BYTES`: striped allreduces from this size are pipelined.
     pub hier_pipeline_bytes: usize,
     /// `ACCORD_PIECE_BYTES`: allreduces run as schedules of more than twice this size run in
@@ -248,8 +248,8 @@ impl Config {
             ("ACCORD_HIER_STRIPE_BYTES", bytes(self.hier_stripe_bytes)),
             ("ACCORD_HIER_BLOCKS_BYTES", bytes(self.hier_blocks_bytes)),
             (
-                "ACCORD_HIER_ALLTOALL_BYTES",
-                bytes(self.hier_alltoall_bytes),
+                "ACCORD_HIER_ALLTOALL_BLOCK_BYTES",
+                bytes(self.hier_alltoall_block_bytes),
             ),
             (
                 "ACCORD_HIER_PIPELINE_BYTES",
@@ -358,8 +358,8 @@ impl Config {
                 .unwrap_or(crate::comm::STRIPE_MIN_BYTES),
             hier_blocks_bytes: trimmed("ACCORD_HIER_BLOCKS_BYTES")
                 .unwrap_or(crate::comm::BLOCKS_MAX_BYTES),
-            hier_alltoall_bytes: trimmed("ACCORD_HIER_ALLTOALL_BYTES")
-                .unwrap_or(crate::comm::ALLTOALL_MAX_BYTES),
+            hier_alltoall_block_bytes: trimmed("ACCORD_HIER_ALLTOALL_BLOCK_BYTES")
+                .unwrap_or(crate::comm::ALLTOALL_MAX_BLOCK_BYTES),
             hier_pipeline_bytes: trimmed("ACCORD_HIER_PIPELINE_BYTES")
                 .unwrap_or(crate::comm::PIPELINE_MIN_BYTES),
             piece_bytes: trimmed("ACCORD_PIECE_BYTES")
@@ -463,7 +463,7 @@ mod tests {
         assert_eq!(c.tcp_stripe_bytes, 256 << 10);
         assert_eq!(c.hier_stripe_bytes, 64 << 10);
         assert_eq!(c.hier_blocks_bytes, 1 << 20);
-        assert_eq!(c.hier_alltoall_bytes, 256 << 10);
+        assert_eq!(c.hier_alltoall_block_bytes, 32 << 10);
         assert_eq!(c.hier_pipeline_bytes, 32 << 20);
         assert_eq!(c.piece_bytes, 8 << 20);
         assert!(c.hierarchy);

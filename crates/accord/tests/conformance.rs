@@ -191,7 +191,7 @@ fn shared_memory_across_three_simulated_hosts() {
         &[
             ("CONFORMANCE_STRIPES", "1"),
             ("ACCORD_HIER_BLOCKS_BYTES", "67108864"),
-            ("ACCORD_HIER_ALLTOALL_BYTES", "67108864"),
+            ("ACCORD_HIER_ALLTOALL_BLOCK_BYTES", "67108864"),
             ("ACCORD_HIER_PIPELINE_BYTES", "262144"),
         ],
     );

@@ -45,8 +45,9 @@ mod request;
 mod symmetric;
 
 pub use hierarchy::{
-    allreduce_pieces, allreduce_striped, allreduce_whole_on_stripes, ALLTOALL_MAX_BYTES,
-    BLOCKS_MAX_BYTES, PIPELINE_MIN_BYTES, STRIPE_MIN_BYTES, WHOLE_STRIPES_MAX_RANKS,
+    allreduce_pieces, allreduce_striped, allreduce_whole_on_stripes, alltoall_on_stripes,
+    ALLTOALL_MAX_BLOCK_BYTES, BLOCKS_MAX_BYTES, PIPELINE_MIN_BYTES, STRIPE_MIN_BYTES,
+    WHOLE_STRIPES_MAX_RANKS,
 };
 pub use probe::MessageInfo;
 pub use request::{Completion, Request};
