@@ -226,7 +226,8 @@ impl Profile {
         if per_host > 1 {
             let eng = |op: &str, b: usize| self.engine(op, b).unwrap_or(0.0);
             // The bytes a call of blocks moves: whole blocks of the ranks (4080 of allgather
-            // over 6 ranks for 4096), what the library's limits compare.
+            // over 6 ranks for 4096), what the library's limits for reduce-scatter and
+            // allgather compare; an all-to-all's compares one block.
             let blocks = n * (count / n) * 4;
             match op {
                 "allreduce" if accord::comm::allreduce_striped(bytes, count, per_host) => {
@@ -287,7 +288,7 @@ impl Profile {
                         "hosts' engines, stripes between hosts",
                     ));
                 }
-                "alltoall" if accord::comm::alltoall_on_stripes(blocks / n) => {
+                "alltoall" if accord::comm::alltoall_on_stripes((count / n) * 4) => {
                     // Each stripe carries a host's blocks for its hosts' ranks: the same bytes
                     // per rank in `R` times fewer, larger messages.
                     let stripe = crate::bench::collective_of(op, hosts, count)
@@ -600,20 +601,25 @@ mod tests {
 
     #[test]
     fn an_all_to_all_takes_the_stripes_by_its_blocks() {
-        // The library compares one block (what a rank sends each rank) with the limit: over
-        // 3 x 2 ranks, 6 blocks of one element less than the limit take the stripes, 6 of the
-        // limit the schedule over every rank; so over 4 x 2, where 8 such blocks are more bytes.
+        // The library compares one block (what a rank sends each rank) with the limit, not
+        // the buffer: a block of one element less takes the stripes, a block of the limit one
+        // schedule over every rank, over 3 x 2 ranks (where the old limit, 256 KiB of buffer,
+        // put both on the stripes) as over 4 x 2.
         let p = profile();
         let limit = accord::config::get().hier_alltoall_block_bytes;
-        for (ranks, hosts) in [(6, 2), (8, 2)] {
-            let place = Placement::new(ranks, hosts, true).unwrap();
+        assert!(limit >= 8, "a limit of {limit} B leaves no block below it");
+        for ranks in [6, 8] {
+            let place = Placement::new(ranks, 2, true).unwrap();
             let (_, below) = p.predict("alltoall", &place, ranks * (limit - 4)).unwrap();
             assert_eq!(
                 below, "hosts' engines, stripes between hosts",
                 "{ranks} ranks"
             );
             let (_, at) = p.predict("alltoall", &place, ranks * limit).unwrap();
-            assert_ne!(at, below, "{ranks} ranks");
+            assert_eq!(
+                at, "schedule over TCP and shared-memory rings",
+                "{ranks} ranks"
+            );
         }
     }
 }

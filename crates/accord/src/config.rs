@@ -420,6 +420,13 @@ pub fn get() -> &'static Config {
             }
             Err(std::env::VarError::NotPresent) => None,
         });
+        // A limit renamed when its meaning changed: say so rather than ignore it in silence.
+        if std::env::var_os("ACCORD_HIER_ALLTOALL_BYTES").is_some() {
+            tracing::warn!(
+                "ACCORD_HIER_ALLTOALL_BYTES (a rank's whole buffer) is ignored: all-to-alls across \
+                 hosts take the stripes by block size, ACCORD_HIER_ALLTOALL_BLOCK_BYTES"
+            );
+        }
         // A profile asked for and not read fails the start, as an unreadable file does.
         if let Some(raw) = std::env::var_os("ACCORD_TUNER_PROFILE").filter(|v| v.to_str().is_none())
         {

@@ -14,7 +14,7 @@
 //! An **all-to-all** regroups every rank's blocks by the stripe of their destination, exchanges
 //! the segments inside the host (local rank `i` collects its host's blocks for stripe `i`), and
 //! each stripe sends one message per pair of hosts carrying `R` ranks' blocks, `R` times fewer
-//! messages than one schedule over all ranks; its copies pay off for small buffers only.
+//! messages than one schedule over all ranks; its copies pay off for small blocks only.
 
 use super::*;
 use crate::scratch;
