@@ -141,8 +141,8 @@ pub const BLOCKS_MAX_BYTES: usize = 1 << 20;
 /// where they stop paying is a block size rather than a buffer size: measured over network
 /// namespaces of two ranks each on 16 CPUs against that schedule, they took 0.43-0.76x its
 /// time up to 64 KiB a rank (2 x 2, 3 x 2 and 4 x 2 ranks); over 4 x 2 0.63-0.89x at 128 KiB,
-/// 0.81, 0.73 and 0.89x at 160, 192 and 224 KiB (blocks of 20-28 KiB), 0.93-1.26x at 256 KiB
-/// (32 KiB); over 3 x 2 0.75x at 160 KiB (blocks of 27 KiB), 1.10, 1.19 and 1.33-1.49x at 192,
+/// 0.81, 0.73 and 0.89x at 160, 192 and 224 KiB (blocks of 20-28 KiB), 0.93-1.15x at 256 KiB
+/// (32 KiB); over 3 x 2 0.75x at 160 KiB (blocks of 27 KiB), 1.10, 1.19 and 1.01-1.49x at 192,
 /// 224 and 256 KiB (32-43 KiB); over 2 x 2 0.72x at 64 KiB (16 KiB), 0.93x at 128 KiB (32 KiB)
 /// and 1.07x at 192 KiB (48 KiB). More ranks per host were not measured.
 pub const ALLTOALL_MAX_BLOCK_BYTES: usize = 32 << 10;
