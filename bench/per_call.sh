@@ -6,7 +6,7 @@
 # polls depends on timing, so its instruction counts do too.
 #
 #   bench/per_call.sh                    # allreduce
-#   OP=broadcast N1=1000 N2=3000 bench/per_call.sh
+#   OP=broadcast N1=1000 N2=3000 bench/per_call.sh   # or allgather, alltoall
 #   POLL_US=50 bench/per_call.sh         # waits as by default
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

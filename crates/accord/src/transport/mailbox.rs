@@ -261,6 +261,9 @@ pub struct Mailbox {
     /// Payload buffers of large frames, returned by receivers for the next frames: a fresh
     /// allocation of that size is mapped and faulted in page by page, and zeroed.
     spare: Mutex<Vec<Vec<u8>>>,
+    /// Payload buffers of small frames, returned by receivers for the copies of the next
+    /// ([`Mailbox::copy_of`]): a small call's frame otherwise costs an allocation and a free.
+    spare_small: Mutex<Vec<Vec<u8>>>,
     /// Signalled when a reader stops writing into a posted destination.
     pub(super) released: Condvar,
     /// Payload bytes delivered read straight into posted destinations ([`Mailbox::placed_bytes`]).
@@ -269,7 +272,8 @@ pub struct Mailbox {
 
 /// Frames from this size have their payload buffers recycled ([`Mailbox::recycle`]).
 pub const RECYCLE_MIN_BYTES: usize = 32 << 10;
-/// Most buffers kept for recycling.
+/// Most buffers kept for recycling, of each size class (large, and small: at most
+/// `SPARE_BUFFERS * RECYCLE_MIN_BYTES` = 512 KiB kept for small frames).
 const SPARE_BUFFERS: usize = 16;
 
 impl Default for Mailbox {
@@ -298,6 +302,7 @@ impl Mailbox {
             pump: std::sync::OnceLock::new(),
             pump_below: std::sync::atomic::AtomicUsize::new(POLL_MAX_BYTES),
             spare: Mutex::default(),
+            spare_small: Mutex::default(),
             released: Condvar::new(),
         }
     }
@@ -448,13 +453,29 @@ impl Mailbox {
         vec![0; len]
     }
 
-    /// Give back the payload buffer of a frame that was taken and used, for [`Mailbox::buffer`].
+    /// A small frame's payload (below [`RECYCLE_MIN_BYTES`]) copied into a buffer of its own:
+    /// a recycled one where there is one.
+    pub fn copy_of(&self, bytes: &[u8]) -> Vec<u8> {
+        if bytes.is_empty() {
+            return Vec::new(); // a token: nothing to hold
+        }
+        let mut b = self.spare_small.lock().unwrap().pop().unwrap_or_default();
+        b.clear();
+        b.extend_from_slice(bytes);
+        b
+    }
+
+    /// Give back the payload buffer of a frame that was taken and used, for [`Mailbox::buffer`]
+    /// or [`Mailbox::copy_of`] by its size.
     pub fn recycle(&self, b: Vec<u8>) {
-        if b.capacity() >= RECYCLE_MIN_BYTES {
-            let mut spare = self.spare.lock().unwrap();
-            if spare.len() < SPARE_BUFFERS {
-                spare.push(b);
-            }
+        let spare = match b.capacity() {
+            0 => return,
+            c if c >= RECYCLE_MIN_BYTES => &self.spare,
+            _ => &self.spare_small,
+        };
+        let mut spare = spare.lock().unwrap();
+        if spare.len() < SPARE_BUFFERS {
+            spare.push(b);
         }
     }
 
@@ -922,6 +943,36 @@ pub(super) mod tests {
     fn small_messages_poll_before_sleeping_and_large_ones_sleep_at_once() {
         assert!(!slept_for(16));
         assert!(slept_for(POLL_MAX_BYTES));
+    }
+
+    #[test]
+    fn small_payload_buffers_are_recycled_for_copies_of_small_frames() {
+        let m = Mailbox::new();
+        let first = m.copy_of(&[1, 2, 3]);
+        let at = first.as_ptr();
+        m.recycle(first);
+        // The next small frame's copy lands in the returned buffer, holding only its bytes.
+        let second = m.copy_of(&[4, 5]);
+        assert_eq!((second.as_ptr(), second.as_slice()), (at, &[4u8, 5][..]));
+        // A copy larger than the spare's capacity grows it; a large spare is never taken.
+        m.recycle(second);
+        let big = vec![0u8; RECYCLE_MIN_BYTES];
+        let big_at = big.as_ptr();
+        m.recycle(big);
+        let grown = m.copy_of(&[7; 1000]);
+        assert!(grown.len() == 1000 && grown.iter().all(|&b| b == 7));
+        assert_ne!(grown.as_ptr(), big_at);
+        let reused = m.buffer(RECYCLE_MIN_BYTES);
+        assert_eq!(reused.as_ptr(), big_at);
+        // At most SPARE_BUFFERS are kept; empty (placed frames') buffers are not.
+        for _ in 0..2 * SPARE_BUFFERS {
+            m.recycle(vec![0u8; 8]);
+        }
+        m.recycle(Vec::new());
+        assert_eq!(m.spare_small.lock().unwrap().len(), SPARE_BUFFERS);
+        // A token's copy takes none.
+        assert_eq!(m.copy_of(&[]).capacity(), 0);
+        assert_eq!(m.spare_small.lock().unwrap().len(), SPARE_BUFFERS);
     }
 
     #[test]

@@ -364,11 +364,12 @@ impl Inbound {
     }
 
     /// The frame whose header `h` was just read: a small body already staged whole is copied
-    /// out once (not into a zeroed buffer first), anything else is read into a buffer of its own.
+    /// out once (not into a zeroed buffer first, and into a buffer an earlier small frame's
+    /// receiver gave back), anything else is read into a buffer of its own.
     fn body(&self, d: &mut Decoder, h: Header) -> Partial {
         let len = h.chunk_len as usize;
         if len < RECYCLE_MIN_BYTES && d.end - d.start >= len {
-            let data = d.buf[d.start..d.start + len].to_vec();
+            let data = self.mailbox.copy_of(&d.buf[d.start..d.start + len]);
             d.start += len;
             return Partial::Body { h, data, got: len };
         }
