@@ -270,7 +270,8 @@ pub struct Mailbox {
     placed: AtomicU64,
 }
 
-/// Frames from this size have their payload buffers recycled ([`Mailbox::recycle`]).
+/// Payload buffers from this size are kept for large frames ([`Mailbox::buffer`]), smaller ones
+/// for copies of small frames ([`Mailbox::copy_of`]); see [`Mailbox::recycle`].
 pub const RECYCLE_MIN_BYTES: usize = 32 << 10;
 /// Most buffers kept for recycling, of each size class (large, and small: at most
 /// `SPARE_BUFFERS * RECYCLE_MIN_BYTES` = 512 KiB kept for small frames).
@@ -454,12 +455,26 @@ impl Mailbox {
     }
 
     /// A small frame's payload (below [`RECYCLE_MIN_BYTES`]) copied into a buffer of its own:
-    /// a recycled one where there is one.
+    /// a recycled one that fits, holding at most twice the payload (or 128 bytes), since the
+    /// untaken bytes a source may leave are counted by length. Where none fits and the spares
+    /// are full, the oldest goes, so that the spares follow the sizes in use.
     pub fn copy_of(&self, bytes: &[u8]) -> Vec<u8> {
         if bytes.is_empty() {
             return Vec::new(); // a token: nothing to hold
         }
-        let mut b = self.spare_small.lock().unwrap().pop().unwrap_or_default();
+        let fits = bytes.len()..=2 * bytes.len().max(64);
+        let mut b = {
+            let mut spare = self.spare_small.lock().unwrap();
+            match spare.iter().rposition(|b| fits.contains(&b.capacity())) {
+                Some(i) => spare.swap_remove(i),
+                None => {
+                    if spare.len() == SPARE_BUFFERS {
+                        spare.remove(0);
+                    }
+                    Vec::new()
+                }
+            }
+        };
         b.clear();
         b.extend_from_slice(bytes);
         b
@@ -954,14 +969,23 @@ pub(super) mod tests {
         // The next small frame's copy lands in the returned buffer, holding only its bytes.
         let second = m.copy_of(&[4, 5]);
         assert_eq!((second.as_ptr(), second.as_slice()), (at, &[4u8, 5][..]));
-        // A copy larger than the spare's capacity grows it; a large spare is never taken.
-        m.recycle(second);
+        // A spare far larger than the payload is left (a queued 2-byte frame must not hold
+        // 16 KiB: untaken bytes are counted by length); one that fits is taken.
+        let wide = vec![0u8; 16 << 10];
+        let wide_at = wide.as_ptr();
+        m.recycle(wide);
+        let tiny = m.copy_of(&[9; 2]);
+        assert!(tiny.capacity() <= 128 && tiny.as_ptr() != wide_at);
+        let fitting = m.copy_of(&[3; 10_000]);
+        assert_eq!(fitting.as_ptr(), wide_at);
+        assert!(fitting.len() == 10_000 && fitting.iter().all(|&b| b == 3));
+        assert!(m.spare_small.lock().unwrap().is_empty());
+        // A large spare is never taken for a small frame.
         let big = vec![0u8; RECYCLE_MIN_BYTES];
         let big_at = big.as_ptr();
         m.recycle(big);
-        let grown = m.copy_of(&[7; 1000]);
-        assert!(grown.len() == 1000 && grown.iter().all(|&b| b == 7));
-        assert_ne!(grown.as_ptr(), big_at);
+        let other = m.copy_of(&[7; 20_000]);
+        assert_ne!(other.as_ptr(), big_at);
         let reused = m.buffer(RECYCLE_MIN_BYTES);
         assert_eq!(reused.as_ptr(), big_at);
         // At most SPARE_BUFFERS are kept; empty (placed frames') buffers are not.
@@ -970,13 +994,15 @@ pub(super) mod tests {
         }
         m.recycle(Vec::new());
         assert_eq!(m.spare_small.lock().unwrap().len(), SPARE_BUFFERS);
-        // A token's copy takes none.
+        // A token's copy takes none; a copy that none fits makes room by dropping the oldest.
         assert_eq!(m.copy_of(&[]).capacity(), 0);
         assert_eq!(m.spare_small.lock().unwrap().len(), SPARE_BUFFERS);
+        drop(m.copy_of(&[5; 1000]));
+        assert_eq!(m.spare_small.lock().unwrap().len(), SPARE_BUFFERS - 1);
     }
 
     #[test]
-    fn large_payload_buffers_are_recycled_and_small_ones_are_not() {
+    fn large_payload_buffers_are_recycled_for_large_frames_only() {
         let m = Mailbox::new();
         let big = vec![7u8; RECYCLE_MIN_BYTES * 2];
         let at = big.as_ptr();
@@ -990,8 +1016,8 @@ pub(super) mod tests {
         m.recycle(again);
         let bigger = m.buffer(RECYCLE_MIN_BYTES * 4);
         assert!(bigger.len() == RECYCLE_MIN_BYTES * 4 && bigger.iter().all(|&b| b == 0));
-        // Small frames take no spare buffer (the large one stays spare, so its address cannot
-        // come back from the allocator).
+        // `buffer` for a small frame takes no large spare (the large one stays spare, so its
+        // address cannot come back from the allocator).
         let m = Mailbox::new();
         let spare = vec![1u8; RECYCLE_MIN_BYTES];
         let at = spare.as_ptr();
