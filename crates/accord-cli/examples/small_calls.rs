@@ -1,7 +1,7 @@
 //! A rank program that makes `N` small calls (`OP`: `allreduce`, the default, `broadcast`,
-//! `allgather` or `alltoall`; 16 floats to each rank) and nothing else, for counting what one call costs: run under valgrind at two
-//! values of `N`, the difference divided by the difference in calls is one call's allocations
-//! or instructions (`bench/per_call.sh`).
+//! `allgather` or `alltoall`; 16 floats to each rank) and nothing else, for counting what one
+//! call costs: run under valgrind at two values of `N`, the difference divided by the
+//! difference in calls is one call's allocations or instructions (`bench/per_call.sh`).
 
 fn main() {
     let comm = accord::init().expect("init");

@@ -18,9 +18,9 @@
 //!   four pieces whose host and network steps overlap, but not on one machine, where they
 //!   compete for its memory); reduce-scatter and allgather below
 //!   1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) and all-to-all of blocks below 32 KiB
-//!   (`ACCORD_HIER_ALLTOALL_BLOCK_BYTES`) go over the stripes (the engine's step inside each host, one
-//!   schedule per local rank between hosts, all at once), larger ones after a barrier inside
-//!   each host and one on each stripe; a barrier meets inside each host, then on every stripe at
+//!   (`ACCORD_HIER_ALLTOALL_BLOCK_BYTES`) go over the stripes (the engine's step inside each
+//!   host, one schedule per local rank between hosts, all at once), larger ones after a
+//!   barrier inside each host and one on each stripe; a barrier meets inside each host, then on every stripe at
 //!   once, then inside each host again; everything else is one schedule over all ranks whose
 //!   messages cost the shared-memory rings' price inside a host and TCP's between hosts (ranks
 //!   placed host by host).

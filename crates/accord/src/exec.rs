@@ -552,7 +552,7 @@ pub(crate) fn receive(
             }
         }
         got += frame.len();
-        mailbox.recycle(frame.data);
+        mailbox.payloads().recycle(frame.data);
         if got == len {
             return Ok(());
         }

@@ -12,6 +12,7 @@
 //! is in [`super::placement`]; its bookkeeping lives in this mailbox's state, under the same
 //! lock, since [`Mailbox::deliver`] follows the postings as it queues a frame.
 
+use super::payloads::Payloads;
 use super::placement::Posting;
 use super::waits::{Blocked, Waits};
 use super::{Envelope, P2P_LANE};
@@ -258,24 +259,13 @@ pub struct Mailbox {
     /// Waits for messages below this size call `pump` (from [`POLL_MAX_BYTES`] only where
     /// large messages poll too: see [`Mailbox::set_pump_below`]).
     pump_below: std::sync::atomic::AtomicUsize,
-    /// Payload buffers of large frames, returned by receivers for the next frames: a fresh
-    /// allocation of that size is mapped and faulted in page by page, and zeroed.
-    spare: Mutex<Vec<Vec<u8>>>,
-    /// Payload buffers of small frames, returned by receivers for the copies of the next
-    /// ([`Mailbox::copy_of`]): a small call's frame otherwise costs an allocation and a free.
-    spare_small: Mutex<Vec<Vec<u8>>>,
+    /// Payload buffers that receives gave back, for the next frames.
+    payloads: Payloads,
     /// Signalled when a reader stops writing into a posted destination.
     pub(super) released: Condvar,
     /// Payload bytes delivered read straight into posted destinations ([`Mailbox::placed_bytes`]).
     placed: AtomicU64,
 }
-
-/// Payload buffers from this size are kept for large frames ([`Mailbox::buffer`]), smaller ones
-/// for copies of small frames ([`Mailbox::copy_of`]); see [`Mailbox::recycle`].
-pub const RECYCLE_MIN_BYTES: usize = 32 << 10;
-/// Most buffers kept for recycling, of each size class (large, and small: at most
-/// `SPARE_BUFFERS * RECYCLE_MIN_BYTES` = 512 KiB kept for small frames).
-const SPARE_BUFFERS: usize = 16;
 
 impl Default for Mailbox {
     fn default() -> Self {
@@ -302,8 +292,7 @@ impl Mailbox {
             placed: AtomicU64::new(0),
             pump: std::sync::OnceLock::new(),
             pump_below: std::sync::atomic::AtomicUsize::new(POLL_MAX_BYTES),
-            spare: Mutex::default(),
-            spare_small: Mutex::default(),
+            payloads: Payloads::default(),
             released: Condvar::new(),
         }
     }
@@ -438,60 +427,9 @@ impl Mailbox {
         st.lost.entry(src).or_insert(cause);
     }
 
-    /// A buffer of `len` bytes for a frame's payload (its contents are to be overwritten): a
-    /// recycled one where there is one large enough.
-    pub fn buffer(&self, len: usize) -> Vec<u8> {
-        if len >= RECYCLE_MIN_BYTES {
-            let mut spare = self.spare.lock().unwrap();
-            if let Some(i) = spare.iter().position(|b| b.capacity() >= len) {
-                let mut b = spare.swap_remove(i);
-                drop(spare);
-                // Bytes up to the old length were written before: only a longer tail is zeroed.
-                b.resize(len, 0);
-                return b;
-            }
-        }
-        vec![0; len]
-    }
-
-    /// A small frame's payload (below [`RECYCLE_MIN_BYTES`]) copied into a buffer of its own:
-    /// a recycled one that fits, holding at most twice the payload (or 128 bytes), since the
-    /// untaken bytes a source may leave are counted by length. Where none fits and the spares
-    /// are full, the oldest goes, so that the spares follow the sizes in use.
-    pub fn copy_of(&self, bytes: &[u8]) -> Vec<u8> {
-        if bytes.is_empty() {
-            return Vec::new(); // a token: nothing to hold
-        }
-        let fits = bytes.len()..=2 * bytes.len().max(64);
-        let mut b = {
-            let mut spare = self.spare_small.lock().unwrap();
-            match spare.iter().rposition(|b| fits.contains(&b.capacity())) {
-                Some(i) => spare.swap_remove(i),
-                None => {
-                    if spare.len() == SPARE_BUFFERS {
-                        spare.remove(0);
-                    }
-                    Vec::new()
-                }
-            }
-        };
-        b.clear();
-        b.extend_from_slice(bytes);
-        b
-    }
-
-    /// Give back the payload buffer of a frame that was taken and used, for [`Mailbox::buffer`]
-    /// or [`Mailbox::copy_of`] by its size.
-    pub fn recycle(&self, b: Vec<u8>) {
-        let spare = match b.capacity() {
-            0 => return,
-            c if c >= RECYCLE_MIN_BYTES => &self.spare,
-            _ => &self.spare_small,
-        };
-        let mut spare = spare.lock().unwrap();
-        if spare.len() < SPARE_BUFFERS {
-            spare.push(b);
-        }
+    /// The payload buffers that receives give back, for the frames that come next.
+    pub fn payloads(&self) -> &Payloads {
+        &self.payloads
     }
 
     /// Return a frame taken from `src` to the front of its queue (a receive that does not
@@ -958,81 +896,6 @@ pub(super) mod tests {
     fn small_messages_poll_before_sleeping_and_large_ones_sleep_at_once() {
         assert!(!slept_for(16));
         assert!(slept_for(POLL_MAX_BYTES));
-    }
-
-    #[test]
-    fn small_payload_buffers_are_recycled_for_copies_of_small_frames() {
-        let m = Mailbox::new();
-        let first = m.copy_of(&[1, 2, 3]);
-        let at = first.as_ptr();
-        m.recycle(first);
-        // The next small frame's copy lands in the returned buffer, holding only its bytes.
-        let second = m.copy_of(&[4, 5]);
-        assert_eq!((second.as_ptr(), second.as_slice()), (at, &[4u8, 5][..]));
-        // A spare far larger than the payload is left (a queued 2-byte frame must not hold
-        // 16 KiB: untaken bytes are counted by length); one that fits is taken.
-        let wide = vec![0u8; 16 << 10];
-        let wide_at = wide.as_ptr();
-        m.recycle(wide);
-        let tiny = m.copy_of(&[9; 2]);
-        assert!(tiny.capacity() <= 128 && tiny.as_ptr() != wide_at);
-        let fitting = m.copy_of(&[3; 10_000]);
-        assert_eq!(fitting.as_ptr(), wide_at);
-        assert!(fitting.len() == 10_000 && fitting.iter().all(|&b| b == 3));
-        assert!(m.spare_small.lock().unwrap().is_empty());
-        // A large spare is never taken for a small frame.
-        let big = vec![0u8; RECYCLE_MIN_BYTES];
-        let big_at = big.as_ptr();
-        m.recycle(big);
-        let other = m.copy_of(&[7; 20_000]);
-        assert_ne!(other.as_ptr(), big_at);
-        let reused = m.buffer(RECYCLE_MIN_BYTES);
-        assert_eq!(reused.as_ptr(), big_at);
-        // At most SPARE_BUFFERS are kept; empty (placed frames') buffers are not.
-        for _ in 0..2 * SPARE_BUFFERS {
-            m.recycle(vec![0u8; 8]);
-        }
-        m.recycle(Vec::new());
-        assert_eq!(m.spare_small.lock().unwrap().len(), SPARE_BUFFERS);
-        // A token's copy takes none; a copy that none fits makes room by dropping the oldest.
-        assert_eq!(m.copy_of(&[]).capacity(), 0);
-        assert_eq!(m.spare_small.lock().unwrap().len(), SPARE_BUFFERS);
-        drop(m.copy_of(&[5; 1000]));
-        assert_eq!(m.spare_small.lock().unwrap().len(), SPARE_BUFFERS - 1);
-    }
-
-    #[test]
-    fn large_payload_buffers_are_recycled_for_large_frames_only() {
-        let m = Mailbox::new();
-        let big = vec![7u8; RECYCLE_MIN_BYTES * 2];
-        let at = big.as_ptr();
-        m.recycle(big);
-        let again = m.buffer(RECYCLE_MIN_BYTES * 2 - 8);
-        assert_eq!(
-            (again.as_ptr(), again.len()),
-            (at, RECYCLE_MIN_BYTES * 2 - 8)
-        );
-        // Nothing spare is large enough: a fresh, zeroed buffer.
-        m.recycle(again);
-        let bigger = m.buffer(RECYCLE_MIN_BYTES * 4);
-        assert!(bigger.len() == RECYCLE_MIN_BYTES * 4 && bigger.iter().all(|&b| b == 0));
-        // `buffer` for a small frame takes no large spare (the large one stays spare, so its
-        // address cannot come back from the allocator).
-        let m = Mailbox::new();
-        let spare = vec![1u8; RECYCLE_MIN_BYTES];
-        let at = spare.as_ptr();
-        m.recycle(spare);
-        let small = m.buffer(100);
-        assert_ne!(small.as_ptr(), at);
-        let reused = m.buffer(RECYCLE_MIN_BYTES);
-        assert_eq!(reused.as_ptr(), at);
-        // A recycled buffer that grows gets zeros past what was written before.
-        let mut part = vec![9u8; RECYCLE_MIN_BYTES];
-        part.reserve(RECYCLE_MIN_BYTES);
-        let m = Mailbox::new();
-        m.recycle(part);
-        let grown = m.buffer(RECYCLE_MIN_BYTES + 16);
-        assert!(grown[RECYCLE_MIN_BYTES..].iter().all(|&b| b == 0));
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod cpus;
 pub mod hybrid;
 pub mod inproc;
 pub mod mailbox;
+pub mod payloads;
 pub mod placement;
 pub mod shm;
 pub mod tcp;

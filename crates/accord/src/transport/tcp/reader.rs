@@ -20,7 +20,8 @@
 
 use super::lanes::Sequencer;
 use super::*;
-use crate::transport::mailbox::{PollSource, PollTurn, RECYCLE_MIN_BYTES};
+use crate::transport::mailbox::{PollSource, PollTurn};
+use crate::transport::payloads::RECYCLE_MIN_BYTES;
 use crate::transport::placement::Claim;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicUsize;
@@ -261,7 +262,7 @@ impl Inbound {
                             let Some(Partial::Placed { h, mut claim, got }) = d.frame.take() else {
                                 unreachable!("a placed frame was being read")
                             };
-                            let mut data = self.mailbox.buffer(h.chunk_len as usize);
+                            let mut data = self.mailbox.payloads().buffer(h.chunk_len as usize);
                             data[..got].copy_from_slice(&claim.bytes()[..got]);
                             drop(claim);
                             self.placing.store(false, Ordering::Relaxed);
@@ -369,11 +370,14 @@ impl Inbound {
     fn body(&self, d: &mut Decoder, h: Header) -> Partial {
         let len = h.chunk_len as usize;
         if len < RECYCLE_MIN_BYTES && d.end - d.start >= len {
-            let data = self.mailbox.copy_of(&d.buf[d.start..d.start + len]);
+            let data = self
+                .mailbox
+                .payloads()
+                .copy_of(&d.buf[d.start..d.start + len]);
             d.start += len;
             return Partial::Body { h, data, got: len };
         }
-        let data = self.mailbox.buffer(len);
+        let data = self.mailbox.payloads().buffer(len);
         Partial::Body { h, data, got: 0 }
     }
 
