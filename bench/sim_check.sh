@@ -6,12 +6,17 @@
 #   bench/sim_check.sh                          # allreduce broadcast allgather reduce_scatter alltoall, 2 ranks
 #   NS="2 4" OPS=allreduce SIZES=4K:64M bench/sim_check.sh
 #   NS= LAYOUTS="2x2 4x2" bench/sim_check.sh    # hosts x ranks as network namespaces (root)
+#   KEEP=run1 bench/sim_check.sh                # also keep the profiles and every measurement
+#   FROM=run1 bench/sim_check.sh                # price run1's measurements again, measuring nothing
 #
 # Knobs: OPS, NS, LAYOUTS (none), SIZES (4K:64M), FACTOR (4), ROUNDS (3: the median of that
 # many runs per size is compared), PROFILE (calibrated here if
 # unset; CROWD=N also times up to N / 2 pairs exchanging at once, which the simulator prices
 # crowded rounds with), PROFILE_NS (the profile for LAYOUTS: its TCP costs measured between
-# namespaces by `bench/multihost.sh calibrate`, made here if unset), ACCORD.
+# namespaces by `bench/multihost.sh calibrate`, made here if unset), ACCORD, KEEP (a directory
+# to keep the profiles and measurements in), FROM (a KEEP directory: its profiles, placements
+# and measurements are compared with this build's simulator, so a change to the model can be
+# checked against measurements already made; OPS, NS, LAYOUTS, SIZES and FACTOR come from it).
 # Every rank runs on this machine, so the simulator is told so (`--one-machine`): all network
 # messages of a round compete. World sizes beyond the CPUs are not worth checking.
 set -euo pipefail
@@ -28,6 +33,12 @@ if [ -z "${ACCORD:-}" ]; then
   (cd "$ROOT" && cargo build -q --release -p accord-cli)
   ACCORD=${CARGO_TARGET_DIR:-$ROOT/target}/release/accord
 fi
+if [ -n "${FROM:-}" ]; then
+  # shellcheck disable=SC1091
+  . "$FROM/settings"
+  PROFILE=$FROM/profile.json
+  [ -z "$LAYOUTS" ] || PROFILE_NS=$FROM/profile-ns.json
+fi
 if [ -z "${PROFILE:-}" ]; then
   PROFILE=$OUT/profile.json
   "$ACCORD" bench --calibrate "$PROFILE" -n 2 ${CROWD:+--crowd "$CROWD"}
@@ -36,6 +47,30 @@ if [ -n "$LAYOUTS" ] && [ -z "${PROFILE_NS:-}" ]; then
   PROFILE_NS=$OUT/profile-ns.json
   OUT=$OUT/calib ACCORD=$ACCORD PROFILE=$PROFILE_NS "$HERE/multihost.sh" calibrate >/dev/null
 fi
+if [ -n "${KEEP:-}" ] && [ -z "${FROM:-}" ]; then
+  mkdir -p "$KEEP"
+  cp "$PROFILE" "$KEEP/profile.json"
+  [ -z "$LAYOUTS" ] || cp "$PROFILE_NS" "$KEEP/profile-ns.json"
+  printf 'OPS="%s"\nNS="%s"\nLAYOUTS="%s"\nSIZES=%s\nFACTOR=%s\n' "$OPS" "$NS" "$LAYOUTS" "$SIZES" "$FACTOR" >"$KEEP/settings"
+fi
+# measured DIR CMD...: runs CMD (which measures into DIR) unless FROM has DIR's measurements,
+# and keeps them under KEEP; prints the directory to compare.
+measured() {
+  local dir=$1
+  shift
+  if [ -n "${FROM:-}" ]; then
+    echo "$FROM/$dir"
+    return
+  fi
+  rm -rf "${OUT:?}/m"
+  mkdir -p "$OUT/m"
+  "$@" >/dev/null
+  if [ -n "${KEEP:-}" ]; then
+    mkdir -p "$KEEP/$dir"
+    cp "$OUT"/m/* "$KEEP/$dir/"
+  fi
+  echo "$OUT/m"
+}
 # compare SIM_JSON OP PLACEMENT MEASURED...: each MEASURED is one round's accord bench JSON or,
 # for namespace layouts, one round's rank-0 output of bench/multihost.sh; per size the median
 # of the rounds is compared.
@@ -66,19 +101,32 @@ PY
 }
 echo "| op | placement | bytes | predicted us | measured us | error |"
 echo "|---|---|---|---|---|---|"
+# bench_rounds N: ROUNDS runs of accord bench on N ranks over TCP, into $OUT/m.
+bench_rounds() {
+  for round in $(seq "$ROUNDS"); do
+    ACCORD_TRANSPORT=tcp ACCORD_BENCH_SYNC=1 "$ACCORD" bench "$op" -n "$1" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/m/bench.$round.json"
+  done
+}
+# ns_rounds H R: ROUNDS runs over H namespaces of R ranks, rank 0's outputs into $OUT/m.
+ns_rounds() {
+  OUT=$OUT/ns ACCORD=$ACCORD HOSTS=$1 RANKS=$2 OPS=$op SIZES=$SIZES FACTOR=$FACTOR ROUNDS=$ROUNDS SKIP="mpi gloo" \
+    "$HERE/multihost.sh" bench
+  cp "$OUT"/ns/bench-accord-"$op"-*.0 "$OUT/m/"
+}
 for op in $OPS; do
   for n in $NS; do
     "$ACCORD" sim "$op" -n "$n" --one-machine --profile "$PROFILE" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/sim.json" >/dev/null
-    for round in $(seq "$ROUNDS"); do
-      ACCORD_TRANSPORT=tcp ACCORD_BENCH_SYNC=1 "$ACCORD" bench "$op" -n "$n" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/bench.$round.json" >/dev/null
-    done
-    compare "$OUT/sim.json" "$op" "$n ranks, TCP" "$OUT"/bench.*.json
+    dir=$(measured "$op-$n" bench_rounds "$n")
+    compare "$OUT/sim.json" "$op" "$n ranks, TCP" "$dir"/* | tee -a "$OUT/rows"
   done
   for l in $LAYOUTS; do
     h=${l%x*} r=${l#*x}
     "$ACCORD" sim "$op" -n $((h * r)) --per-host "$r" --one-machine --profile "$PROFILE_NS" --sizes "$SIZES" --factor "$FACTOR" --json "$OUT/sim.json" >/dev/null
-    OUT=$OUT/ns ACCORD=$ACCORD HOSTS=$h RANKS=$r OPS=$op SIZES=$SIZES FACTOR=$FACTOR ROUNDS=$ROUNDS SKIP="mpi gloo" \
-      "$HERE/multihost.sh" bench >/dev/null
-    compare "$OUT/sim.json" "$op" "$h hosts x $r" "$OUT"/ns/bench-accord-"$op"-*.0
+    dir=$(measured "$op-$l" ns_rounds "$h" "$r")
+    compare "$OUT/sim.json" "$op" "$h hosts x $r" "$dir"/* | tee -a "$OUT/rows"
   done
 done
+# Rows within 25 % of measured, per placement and in all.
+awk -F'|' '{ e = $7; gsub(/[ %+]/, "", e); e += 0; ok = (e <= 25 && e >= -25); p = $3; gsub(/^ +| +$/, "", p)
+    n[p]++; k[p] += ok; N++; K += ok }
+  END { for (p in n) printf "# %s: %d of %d rows within 25 %%\n", p, k[p], n[p]; printf "# all: %d of %d\n", K, N }' "$OUT/rows" | sort

@@ -49,19 +49,28 @@ pub const ENGINE_OPS: [&str; 5] = [
 ];
 
 /// Message sizes of the ping-pong and the exchange: up to 64 MiB, as `accord sim` prices
-/// calls, since messages beyond the caches cost more per byte than a fit of smaller ones says.
-const MESSAGE_BYTES: [usize; 12] = [
+/// calls, since messages beyond the caches cost more per byte than a fit of smaller ones says;
+/// from 4 KiB every power of two, since the price between two sizes timed is interpolated and
+/// a message's cost is not smooth in its size where the transport changes how it moves it
+/// (the callers' own reads below 1 MiB, several connections from 256 KiB).
+const MESSAGE_BYTES: [usize; 18] = [
     8,
     64,
     512,
     4 << 10,
+    8 << 10,
+    16 << 10,
     32 << 10,
     64 << 10,
     128 << 10,
     256 << 10,
+    512 << 10,
     1 << 20,
+    2 << 20,
     4 << 20,
+    8 << 20,
     16 << 20,
+    32 << 20,
     64 << 20,
 ];
 
