@@ -99,6 +99,7 @@ for b, ts in sorted(measured.items()):
         print(f"| {sys.argv[2]} | {sys.argv[3]} | {b} | {p:.1f} | {m:.1f} | {100 * (p / m - 1):+.0f}% |")
 PY
 }
+: >"$OUT/rows"
 echo "| op | placement | bytes | predicted us | measured us | error |"
 echo "|---|---|---|---|---|---|"
 # bench_rounds N: ROUNDS runs of accord bench on N ranks over TCP, into $OUT/m.
