@@ -22,7 +22,7 @@ use super::lanes::Sequencer;
 use super::*;
 use crate::transport::mailbox::{PollSource, PollTurn};
 use crate::transport::payloads::RECYCLE_MIN_BYTES;
-use crate::transport::placement::Claim;
+use crate::transport::placement::{striped_first, Claim};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicUsize;
 
@@ -414,7 +414,14 @@ impl Inbound {
         // Stays true until this frame is delivered; false may be stale, which only costs
         // the placement.
         let in_order = self.sequencer.as_ref().is_none_or(|s| s.due(h.order));
-        self.mailbox.claim(self.peer, h, in_order)
+        // Lanes other than 0 carry only messages dealt over the lanes: where such a message
+        // begins with the next frame due, the destination waiting for its key is its own
+        // before its first frame is read (see `placement`).
+        let begins_next = match (&self.sequencer, striped_first(h)) {
+            (Some(s), Some(first)) if self.lane > 0 => s.due(first),
+            _ => false,
+        };
+        self.mailbox.claim(self.peer, h, in_order, begins_next)
     }
 
     /// The connection ended: report the peer lost, saying why.
