@@ -207,7 +207,9 @@ impl Mailbox {
     /// dealt over lanes (`striped_first`) whose first frame is the next that `src`'s frames
     /// deliver. (Both found out before the call: a transport that puts frames back in order
     /// delivers them here under its own lock, and each stays true until the frame it names
-    /// is delivered.)
+    /// is delivered. A `begins_next` gone stale is harmless: that first frame, delivered in
+    /// the meantime, set the posting's `first` or moved its `next`, and the third rule no
+    /// longer applies.)
     pub fn claim(
         self: &std::sync::Arc<Self>,
         src: usize,
@@ -249,6 +251,12 @@ impl Mailbox {
     /// Withdraw the destination posted under `key`: once no reader writes into it, frames
     /// placed there and not taken get buffers of their own (their receive failed, or a later
     /// one may take them).
+    ///
+    /// Only the markers already delivered are converted: a placed frame that came before its
+    /// turn waits in the transport's sequencer and is dropped when it is delivered after the
+    /// withdrawal (see [`Mailbox::deliver`]). A receive that gives up before its message is
+    /// whole therefore loses that message's placed frames; today every such failure ends the
+    /// communicator, so no later receive waits for them.
     pub(super) fn unpost(&self, key: Key) {
         let mut st = self.state.lock().unwrap();
         let Some(p) = st.posted.get(&key) else {
@@ -427,9 +435,10 @@ mod tests {
         let mut dest = vec![0u8; total];
         let m = Arc::new(Mailbox::new());
         let posted = m.post(0, 1, 5, &fp, dest.as_mut_ptr(), total);
-        // The last frame alone does not say where its message begins.
+        // The last frame alone does not say where its message begins, whatever the reader
+        // believed.
         assert!(m
-            .claim(0, &lane_frame(total, chunk, 40, 3), false, false)
+            .claim(0, &lane_frame(total, chunk, 40, 3), false, true)
             .is_none());
         // Frame 2 of a message that does not begin with the frame due next: not placed.
         assert!(m

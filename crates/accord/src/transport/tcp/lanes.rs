@@ -313,9 +313,9 @@ impl Sequencer {
         Ok(())
     }
 
-    /// Whether every data frame before `order` has been delivered.
-    pub(super) fn due(&self, order: u32) -> bool {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).next == order
+    /// The order of the next data frame to deliver: every frame before it has been.
+    pub(super) fn next_due(&self) -> u32 {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).next
     }
 
     /// A lane said goodbye: `Ok(true)` once every lane has, with every frame delivered.

@@ -411,16 +411,13 @@ impl Inbound {
         if h.kind != FrameKind::Data || (h.chunk_len as usize) < DIRECT_READ_BYTES {
             return None;
         }
-        // Stays true until this frame is delivered; false may be stale, which only costs
-        // the placement.
-        let in_order = self.sequencer.as_ref().is_none_or(|s| s.due(h.order));
-        // Lanes other than 0 carry only messages dealt over the lanes: where such a message
-        // begins with the next frame due, the destination waiting for its key is its own
-        // before its first frame is read (see `placement`).
-        let begins_next = match (&self.sequencer, striped_first(h)) {
-            (Some(s), Some(first)) if self.lane > 0 => s.due(first),
-            _ => false,
-        };
+        // Both stay true until the frame they name is delivered; false may be stale, which
+        // only costs the placement. Lanes other than 0 carry only messages dealt over the
+        // lanes: where such a message begins with the next frame due, the destination waiting
+        // for its key is its own before its first frame is read (see `placement`).
+        let due = self.sequencer.as_ref().map(|s| s.next_due());
+        let in_order = due.is_none_or(|next| next == h.order);
+        let begins_next = self.lane > 0 && due.is_some() && striped_first(h) == due;
         self.mailbox.claim(self.peer, h, in_order, begins_next)
     }
 
