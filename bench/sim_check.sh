@@ -16,7 +16,8 @@
 # namespaces by `bench/multihost.sh calibrate`, made here if unset), ACCORD, KEEP (a directory
 # to keep the profiles and measurements in), FROM (a KEEP directory: its profiles, placements
 # and measurements are compared with this build's simulator, so a change to the model can be
-# checked against measurements already made; OPS, NS, LAYOUTS, SIZES and FACTOR come from it).
+# checked against measurements already made; OPS, NS, LAYOUTS, SIZES and FACTOR come from it,
+# and its profiles unless PROFILE or PROFILE_NS name others).
 # Every rank runs on this machine, so the simulator is told so (`--one-machine`): all network
 # messages of a round compete. World sizes beyond the CPUs are not worth checking.
 set -euo pipefail
@@ -36,8 +37,8 @@ fi
 if [ -n "${FROM:-}" ]; then
   # shellcheck disable=SC1091
   . "$FROM/settings"
-  PROFILE=$FROM/profile.json
-  [ -z "$LAYOUTS" ] || PROFILE_NS=$FROM/profile-ns.json
+  PROFILE=${PROFILE:-$FROM/profile.json}
+  [ -z "$LAYOUTS" ] || PROFILE_NS=${PROFILE_NS:-$FROM/profile-ns.json}
 fi
 if [ -z "${PROFILE:-}" ]; then
   PROFILE=$OUT/profile.json
@@ -64,8 +65,10 @@ measured() {
   fi
   rm -rf "${OUT:?}/m"
   mkdir -p "$OUT/m"
-  "$@" >/dev/null
+  # A command substitution does not stop the script on errors: a failed measurement must.
+  "$@" >/dev/null || exit 1
   if [ -n "${KEEP:-}" ]; then
+    rm -rf "${KEEP:?}/$dir"
     mkdir -p "$KEEP/$dir"
     cp "$OUT"/m/* "$KEEP/$dir/"
   fi
@@ -110,6 +113,7 @@ bench_rounds() {
 }
 # ns_rounds H R: ROUNDS runs over H namespaces of R ranks, rank 0's outputs into $OUT/m.
 ns_rounds() {
+  rm -f "$OUT"/ns/bench-accord-"$op"-*
   OUT=$OUT/ns ACCORD=$ACCORD HOSTS=$1 RANKS=$2 OPS=$op SIZES=$SIZES FACTOR=$FACTOR ROUNDS=$ROUNDS SKIP="mpi gloo" \
     "$HERE/multihost.sh" bench
   cp "$OUT"/ns/bench-accord-"$op"-*.0 "$OUT/m/"
@@ -128,6 +132,6 @@ for op in $OPS; do
   done
 done
 # Rows within 25 % of measured, per placement and in all.
-awk -F'|' '{ e = $7; gsub(/[ %+]/, "", e); e += 0; ok = (e <= 25 && e >= -25); p = $3; gsub(/^ +| +$/, "", p)
+awk -F'|' '{ e = $5 / $6 - 1; ok = (e <= 0.25 && e >= -0.25); p = $3; gsub(/^ +| +$/, "", p)
     n[p]++; k[p] += ok; N++; K += ok }
   END { for (p in n) printf "# %s: %d of %d rows within 25 %%\n", p, k[p], n[p]; printf "# all: %d of %d\n", K, N }' "$OUT/rows" | sort
