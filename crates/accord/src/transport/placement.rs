@@ -435,36 +435,34 @@ mod tests {
         let mut dest = vec![0u8; total];
         let m = Arc::new(Mailbox::new());
         let posted = m.post(0, 1, 5, &fp, dest.as_mut_ptr(), total);
+        // Whether frame `index` of the message whose first order is `base` is placed, with
+        // `in_order` and `begins_next` as the reader found them.
+        let placed = |m: &Arc<Mailbox>, base, index, in_order, begins_next| {
+            m.claim(
+                0,
+                &lane_frame(total, chunk, base, index),
+                in_order,
+                begins_next,
+            )
+        };
         // The last frame alone does not say where its message begins, whatever the reader
         // believed.
-        assert!(m
-            .claim(0, &lane_frame(total, chunk, 40, 3), false, true)
-            .is_none());
+        assert!(placed(&m, 40, 3, false, true).is_none());
         // Frame 2 of a message that does not begin with the frame due next: not placed.
-        assert!(m
-            .claim(0, &lane_frame(total, chunk, 40, 2), false, false)
-            .is_none());
+        assert!(placed(&m, 40, 2, false, false).is_none());
         // Frame 2 of the message beginning with the frame due: placed, and with it the
         // message's start is known, so its last frame and (in order) its first follow.
-        let two = m.claim(0, &lane_frame(total, chunk, 40, 2), false, true);
+        let two = placed(&m, 40, 2, false, true);
         assert!(two.is_some());
         assert_eq!(
             m.state.lock().unwrap().posted[&(0, 1, 5)].first,
             Some((40, chunk))
         );
-        assert!(m
-            .claim(0, &lane_frame(total, chunk, 40, 3), false, false)
-            .is_some());
-        assert!(m
-            .claim(0, &lane_frame(total, chunk, 40, 0), true, false)
-            .is_some());
+        assert!(placed(&m, 40, 3, false, false).is_some());
+        assert!(placed(&m, 40, 0, true, false).is_some());
         // A frame of a later message of the same key and length is not this message's.
-        assert!(m
-            .claim(0, &lane_frame(total, chunk, 44, 1), false, false)
-            .is_none());
-        assert!(m
-            .claim(0, &lane_frame(total, chunk, 44, 1), false, true)
-            .is_none());
+        assert!(placed(&m, 44, 1, false, false).is_none());
+        assert!(placed(&m, 44, 1, false, true).is_none());
         drop(two);
         drop(posted);
 
@@ -473,9 +471,7 @@ mod tests {
         let m = Arc::new(Mailbox::new());
         let posted = m.post(0, 1, 5, &fp, dest.as_mut_ptr(), total);
         m.deliver(0, frame(96 << 10));
-        assert!(m
-            .claim(0, &lane_frame(total, chunk, 40, 1), false, true)
-            .is_none());
+        assert!(placed(&m, 40, 1, false, true).is_none());
         drop(posted);
     }
 }
