@@ -16,14 +16,14 @@
 //!   vector instead, all at once, and from 64 KiB it is striped (the engine's reduce-scatter,
 //!   one slice's allreduce per local rank between hosts, the engine's allgather; from 32 MiB in
 //!   four pieces whose host and network steps overlap, but not on one machine, where they
-//!   compete for its memory); reduce-scatter and allgather below
-//!   1 MiB (`ACCORD_HIER_BLOCKS_BYTES`) and all-to-all of blocks below 32 KiB
+//!   compete for its memory); reduce-scatter and allgather below 1 MiB
+//!   (`ACCORD_HIER_BLOCKS_BYTES`) and all-to-all of blocks below 32 KiB
 //!   (`ACCORD_HIER_ALLTOALL_BLOCK_BYTES`) go over the stripes (the engine's step inside each
 //!   host, one schedule per local rank between hosts, all at once), larger ones after a
-//!   barrier inside each host and one on each stripe; a barrier meets inside each host, then on every stripe at
-//!   once, then inside each host again; everything else is one schedule over all ranks whose
-//!   messages cost the shared-memory rings' price inside a host and TCP's between hosts (ranks
-//!   placed host by host).
+//!   barrier inside each host and one on each stripe; a barrier meets inside each host, then
+//!   on every stripe at once, then inside each host again; everything else is one schedule
+//!   over all ranks whose messages cost the shared-memory rings' price inside a host and TCP's
+//!   between hosts (ranks placed host by host).
 //!
 //! Messages of one round that compete for the same resource cost more, by the slowdown the
 //! calibration measured with several pairs of ranks exchanging at once (the profile's `crowd`:
